@@ -1,0 +1,60 @@
+"""Durable workflows for Django, checkpointed in your own database.
+
+The public API: declare with :func:`workflow`, start with ``spec.run()``,
+follow with :func:`get_run` / :class:`RunHandle`.
+"""
+
+from .engine.retry import RetryPolicy
+from .errors import (
+    DeterminismError,
+    NonRetryableError,
+    OpenWorkflowError,
+    PayloadError,
+    ResultTimeout,
+    RunNotFound,
+    StepFailed,
+    StepUsageError,
+    UnknownWorkflowError,
+    WorkflowCanceled,
+    WorkflowFailed,
+    WorkflowRegistrationError,
+)
+from .registry import WorkflowSpec, workflow
+
+__all__ = [
+    "DeterminismError",
+    "NonRetryableError",
+    "OpenWorkflowError",
+    "PayloadError",
+    "ResultTimeout",
+    "RetryPolicy",
+    "RunHandle",
+    "RunNotFound",
+    "StepFailed",
+    "StepUsageError",
+    "UnknownWorkflowError",
+    "WorkflowCanceled",
+    "WorkflowContext",
+    "WorkflowFailed",
+    "WorkflowRegistrationError",
+    "WorkflowSpec",
+    "get_run",
+    "start_run",
+    "workflow",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # Names that import models are loaded lazily so that importing the
+    # package (e.g. from settings) does not need the app registry ready.
+    if name in ("RunHandle", "get_run", "start_run"):
+        from . import client
+
+        return getattr(client, name)
+    if name == "WorkflowContext":
+        from .engine.context import WorkflowContext
+
+        return WorkflowContext
+    raise AttributeError(f"module 'django_openworkflow' has no attribute {name!r}")

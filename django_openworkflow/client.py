@@ -1,0 +1,141 @@
+"""Starting runs and holding on to them: ``spec.run()``, :class:`RunHandle`, :func:`get_run`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from .durations import Duration, parse_duration
+from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
+from .models import RunStatus, WorkflowRun
+from .payload import to_json_value
+from .registry import registry
+from .store import runs as run_store
+from .store.db import fetch_db_now
+
+
+def _as_datetime(value: datetime | Duration | None, what: str) -> datetime | None:
+    """A datetime as given, or a duration from now (database clock)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if timezone.is_naive(value):
+            raise ValueError(f"{what} must be timezone-aware, got naive {value!r}")
+        return value
+    return fetch_db_now() + parse_duration(value)
+
+
+def start_run(
+    workflow_name: str,
+    input: Any = None,
+    *,
+    version: str | None = None,
+    available_at: datetime | Duration | None = None,
+    deadline_at: datetime | Duration | None = None,
+    idempotency_key: str | None = None,
+) -> RunHandle:
+    """Start a run of ``workflow_name``.
+
+    ``version`` defaults to the highest registered version (natural order,
+    so ``v10`` > ``v9``). ``available_at`` delays the start; ``deadline_at``
+    fails the run if it has not finished by then. With ``idempotency_key``,
+    starting the same workflow with the same key again returns the first run.
+    """
+    if version is None:
+        version = registry.latest(workflow_name).version
+    elif registry.get(workflow_name, version) is None:
+        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
+        raise ValueError(f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}")
+    stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
+    available = _as_datetime(available_at, "available_at")
+    deadline = _as_datetime(deadline_at, "deadline_at")
+    if deadline is not None and deadline <= fetch_db_now():
+        raise ValueError(f"deadline_at {deadline.isoformat()} is already in the past")
+    run, _ = run_store.insert_run(
+        workflow_name=workflow_name,
+        version=version,
+        input=stored_input,
+        available_at=available,
+        deadline_at=deadline,
+        idempotency_key=idempotency_key,
+    )
+    return RunHandle(run.id)
+
+
+class RunHandle:
+    """A reference to one workflow run. Cheap to create; every method reads the database."""
+
+    def __init__(self, run_id: uuid.UUID | str) -> None:
+        self.id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+
+    def __repr__(self) -> str:
+        return f"<RunHandle {self.id}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunHandle) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def fetch(self) -> WorkflowRun:
+        """The run's row as it is now."""
+        run = run_store.get_run(self.id)
+        if run is None:
+            raise RunNotFound(f"no workflow run with id {self.id}")
+        return run
+
+    def status(self) -> str:
+        """One of ``pending``, ``running``, ``completed``, ``failed``, ``canceled``."""
+        return self.fetch().status
+
+    def result(self, timeout: float | timedelta | None = None) -> Any:
+        """Wait for the run to finish and return its output.
+
+        Raises :class:`WorkflowFailed` or :class:`WorkflowCanceled` when it
+        ended that way, and :class:`ResultTimeout` (a ``TimeoutError``) after
+        ``timeout`` seconds.
+        """
+        if isinstance(timeout, timedelta):
+            timeout = timeout.total_seconds()
+        give_up = None if timeout is None else time.monotonic() + timeout
+        pause = 0.005
+        while True:
+            run = self.fetch()
+            if run.status == RunStatus.COMPLETED:
+                return run.output
+            if run.status == RunStatus.FAILED:
+                raise WorkflowFailed(run.id, run.error)
+            if run.status == RunStatus.CANCELED:
+                raise WorkflowCanceled(run.id)
+            if give_up is not None:
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    raise ResultTimeout(f"workflow run {self.id} did not finish within {timeout}s (status {run.status})")
+                pause = min(pause, left)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.25)
+
+    def cancel(self) -> bool:
+        """Cancel the run. True if it was canceled now; False if it had already finished.
+
+        A worker executing it stops at its next step boundary and writes nothing more.
+        """
+        if run_store.cancel_run(self.id):
+            return True
+        self.fetch()  # RunNotFound for an unknown id
+        return False
+
+
+def get_run(run_id: uuid.UUID | str) -> RunHandle:
+    """A handle for an existing run; :class:`RunNotFound` if there is none."""
+    try:
+        handle = RunHandle(run_id)
+    except ValueError:
+        raise RunNotFound(f"{run_id!r} is not a workflow run id") from None
+    handle.fetch()
+    return handle

@@ -1,0 +1,1 @@
+"""The replay engine: executes slices of claimed runs, knows nothing of dispatch."""

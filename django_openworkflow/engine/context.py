@@ -1,0 +1,308 @@
+"""What a workflow function sees (``ctx``, ``ctx.step``) and the replay state of one slice."""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.utils.dateparse import parse_datetime
+
+from ..conf import owf_settings
+from ..durations import Duration, parse_duration
+from ..errors import DeterminismError, NonRetryableError, PayloadError, StepFailed, StepUsageError
+from ..models import StepAttempt, StepKind, StepStatus
+from ..payload import to_json_value
+from ..store import journal
+from ..store.claims import ClaimedRun
+from ..store.journal import AttemptUpdate, NewAttempt
+from .retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from ..registry import WorkflowSpec
+
+T = TypeVar("T")
+
+
+class Suspend(BaseException):
+    """Unwinds the workflow function to park the run until ``until``.
+
+    Derives from ``BaseException`` so that ``except Exception`` in user code
+    cannot swallow it; ``finally:`` blocks still run.
+    """
+
+    def __init__(self, until: datetime, reason: str, insert: NewAttempt | None = None) -> None:
+        super().__init__(reason)
+        self.until = until
+        self.reason = reason
+        self.insert = insert
+
+
+class FailRun(BaseException):
+    """Unwinds the workflow function to fail the run at once, with no retry."""
+
+    def __init__(self, error: dict[str, Any]) -> None:
+        super().__init__(error.get("message"))
+        self.error = error
+
+
+def error_from_exception(exc: BaseException, step: str | None = None) -> dict[str, Any]:
+    """The stored shape of an error: type, message, traceback (no local values), step."""
+    kind = type(exc)
+    error: dict[str, Any] = {
+        "type": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(exc)),
+    }
+    if step is not None:
+        error["step"] = step
+    return error
+
+
+def engine_error(kind: str, message: str, step: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"type": kind, "message": message}
+    if step is not None:
+        error["step"] = step
+    return error
+
+
+class History:
+    """A run's journal indexed by durable key, loaded once per slice."""
+
+    def __init__(self, attempts: list[StepAttempt]) -> None:
+        self.count = len(attempts)
+        self.completed: dict[str, StepAttempt] = {}
+        self.open: dict[str, StepAttempt] = {}
+        self.failures: dict[str, int] = {}
+        self.last_failure: dict[str, StepAttempt] = {}
+        for attempt in attempts:
+            key = attempt.step_name
+            if attempt.status == StepStatus.COMPLETED:
+                self.completed[key] = attempt
+                self.open.pop(key, None)
+            elif attempt.status == StepStatus.FAILED:
+                self.failures[key] = self.failures.get(key, 0) + 1
+                self.last_failure[key] = attempt
+                self.open.pop(key, None)
+            else:
+                self.open[key] = attempt
+
+
+class Slice:
+    """Replay state and pending journal writes for one execution slice of one run.
+
+    Completions are buffered and committed with the next write (the next
+    step's start, a park, or the run's end), so a step boundary costs one
+    transaction.
+    """
+
+    def __init__(self, claimed: ClaimedRun, spec: WorkflowSpec) -> None:
+        self.run = claimed.run
+        self.spec = spec
+        self.worker_id = claimed.worker_id
+        self._claimed_at = claimed.claimed_at
+        self._claimed_monotonic = claimed.claimed_monotonic
+        self.history = History(journal.load_history(self.run.id))
+        self.pending: list[AttemptUpdate] = []
+        self.thread_id = threading.get_ident()
+        self.active = True
+        self.in_step: str | None = None
+        self._used_keys: set[str] = set()
+        self._next_index: dict[str, int] = {}
+        self.max_attempts = owf_settings.max_step_attempts
+        self._close_abandoned_attempts()
+
+    def now(self) -> datetime:
+        """The database clock, estimated from the claim's timestamp and elapsed time."""
+        return self._claimed_at + timedelta(seconds=time.monotonic() - self._claimed_monotonic)
+
+    def _close_abandoned_attempts(self) -> None:
+        # A `run` attempt still open was started by a worker that lost its lease
+        # (crash, OOM, pause). It counts against the step's retry budget, so a
+        # step that kills its worker every time cannot loop forever.
+        now = self.now()
+        for key, attempt in list(self.history.open.items()):
+            if attempt.kind != StepKind.RUN:
+                continue
+            error = engine_error("LeaseExpired", "the worker running this step lost its lease", step=key)
+            self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
+            attempt.status, attempt.error = StepStatus.FAILED, error
+            self.history.failures[key] = self.history.failures.get(key, 0) + 1
+            self.history.last_failure[key] = attempt
+            del self.history.open[key]
+
+    def write(self, *, insert: NewAttempt | None = None, run_fields: dict[str, Any] | None = None) -> StepAttempt | None:
+        attempt = journal.commit(
+            self.run.id, self.worker_id, self.now(), updates=self.pending, insert=insert, run_fields=run_fields
+        )
+        self.pending = []
+        if insert is not None:
+            self.history.count += 1
+        return attempt
+
+    # -- checks shared by every step kind --
+
+    def enter_step_api(self, api: str, name: Any) -> str:
+        """Validate a step call and return its durable key for this pass."""
+        if not self.active or threading.get_ident() != self.thread_id:
+            raise StepUsageError(f"ctx.step.{api}() was called outside its workflow run's execution")
+        if self.in_step is not None:
+            raise StepUsageError(
+                f"ctx.step.{api}({name!r}) was called inside step {self.in_step!r}; steps cannot be nested"
+            )
+        if not isinstance(name, str) or not name.strip():
+            raise StepUsageError(f"step name must be a non-empty string, got {name!r}")
+        if len(name) > 240:
+            raise StepUsageError(f"step name {name[:40]!r}... is {len(name)} characters long; the limit is 240")
+        return self._resolve_key(name)
+
+    def _resolve_key(self, name: str) -> str:
+        # Auto-index collisions: name, name:1, name:2 ... skipping keys already
+        # used in this pass (including ones the user typed).
+        key = name
+        if key in self._used_keys:
+            index = self._next_index.get(name, 1)
+            while f"{name}:{index}" in self._used_keys:
+                index += 1
+            key = f"{name}:{index}"
+            self._next_index[name] = index + 1
+        self._used_keys.add(key)
+        return key
+
+    def recorded(self, key: str, kind: str) -> StepAttempt | None:
+        """The completed attempt for ``key`` if any; fails the run if its kind differs."""
+        attempt = self.history.completed.get(key) or self.history.open.get(key) or self.history.last_failure.get(key)
+        if attempt is not None and attempt.kind != kind:
+            message = (
+                f"step {key!r} was recorded as {attempt.kind!r} but the workflow code now calls "
+                f"{kind!r} with that name: the code changed under a running workflow"
+            )
+            raise FailRun(error_from_exception(DeterminismError(message), step=key))
+        return self.history.completed.get(key)
+
+    def check_can_start(self, key: str, until: datetime | None = None) -> None:
+        """Fail the run if another attempt would pass the cap or the deadline."""
+        if self.history.count >= self.max_attempts:
+            raise FailRun(
+                engine_error(
+                    "StepLimitExceeded",
+                    f"the run reached {self.max_attempts} step attempts "
+                    "(OPENWORKFLOW['MAX_STEP_ATTEMPTS']); it is failed without retry",
+                    step=key,
+                )
+            )
+        self.check_deadline(until or self.now(), key)
+
+    def check_deadline(self, at: datetime, step: str | None = None) -> None:
+        deadline = self.run.deadline_at
+        if deadline is not None and at > deadline:
+            raise FailRun(engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed", step))
+
+
+class StepApi:
+    """``ctx.step``: the durable primitives a workflow function calls."""
+
+    def __init__(self, slice_: Slice) -> None:
+        self._slice = slice_
+
+    def run(self, name: str, fn: Callable[[], T], *, retry_policy: RetryPolicy | None = None) -> T:
+        """Run ``fn()`` once and memoize its JSON result under ``name``.
+
+        On replay a completed step returns its stored output without calling
+        ``fn``. A failure is retried by ``retry_policy`` (default: the
+        workflow's ``step_retry_policy``); when retries are spent the step
+        raises :class:`StepFailed` here.
+        """
+        s = self._slice
+        key = s.enter_step_api("run", name)
+        done = s.recorded(key, StepKind.RUN)
+        if done is not None:
+            return done.output  # type: ignore[no-any-return]
+        if not callable(fn):
+            raise StepUsageError(f"ctx.step.run({name!r}, fn): fn must be callable, got {fn!r}")
+        policy = retry_policy or s.spec.step_retry_policy
+        failures = s.history.failures.get(key, 0)
+        last = s.history.last_failure.get(key)
+        if last is not None and (not (last.error or {}).get("retryable", True) or not policy.allows_another(failures)):
+            raise StepFailed(key, last.error or {})
+        s.check_can_start(key)
+        started = s.now()
+        attempt = s.write(insert=NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
+        assert attempt is not None
+        s.in_step = key
+        try:
+            value = fn()
+        except Exception as exc:
+            s.in_step = None
+            retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
+            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), retryable, policy, failures + 1)
+        finally:
+            s.in_step = None
+        try:
+            stored = to_json_value(value, f"output of step {key!r}")
+        except PayloadError as exc:
+            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), False, policy, failures + 1)
+        s.pending.append(AttemptUpdate(attempt.id, StepStatus.COMPLETED, s.now(), output=stored))
+        return stored  # type: ignore[no-any-return]
+
+    def _fail_attempt(
+        self, attempt: StepAttempt, key: str, error: dict[str, Any], retryable: bool, policy: RetryPolicy, failures: int
+    ) -> None:
+        s = self._slice
+        now = s.now()
+        if not retryable:
+            error["retryable"] = False
+        s.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
+        if retryable and policy.allows_another(failures):
+            wake = now + policy.delay_after(failures)
+            s.check_deadline(wake, key)
+            raise Suspend(wake, f"retry step {key!r} after failure {failures}")
+        raise StepFailed(key, error)
+
+    def sleep(self, name: str, duration: Duration) -> None:
+        """Pause the run durably for ``duration``; the worker slot is freed meanwhile."""
+        s = self._slice
+        delay = parse_duration(duration)
+        key = s.enter_step_api("sleep", name)
+        if s.recorded(key, StepKind.SLEEP) is not None:
+            return
+        now = s.now()
+        waiting = s.history.open.get(key)
+        if waiting is not None:
+            resume_at = parse_datetime((waiting.context or {})["resume_at"])
+            assert resume_at is not None
+            if now >= resume_at:
+                s.pending.append(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now))
+                return
+            raise Suspend(resume_at, f"sleep {key!r}")
+        resume_at = now + delay
+        s.check_can_start(key, resume_at)
+        insert = NewAttempt(
+            key, StepKind.SLEEP, StepStatus.RUNNING, started_at=now, context={"resume_at": resume_at.isoformat()}
+        )
+        raise Suspend(resume_at, f"sleep {key!r}", insert=insert)
+
+
+class WorkflowContext:
+    """The one argument of a workflow function.
+
+    ``input`` is the run's input, ``step`` the durable step API, ``version``
+    the version the run started with, ``run_id`` the run's id.
+    """
+
+    def __init__(self, slice_: Slice) -> None:
+        self._slice = slice_
+        self.input: Any = slice_.run.input
+        self.version: str | None = slice_.run.version
+        self.run_id = slice_.run.id
+        self.workflow_name: str = slice_.run.workflow_name
+        self.step = StepApi(slice_)
+
+    def is_canceled(self) -> bool:
+        """True once the run has been canceled (for long steps to check cooperatively)."""
+        from ..models import RunStatus
+
+        return journal.run_status(self.run_id) in (RunStatus.CANCELED, None)

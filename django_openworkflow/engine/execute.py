@@ -1,0 +1,130 @@
+"""Execute one slice of one claimed run: replay to the next suspension or the end."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import PayloadError
+from ..models import RunStatus
+from ..payload import to_json_value
+from ..registry import registry
+from ..store import journal
+from ..store.claims import ClaimedRun
+from ..store.journal import LeaseLost
+from .context import FailRun, Slice, Suspend, WorkflowContext, engine_error, error_from_exception
+from .retry import UNKNOWN_WORKFLOW_BACKOFF
+
+logger = logging.getLogger("django_openworkflow.engine")
+
+
+class Outcome(enum.StrEnum):
+    """How a slice ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    PARKED = "parked"  # sleeping, waiting, or backing off before a retry
+    RETRY = "retry"  # workflow-level failure, rescheduled
+    UNKNOWN_WORKFLOW = "unknown-workflow"  # this process lacks the name/version
+    LEASE_LOST = "lease-lost"  # canceled, taken over, or deleted: wrote nothing
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    run_id: Any
+    workflow_name: str
+    outcome: Outcome
+    seconds: float
+    detail: str = ""
+
+
+def execute_slice(claimed: ClaimedRun) -> SliceResult:
+    """Run the claimed run's workflow function from the top, replaying its journal.
+
+    Every write is fenced on this worker still holding the run; when it does
+    not, the slice ends with ``LEASE_LOST`` having written nothing more.
+    """
+    started = time.monotonic()
+    run = claimed.run
+    try:
+        outcome, detail = _execute(claimed)
+    except LeaseLost:
+        outcome, detail = Outcome.LEASE_LOST, "the run was canceled or another worker holds it"
+    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail)
+
+
+def _execute(claimed: ClaimedRun) -> tuple[Outcome, str]:
+    run = claimed.run
+    spec = registry.get(run.workflow_name, run.version)
+    if spec is None:
+        return _reschedule_unknown(claimed)
+    slice_ = Slice(claimed, spec)
+    try:
+        slice_.check_deadline(slice_.now())
+        result = spec.fn(WorkflowContext(slice_))
+        if slice_.in_step is not None:  # pragma: no cover - defensive
+            raise RuntimeError("workflow returned from inside a step")
+        output = to_json_value(result, f"output of workflow {run.workflow_name!r}")
+    except Suspend as suspend:
+        slice_.write(insert=suspend.insert, run_fields={"worker_id": None, "available_at": suspend.until})
+        return Outcome.PARKED, suspend.reason
+    except FailRun as failure:
+        _fail(slice_, failure.error)
+        return Outcome.FAILED, failure.error["message"]
+    except PayloadError as exc:
+        _fail(slice_, error_from_exception(exc))
+        return Outcome.FAILED, str(exc)
+    except Exception as exc:
+        return _workflow_failure(slice_, exc)
+    finally:
+        slice_.active = False
+    slice_.write(run_fields={"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": slice_.now()})
+    return Outcome.COMPLETED, ""
+
+
+def _fail(slice_: Slice, error: dict[str, Any]) -> None:
+    slice_.write(run_fields={"status": RunStatus.FAILED, "error": error, "finished_at": slice_.now()})
+
+
+def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str]:
+    """An exception escaped the workflow function: retry the run by its policy or fail it."""
+    error = error_from_exception(exc)
+    step = getattr(exc, "step_name", None)
+    if step is not None:
+        error["step"] = step
+    attempts = slice_.run.attempts + 1
+    policy = slice_.spec.retry_policy
+    if policy.allows_another(attempts):
+        wake = slice_.now() + policy.delay_after(attempts)
+        deadline = slice_.run.deadline_at
+        if deadline is None or wake <= deadline:
+            slice_.write(run_fields={"attempts": attempts, "error": error, "worker_id": None, "available_at": wake})
+            return Outcome.RETRY, error["message"]
+    slice_.write(run_fields={"status": RunStatus.FAILED, "attempts": attempts, "error": error, "finished_at": slice_.now()})
+    return Outcome.FAILED, error["message"]
+
+
+def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str]:
+    """A rolling deploy: leave the run for a worker that has its name and version."""
+    run = claimed.run
+    previous = run.error or {}
+    count = int(previous.get("reschedules", 0)) + 1 if previous.get("type") == "UnknownWorkflow" else 1
+    delay = UNKNOWN_WORKFLOW_BACKOFF.delay_after(count)
+    message = (
+        f"this worker has no workflow {run.workflow_name!r} version {run.version!r}; "
+        f"retrying in {delay.total_seconds():g}s"
+    )
+    logger.warning("run %s: %s", run.id, message)
+    error = engine_error("UnknownWorkflow", message)
+    error["reschedules"] = count
+    now = claimed.claimed_at
+    journal.commit(
+        run.id,
+        claimed.worker_id,
+        now,
+        run_fields={"worker_id": None, "available_at": now + delay, "error": error},
+    )
+    return Outcome.UNKNOWN_WORKFLOW, message

@@ -1,0 +1,80 @@
+"""Exceptions raised by django-openworkflow.
+
+Everything a user may want to catch derives from :class:`OpenWorkflowError`.
+The engine's own control flow (suspending a run, losing a lease) uses
+exceptions that derive from ``BaseException`` and live in
+``engine/context.py``: user code's ``except Exception`` cannot swallow them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class OpenWorkflowError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class WorkflowRegistrationError(OpenWorkflowError):
+    """A workflow definition is invalid or clashes with another one."""
+
+
+class UnknownWorkflowError(OpenWorkflowError):
+    """No workflow with that name (and version) is registered in this process."""
+
+
+class RunNotFound(OpenWorkflowError):
+    """No workflow run has that id."""
+
+
+class PayloadError(OpenWorkflowError, ValueError):
+    """A value cannot be stored: not JSON, NaN/Infinity, or too large."""
+
+
+class NonRetryableError(OpenWorkflowError):
+    """Raise inside a step to fail it at once, whatever its retry policy."""
+
+
+class DeterminismError(OpenWorkflowError):
+    """Replay took a different path from the one recorded in the journal."""
+
+
+class StepUsageError(OpenWorkflowError):
+    """A step API was called where it cannot work (inside another step, outside a run)."""
+
+
+class StepFailed(OpenWorkflowError):
+    """A step failed for good (its retries are spent or it is not retryable).
+
+    Raised inside the workflow function, which may catch it to compensate or
+    branch; uncaught, it fails the run. ``error`` is the recorded error dict
+    (type, message, traceback).
+    """
+
+    def __init__(self, step_name: str, error: dict[str, Any]) -> None:
+        self.step_name = step_name
+        self.error = error
+        super().__init__(f"step {step_name!r} failed: {error.get('type')}: {error.get('message')}")
+
+
+class WorkflowFailed(OpenWorkflowError):
+    """``handle.result()`` on a run that failed; ``error`` is the run's error dict."""
+
+    def __init__(self, run_id: Any, error: dict[str, Any] | None) -> None:
+        self.run_id = run_id
+        self.error = error or {}
+        super().__init__(
+            f"workflow run {run_id} failed: {self.error.get('type')}: {self.error.get('message')}"
+        )
+
+
+class WorkflowCanceled(OpenWorkflowError):
+    """``handle.result()`` on a run that was canceled."""
+
+    def __init__(self, run_id: Any) -> None:
+        self.run_id = run_id
+        super().__init__(f"workflow run {run_id} was canceled")
+
+
+class ResultTimeout(OpenWorkflowError, TimeoutError):
+    """``handle.result(timeout=...)`` gave up before the run finished."""

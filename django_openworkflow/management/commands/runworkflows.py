@@ -1,0 +1,62 @@
+"""``manage.py runworkflows``: run a worker in this process."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connections
+
+from ...conf import owf_settings
+from ...durations import parse_duration
+from ...registry import registry
+from ...worker import Worker
+
+
+def _duration(value: str) -> str:
+    parse_duration(value)  # argparse reports the ValueError
+    return value
+
+
+class Command(BaseCommand):
+    help = "Claim and execute durable workflow runs until stopped (SIGTERM/SIGINT stop gracefully)."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--concurrency", type=int, default=None, help="worker slots (threads); default OPENWORKFLOW['CONCURRENCY']")
+        parser.add_argument("--lease", type=_duration, default=None, help="lease per claimed run, e.g. 30s")
+        parser.add_argument("--poll", type=_duration, default=None, help="idle poll interval, e.g. 100ms")
+        parser.add_argument("--burst", action="store_true", help="exit once no run is due and none is in flight")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(int(options["verbosity"]))
+        try:
+            worker = Worker(
+                concurrency=options["concurrency"],
+                lease=options["lease"],
+                poll_interval=options["poll"],
+                burst=options["burst"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
+        logging.getLogger("django_openworkflow.worker").info(
+            "worker %s: database %s (%s), concurrency %d, lease %ss, poll %sms, workflows: %s",
+            worker.worker_id,
+            owf_settings.database,
+            connections[owf_settings.database].vendor,
+            worker.concurrency,
+            f"{worker.lease.total_seconds():g}",
+            f"{worker.poll_interval.total_seconds() * 1000:g}",
+            served,
+        )
+        worker.run()
+
+    def _configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("django_openworkflow")
+        if logger.handlers or logging.getLogger().handlers:
+            return
+        handler = logging.StreamHandler(self.stderr._out)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))

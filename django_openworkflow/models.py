@@ -1,0 +1,153 @@
+"""The two tables: workflow runs (the queue and their state) and step attempts (the journal)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models import Q
+
+
+class RunStatus(models.TextChoices):
+    """Where a workflow run is in its life."""
+
+    PENDING = "pending", "Pending"
+    """Started, never claimed yet (or scheduled for later through ``available_at``)."""
+    RUNNING = "running", "Running"
+    """Held by a worker (``worker_id`` set) or parked until ``available_at`` (``worker_id`` NULL)."""
+    COMPLETED = "completed", "Completed"
+    """Finished; ``output`` holds the workflow function's return value."""
+    FAILED = "failed", "Failed"
+    """Finished with ``error``; nothing will run it again."""
+    CANCELED = "canceled", "Canceled"
+    """Canceled; no worker writes to it any more."""
+
+
+CLAIMABLE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
+FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
+
+
+class StepStatus(models.TextChoices):
+    """The state of one step attempt."""
+
+    RUNNING = "running", "Running"
+    """Started (or, for a sleep or a wait, parked) and not finished."""
+    COMPLETED = "completed", "Completed"
+    """Finished; ``output`` is what replay returns."""
+    FAILED = "failed", "Failed"
+    """Raised; ``error`` holds type, message and traceback."""
+
+
+class StepKind(models.TextChoices):
+    """What a step attempt records."""
+
+    RUN = "run", "Run"
+    """``ctx.step.run``: a function call whose return value is memoized."""
+    SLEEP = "sleep", "Sleep"
+    """``ctx.step.sleep``: a durable pause."""
+    WORKFLOW = "workflow", "Child workflow"
+    """``ctx.step.run_workflow``: start a child run and wait for it."""
+
+
+class WorkflowRun(models.Model):
+    """One execution of a workflow, from start to finish; also the work queue's row."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    workflow_name = models.CharField(max_length=255)
+    version = models.CharField(max_length=255, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    input = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    worker_id = models.CharField(max_length=64, null=True, blank=True)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Failed workflow-level attempts (claims and sleeps do not count)."
+    )
+    available_at = models.DateTimeField(
+        help_text="When the run may next be claimed: start time, wake time, or lease end."
+    )
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    parent_step_attempt = models.ForeignKey(
+        "StepAttempt",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="child_runs",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "openworkflow_run"
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_name", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="owf_run_idempotency_key_uniq",
+            )
+        ]
+        indexes = [
+            # The claim query: due runs in a claimable status, oldest first.
+            models.Index(
+                fields=["available_at"],
+                condition=Q(status__in=["pending", "running"]),
+                name="owf_run_claim_idx",
+            ),
+            models.Index(fields=["status", "created_at"], name="owf_run_status_idx"),
+            models.Index(fields=["workflow_name", "created_at"], name="owf_run_name_idx"),
+            models.Index(fields=["created_at"], name="owf_run_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_name} {self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def is_parked(self) -> bool:
+        return self.status == RunStatus.RUNNING and self.worker_id is None
+
+
+class StepAttempt(models.Model):
+    """One attempt of one step of a run: the journal that replay reads."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow_run = models.ForeignKey(
+        WorkflowRun, on_delete=models.CASCADE, related_name="step_attempts"
+    )
+    step_name = models.CharField(max_length=255, help_text="The durable key, e.g. 'send:1'.")
+    kind = models.CharField(max_length=16, choices=StepKind.choices)
+    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    context = models.JSONField(
+        encoder=DjangoJSONEncoder,
+        null=True,
+        blank=True,
+        help_text="Kind-specific state: a sleep's resume time, a child run's id.",
+    )
+    child_workflow_run = models.ForeignKey(
+        WorkflowRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "openworkflow_step_attempt"
+        ordering = ["workflow_run", "id"]
+        indexes = [models.Index(fields=["workflow_run", "created_at"], name="owf_step_run_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.step_name} ({self.kind}, {self.status})"

@@ -1,0 +1,1 @@
+"""Every SQL the engine, client and admin need. Never imports the engine."""

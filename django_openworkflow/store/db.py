@@ -1,0 +1,45 @@
+"""Which database, and what time it is there."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from ..conf import owf_settings
+
+
+def alias() -> str:
+    """The database alias holding the workflow tables."""
+    return owf_settings.database
+
+
+def db_now(delta: timedelta | None = None, using: str | None = None) -> Any:
+    """An expression for the database clock (plus ``delta``), for writes and filters.
+
+    Timestamps that decide something come from the database so that workers
+    with skewed clocks agree. SQLite is embedded: its clock is this process's,
+    so a plain value is used there (cheaper than SQLite's date functions).
+    """
+    using = using or alias()
+    if connections[using].vendor == "sqlite":
+        now = timezone.now()
+        return now + delta if delta else now
+    return Now() + delta if delta else Now()
+
+
+def fetch_db_now(using: str | None = None) -> datetime:
+    """Read the database clock."""
+    using = using or alias()
+    connection = connections[using]
+    if connection.vendor == "sqlite":
+        return timezone.now()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CURRENT_TIMESTAMP")
+        value = cursor.fetchone()[0]
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, timezone.utc)
+    return value

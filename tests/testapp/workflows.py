@@ -1,0 +1,89 @@
+"""Workflows the test suite runs, in-process and in worker subprocesses."""
+
+import time
+
+from django_openworkflow import NonRetryableError, RetryPolicy, workflow
+
+from .models import SideEffect
+
+
+def record(ctx, step):
+    SideEffect.objects.create(run_id=ctx.run_id, step=step)
+
+
+def executions(ctx, step):
+    return SideEffect.objects.filter(run_id=ctx.run_id, step=step).count()
+
+
+@workflow(name="three-steps")
+def three_steps(ctx):
+    """Each step records a side effect; step k+1 uses step k's output."""
+
+    def step1():
+        record(ctx, "one")
+        return {"n": ctx.input.get("start", 1)}
+
+    def step2(prev):
+        record(ctx, "two")
+        if ctx.input.get("hang_first_time") and executions(ctx, "two") == 1:
+            time.sleep(300)  # killed here by the test
+        return prev["n"] * 10
+
+    def step3(prev):
+        record(ctx, "three")
+        return prev + 1
+
+    a = ctx.step.run("one", step1)
+    b = ctx.step.run("two", lambda: step2(a))
+    c = ctx.step.run("three", lambda: step3(b))
+    return {"result": c}
+
+
+@workflow(name="sleeper")
+def sleeper(ctx):
+    before = ctx.step.run("before", lambda: record(ctx, "before") or "ok")
+    ctx.step.sleep("nap", ctx.input.get("duration", "1s"))
+    ctx.step.run("after", lambda: record(ctx, "after"))
+    return before
+
+
+@workflow(name="always-fails", step_retry_policy=RetryPolicy(maximum_attempts=1))
+def always_fails(ctx):
+    def boom():
+        record(ctx, "boom")
+        raise ValueError("kaboom")
+
+    ctx.step.run("boom", boom)
+    return "unreachable"
+
+
+@workflow(name="non-retryable")
+def non_retryable(ctx):
+    def boom():
+        record(ctx, "boom")
+        raise NonRetryableError("card declined")
+
+    ctx.step.run("charge", boom)
+
+
+@workflow(name="bad-output")
+def bad_output(ctx):
+    ctx.step.run("make", lambda: object())
+
+
+@workflow(name="slow-steps")
+def slow_steps(ctx):
+    """Steps that take a while, for fencing tests."""
+    for i in range(ctx.input.get("steps", 3)):
+        ctx.step.run("tick", lambda: (record(ctx, "tick"), time.sleep(ctx.input.get("pause", 0.2)))[1])
+    return "done"
+
+
+@workflow(name="versioned", version="v1")
+def versioned_v1(ctx):
+    return "v1"
+
+
+@workflow(name="versioned", version="v2")
+def versioned_v2(ctx):
+    return "v2"
