@@ -22,7 +22,7 @@ def to_json_value(value: Any, what: str) -> Any:
     try:
         encoded = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, ValueError) and "out of range float" in str(exc):
+        if isinstance(exc, ValueError) and "out of range float" in str(exc).lower():
             raise PayloadError(f"{what} contains NaN or Infinity, which JSON cannot hold") from None
         raise PayloadError(
             f"{what} is not JSON-serializable: {exc} (only JSON types, datetimes, decimals and UUIDs can be stored)"

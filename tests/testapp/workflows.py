@@ -21,11 +21,11 @@ def three_steps(ctx):
 
     def step1():
         record(ctx, "one")
-        return {"n": ctx.input.get("start", 1)}
+        return {"n": (ctx.input or {}).get("start", 1)}
 
     def step2(prev):
         record(ctx, "two")
-        if ctx.input.get("hang_first_time") and executions(ctx, "two") == 1:
+        if (ctx.input or {}).get("hang_first_time") and executions(ctx, "two") == 1:
             time.sleep(300)  # killed here by the test
         return prev["n"] * 10
 
@@ -42,7 +42,7 @@ def three_steps(ctx):
 @workflow(name="sleeper")
 def sleeper(ctx):
     before = ctx.step.run("before", lambda: record(ctx, "before") or "ok")
-    ctx.step.sleep("nap", ctx.input.get("duration", "1s"))
+    ctx.step.sleep("nap", (ctx.input or {}).get("duration", "1s"))
     ctx.step.run("after", lambda: record(ctx, "after"))
     return before
 
@@ -74,8 +74,8 @@ def bad_output(ctx):
 @workflow(name="slow-steps")
 def slow_steps(ctx):
     """Steps that take a while, for fencing tests."""
-    for i in range(ctx.input.get("steps", 3)):
-        ctx.step.run("tick", lambda: (record(ctx, "tick"), time.sleep(ctx.input.get("pause", 0.2)))[1])
+    for i in range((ctx.input or {}).get("steps", 3)):
+        ctx.step.run("tick", lambda: (record(ctx, "tick"), time.sleep((ctx.input or {}).get("pause", 0.2)))[1])
     return "done"
 
 
