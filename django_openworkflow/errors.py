@@ -35,6 +35,19 @@ class NonRetryableError(OpenWorkflowError):
     """Raise inside a step to fail it at once, whatever its retry policy."""
 
 
+class RetryAfter(OpenWorkflowError):
+    """Raise inside a step to retry it after exactly ``delay`` (e.g. a rate limit's Retry-After).
+
+    The attempt still counts against the step's retry budget.
+    """
+
+    def __init__(self, delay: Any, message: str = "") -> None:
+        from .durations import parse_duration
+
+        self.delay = parse_duration(delay)
+        super().__init__(message or f"retry after {self.delay.total_seconds():g}s")
+
+
 class DeterminismError(OpenWorkflowError):
     """Replay took a different path from the one recorded in the journal."""
 

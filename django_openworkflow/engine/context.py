@@ -13,12 +13,12 @@ from django.utils.dateparse import parse_datetime
 
 from ..conf import owf_settings
 from ..durations import Duration, parse_duration
-from ..errors import DeterminismError, NonRetryableError, PayloadError, StepFailed, StepUsageError
-from ..models import StepAttempt, StepKind, StepStatus
+from ..errors import DeterminismError, NonRetryableError, PayloadError, RetryAfter, StepFailed, StepUsageError
+from ..models import RunStatus, StepAttempt, StepKind, StepStatus
 from ..payload import to_json_value
 from ..store import journal
 from ..store.claims import ClaimedRun
-from ..store.journal import AttemptUpdate, NewAttempt
+from ..store.journal import AttemptUpdate, ChildStart, NewAttempt
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -34,11 +34,20 @@ class Suspend(BaseException):
     cannot swallow it; ``finally:`` blocks still run.
     """
 
-    def __init__(self, until: datetime, reason: str, insert: NewAttempt | None = None) -> None:
+    def __init__(
+        self,
+        until: datetime,
+        reason: str,
+        insert: NewAttempt | None = None,
+        start_child: ChildStart | None = None,
+        wake_when_child_done: Any = None,
+    ) -> None:
         super().__init__(reason)
         self.until = until
         self.reason = reason
         self.insert = insert
+        self.start_child = start_child
+        self.wake_when_child_done = wake_when_child_done
 
 
 class FailRun(BaseException):
@@ -70,9 +79,14 @@ def engine_error(kind: str, message: str, step: str | None = None) -> dict[str, 
 
 
 class History:
-    """A run's journal indexed by durable key, loaded once per slice."""
+    """A run's journal indexed by durable key, loaded once per slice.
 
-    def __init__(self, attempts: list[StepAttempt]) -> None:
+    Failures count toward a step's budget only within the current
+    workflow-level attempt: a run retried by its workflow retry policy gives
+    each failed step a fresh budget, while completed steps stay completed.
+    """
+
+    def __init__(self, attempts: list[StepAttempt], run_attempt: int) -> None:
         self.count = len(attempts)
         self.completed: dict[str, StepAttempt] = {}
         self.open: dict[str, StepAttempt] = {}
@@ -84,9 +98,11 @@ class History:
                 self.completed[key] = attempt
                 self.open.pop(key, None)
             elif attempt.status == StepStatus.FAILED:
+                self.open.pop(key, None)
+                if (attempt.error or {}).get("run_attempt", 0) != run_attempt:
+                    continue
                 self.failures[key] = self.failures.get(key, 0) + 1
                 self.last_failure[key] = attempt
-                self.open.pop(key, None)
             else:
                 self.open[key] = attempt
 
@@ -105,7 +121,7 @@ class Slice:
         self.worker_id = claimed.worker_id
         self._claimed_at = claimed.claimed_at
         self._claimed_monotonic = claimed.claimed_monotonic
-        self.history = History(journal.load_history(self.run.id))
+        self.history = History(journal.load_history(self.run.id), self.run.attempts)
         self.pending: list[AttemptUpdate] = []
         self.thread_id = threading.get_ident()
         self.active = True
@@ -128,15 +144,17 @@ class Slice:
             if attempt.kind != StepKind.RUN:
                 continue
             error = engine_error("LeaseExpired", "the worker running this step lost its lease", step=key)
+            error["run_attempt"] = self.run.attempts
             self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
             attempt.status, attempt.error = StepStatus.FAILED, error
             self.history.failures[key] = self.history.failures.get(key, 0) + 1
             self.history.last_failure[key] = attempt
             del self.history.open[key]
 
-    def write(self, *, insert: NewAttempt | None = None, run_fields: dict[str, Any] | None = None) -> StepAttempt | None:
+    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> StepAttempt | None:
+        """Commit pending attempt updates plus this write (see ``journal.commit``), fenced."""
         attempt = journal.commit(
-            self.run.id, self.worker_id, self.now(), updates=self.pending, insert=insert, run_fields=run_fields
+            self.run.id, self.worker_id, self.now(), updates=self.pending, insert=insert, **options
         )
         self.pending = []
         if insert is not None:
@@ -178,7 +196,7 @@ class Slice:
         if attempt is not None and attempt.kind != kind:
             message = (
                 f"step {key!r} was recorded as {attempt.kind!r} but the workflow code now calls "
-                f"{kind!r} with that name: the code changed under a running workflow"
+                f"{str(kind)!r} with that name: the code changed under a running workflow"
             )
             raise FailRun(error_from_exception(DeterminismError(message), step=key))
         return self.history.completed.get(key)
@@ -195,6 +213,11 @@ class Slice:
                 )
             )
         self.check_deadline(until or self.now(), key)
+
+    def park_limit(self, until: datetime) -> datetime:
+        """Park no later than the deadline, so a run waiting past it wakes to fail."""
+        deadline = self.run.deadline_at
+        return until if deadline is None or until <= deadline else deadline
 
     def check_deadline(self, at: datetime, step: str | None = None) -> None:
         deadline = self.run.deadline_at
@@ -238,7 +261,8 @@ class StepApi:
         except Exception as exc:
             s.in_step = None
             retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
-            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), retryable, policy, failures + 1)
+            delay = exc.delay if isinstance(exc, RetryAfter) else None
+            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), retryable, policy, failures + 1, delay)
         finally:
             s.in_step = None
         try:
@@ -249,15 +273,23 @@ class StepApi:
         return stored  # type: ignore[no-any-return]
 
     def _fail_attempt(
-        self, attempt: StepAttempt, key: str, error: dict[str, Any], retryable: bool, policy: RetryPolicy, failures: int
+        self,
+        attempt: StepAttempt,
+        key: str,
+        error: dict[str, Any],
+        retryable: bool,
+        policy: RetryPolicy,
+        failures: int,
+        delay: timedelta | None = None,
     ) -> None:
         s = self._slice
         now = s.now()
+        error["run_attempt"] = s.run.attempts
         if not retryable:
             error["retryable"] = False
         s.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
         if retryable and policy.allows_another(failures):
-            wake = now + policy.delay_after(failures)
+            wake = now + (policy.delay_after(failures) if delay is None else delay)
             s.check_deadline(wake, key)
             raise Suspend(wake, f"retry step {key!r} after failure {failures}")
         raise StepFailed(key, error)
@@ -286,6 +318,79 @@ class StepApi:
         raise Suspend(resume_at, f"sleep {key!r}", insert=insert)
 
 
+    def run_workflow(
+        self,
+        workflow: WorkflowSpec | str,
+        input: Any = None,
+        *,
+        name: str | None = None,
+        timeout: Duration = "1y",
+    ) -> Any:
+        """Start a child workflow exactly once and wait for it durably; return its output.
+
+        The parent is parked (no worker slot held) and woken as soon as the
+        child finishes. A failed or canceled child raises :class:`StepFailed`
+        carrying the child's error; so does ``timeout``, after which the child
+        keeps running on its own. ``name`` (the durable key) defaults to the
+        child workflow's name; a string picks the highest registered version.
+        """
+        from ..registry import WorkflowSpec, registry
+
+        s = self._slice
+        if isinstance(workflow, WorkflowSpec):
+            child_name, child_version = workflow.name, workflow.version
+        elif isinstance(workflow, str):
+            child_name, child_version = workflow, registry.latest(workflow).version
+        else:
+            raise StepUsageError(f"ctx.step.run_workflow() needs a workflow or a workflow name, got {workflow!r}")
+        wait = parse_duration(timeout)
+        key = s.enter_step_api("run_workflow", child_name if name is None else name)
+        done = s.recorded(key, StepKind.WORKFLOW)
+        if done is not None:
+            return done.output
+        failed = s.history.last_failure.get(key)
+        if failed is not None:
+            raise StepFailed(key, failed.error or {})
+        now = s.now()
+        waiting = s.history.open.get(key)
+        if waiting is None:
+            child_input = to_json_value(input, f"input of child workflow {child_name!r} (step {key!r})")
+            s.check_can_start(key)
+            timeout_at = now + wait
+            insert = NewAttempt(
+                key,
+                StepKind.WORKFLOW,
+                StepStatus.RUNNING,
+                started_at=now,
+                context={"timeout_at": timeout_at.isoformat(), "workflow": child_name, "version": child_version},
+            )
+            start = ChildStart(child_name, child_version, child_input)
+            raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
+        child_id = waiting.child_workflow_run_id
+        child = journal.run_outcome(child_id) if child_id is not None else None
+        error: dict[str, Any] | None = None
+        if child is None:
+            error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
+        elif child["status"] == RunStatus.COMPLETED:
+            s.pending.append(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child["output"]))
+            return child["output"]
+        elif child["status"] in (RunStatus.FAILED, RunStatus.CANCELED):
+            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child['status']}", key)
+            error["child_error"] = child["error"]
+        else:
+            timeout_at = parse_datetime((waiting.context or {})["timeout_at"])
+            assert timeout_at is not None
+            if now < timeout_at:
+                s.check_deadline(now, key)
+                raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", wake_when_child_done=child_id)
+            error = engine_error("ChildWorkflowTimeout", f"child run {child_id} did not finish within {wait}", key)
+        error["child_run_id"] = str(child_id)
+        error["run_attempt"] = s.run.attempts
+        error["retryable"] = False
+        s.pending.append(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
+        raise StepFailed(key, error)
+
+
 class WorkflowContext:
     """The one argument of a workflow function.
 
@@ -303,6 +408,4 @@ class WorkflowContext:
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
-        from ..models import RunStatus
-
         return journal.run_status(self.run_id) in (RunStatus.CANCELED, None)

@@ -58,18 +58,34 @@ def execute_slice(claimed: ClaimedRun) -> SliceResult:
 
 def _execute(claimed: ClaimedRun) -> tuple[Outcome, str]:
     run = claimed.run
+    if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
+        # Checked before the registry: a run past its deadline fails even on a
+        # worker that does not have its workflow.
+        error = engine_error("DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} has passed")
+        journal.commit(
+            run.id,
+            claimed.worker_id,
+            claimed.claimed_at,
+            run_fields={"status": RunStatus.FAILED, "error": error, "finished_at": claimed.claimed_at},
+            wake_parent_of=run.parent_step_attempt_id,
+        )
+        return Outcome.FAILED, error["message"]
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
         return _reschedule_unknown(claimed)
     slice_ = Slice(claimed, spec)
     try:
-        slice_.check_deadline(slice_.now())
         result = spec.fn(WorkflowContext(slice_))
         if slice_.in_step is not None:  # pragma: no cover - defensive
             raise RuntimeError("workflow returned from inside a step")
         output = to_json_value(result, f"output of workflow {run.workflow_name!r}")
     except Suspend as suspend:
-        slice_.write(insert=suspend.insert, run_fields={"worker_id": None, "available_at": suspend.until})
+        slice_.write(
+            insert=suspend.insert,
+            run_fields={"worker_id": None, "available_at": suspend.until},
+            start_child=suspend.start_child,
+            wake_when_child_done=suspend.wake_when_child_done,
+        )
         return Outcome.PARKED, suspend.reason
     except FailRun as failure:
         _fail(slice_, failure.error)
@@ -81,12 +97,20 @@ def _execute(claimed: ClaimedRun) -> tuple[Outcome, str]:
         return _workflow_failure(slice_, exc)
     finally:
         slice_.active = False
-    slice_.write(run_fields={"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": slice_.now()})
+    _finish(slice_, {"status": RunStatus.COMPLETED, "output": output, "error": None})
     return Outcome.COMPLETED, ""
 
 
+def _finish(slice_: Slice, run_fields: dict[str, Any]) -> None:
+    """Finish the run and wake a parent waiting on it, in one transaction."""
+    slice_.write(
+        run_fields={**run_fields, "finished_at": slice_.now()},
+        wake_parent_of=slice_.run.parent_step_attempt_id,
+    )
+
+
 def _fail(slice_: Slice, error: dict[str, Any]) -> None:
-    slice_.write(run_fields={"status": RunStatus.FAILED, "error": error, "finished_at": slice_.now()})
+    _finish(slice_, {"status": RunStatus.FAILED, "error": error})
 
 
 def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str]:
@@ -103,7 +127,7 @@ def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str]:
         if deadline is None or wake <= deadline:
             slice_.write(run_fields={"attempts": attempts, "error": error, "worker_id": None, "available_at": wake})
             return Outcome.RETRY, error["message"]
-    slice_.write(run_fields={"status": RunStatus.FAILED, "attempts": attempts, "error": error, "finished_at": slice_.now()})
+    _finish(slice_, {"status": RunStatus.FAILED, "attempts": attempts, "error": error})
     return Outcome.FAILED, error["message"]
 
 

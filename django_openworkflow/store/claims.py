@@ -54,8 +54,8 @@ def claim_due_runs(worker_id: str, limit: int, lease: timedelta) -> list[Claimed
             started_at=Coalesce("started_at", now),
             updated_at=now,
         )
-        runs = list(WorkflowRun.objects.using(using).filter(id__in=ids).order_by("available_at"))
-    return [ClaimedRun(run=run, worker_id=worker_id, claimed_at=now) for run in runs]
+        runs = WorkflowRun.objects.using(using).in_bulk(ids)
+    return [ClaimedRun(run=runs[run_id], worker_id=worker_id, claimed_at=now) for run_id in ids]
 
 
 def claim_run(run_id: object, worker_id: str, lease: timedelta) -> ClaimedRun | None:

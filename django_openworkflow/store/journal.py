@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from ..models import RunStatus, StepAttempt, WorkflowRun
+from ..models import FINISHED_STATUSES, RunStatus, StepAttempt, StepStatus, WorkflowRun
 from .db import alias
 
 
@@ -51,6 +51,16 @@ class NewAttempt:
     child_workflow_run_id: Any = None
 
 
+@dataclass
+class ChildStart:
+    """A child run to insert, linked to the attempt inserted in the same transaction."""
+
+    workflow_name: str
+    version: str | None
+    input: Any
+    deadline_at: datetime | None = None
+
+
 def load_history(run_id: Any) -> list[StepAttempt]:
     """Every attempt of the run, oldest first, in one query."""
     return list(StepAttempt.objects.using(alias()).filter(workflow_run_id=run_id).order_by("id"))
@@ -64,8 +74,17 @@ def commit(
     updates: list[AttemptUpdate] = (),  # type: ignore[assignment]
     insert: NewAttempt | None = None,
     run_fields: dict[str, Any] | None = None,
+    start_child: ChildStart | None = None,
+    wake_when_child_done: Any = None,
+    wake_parent_of: int | None = None,
 ) -> StepAttempt | None:
     """Write attempt updates, an optional new attempt and run fields in one fenced transaction.
+
+    ``start_child`` inserts a child run linked to the new attempt, so the
+    child exists exactly when the parent's wait step does. A parent that
+    parks on ``wake_when_child_done`` is made due at once if that child has
+    already finished; ``wake_parent_of`` (the finishing run's parent step
+    attempt) wakes a parent parked on that very step.
 
     Returns the inserted attempt. Raises :class:`LeaseLost` (after writing
     nothing) when the worker no longer holds the run.
@@ -86,9 +105,15 @@ def commit(
                 error=update.error,
                 finished_at=update.finished_at,
             )
+        if wake_parent_of is not None:
+            wake_parent(wake_parent_of, now)
+        if wake_when_child_done is not None and (
+            WorkflowRun.objects.using(using).filter(id=wake_when_child_done, status__in=FINISHED_STATUSES).exists()
+        ):
+            WorkflowRun.objects.using(using).filter(id=run_id).update(available_at=now)
         if insert is None:
             return None
-        return StepAttempt.objects.using(using).create(
+        attempt = StepAttempt.objects.using(using).create(
             workflow_run_id=run_id,
             step_name=insert.step_name,
             kind=insert.kind,
@@ -100,6 +125,45 @@ def commit(
             finished_at=insert.finished_at,
             child_workflow_run_id=insert.child_workflow_run_id,
         )
+        if start_child is not None:
+            child = WorkflowRun.objects.using(using).create(
+                workflow_name=start_child.workflow_name,
+                version=start_child.version,
+                input=start_child.input,
+                deadline_at=start_child.deadline_at,
+                available_at=now,
+                parent_step_attempt=attempt,
+            )
+            attempt.child_workflow_run = child
+            StepAttempt.objects.using(using).filter(id=attempt.id).update(child_workflow_run=child)
+        return attempt
+
+
+def wake_parent(parent_step_attempt_id: int, now: Any) -> int:
+    """Make a parent run due now if it is parked waiting on this step attempt.
+
+    A parent that is executing (it holds its lease) is left alone: it will
+    see the child's state when it next reads it.
+    """
+    using = alias()
+    waiting = StepAttempt.objects.using(using).filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
+    return (
+        WorkflowRun.objects.using(using)
+        .filter(
+            id__in=waiting.values("workflow_run_id"),
+            status=RunStatus.RUNNING,
+            worker_id__isnull=True,
+            available_at__gt=now,
+        )
+        .update(available_at=now)
+    )
+
+
+def run_outcome(run_id: Any) -> dict[str, Any] | None:
+    """A run's status, output and error (None if the row is gone)."""
+    return (
+        WorkflowRun.objects.using(alias()).filter(id=run_id).values("status", "output", "error").first()
+    )
 
 
 def run_status(run_id: Any) -> str | None:

@@ -8,7 +8,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from ..models import CLAIMABLE_STATUSES, RunStatus, WorkflowRun
-from .db import alias, db_now
+from .db import alias, db_now, fetch_db_now
+from .journal import wake_parent
 
 
 def insert_run(
@@ -55,11 +56,20 @@ def get_run(run_id: Any) -> WorkflowRun | None:
 
 
 def cancel_run(run_id: Any) -> bool:
-    """Cancel a run that has not finished; False if it already had."""
+    """Cancel a run that has not finished; False if it already had.
+
+    A parent waiting on the run is woken so that its wait step fails.
+    """
     using = alias()
-    now = db_now(using=using)
-    return bool(
-        WorkflowRun.objects.using(using)
-        .filter(id=run_id, status__in=CLAIMABLE_STATUSES)
-        .update(status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now)
-    )
+    now = fetch_db_now(using)
+    with transaction.atomic(using=using):
+        canceled = (
+            WorkflowRun.objects.using(using)
+            .filter(id=run_id, status__in=CLAIMABLE_STATUSES)
+            .update(status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now)
+        )
+        if canceled:
+            parent_step = WorkflowRun.objects.using(using).filter(id=run_id).values_list("parent_step_attempt_id", flat=True).first()
+            if parent_step is not None:
+                wake_parent(parent_step, now)
+    return bool(canceled)
