@@ -6,8 +6,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import F
 
-from ..models import CLAIMABLE_STATUSES, RunStatus, WorkflowRun
+from ..models import CLAIMABLE_STATUSES, RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
 from .db import alias, db_now, fetch_db_now
 from .journal import wake_parent
 
@@ -73,3 +74,49 @@ def cancel_run(run_id: Any) -> bool:
             if parent_step is not None:
                 wake_parent(parent_step, now)
     return bool(canceled)
+
+
+def wake_run(run_id: Any) -> bool:
+    """"Retry now": make a parked, backing-off or scheduled run due immediately.
+
+    A sleep in progress ends now; a retry backoff is skipped; a wait for a
+    child simply re-checks the child. A run held by a worker is left alone
+    (its lease decides); False when there was nothing to wake.
+    """
+    using = alias()
+    now = fetch_db_now(using)
+    with transaction.atomic(using=using):
+        woken = (
+            WorkflowRun.objects.using(using)
+            .filter(id=run_id, status__in=CLAIMABLE_STATUSES, worker_id__isnull=True, available_at__gt=now)
+            .update(available_at=now, updated_at=now)
+        )
+        if woken:
+            StepAttempt.objects.using(using).filter(
+                workflow_run_id=run_id, kind=StepKind.SLEEP, status=StepStatus.RUNNING
+            ).update(context={"resume_at": now.isoformat(), "woken_early": True})
+    return bool(woken)
+
+
+def retry_failed_run(run_id: Any) -> bool:
+    """Send a failed run back to pending; completed steps keep their outputs.
+
+    Bumping ``attempts`` starts a new workflow-level attempt, which gives the
+    failed step a fresh retry budget (budgets count failures per attempt).
+    False if the run is not failed.
+    """
+    using = alias()
+    now = db_now(using=using)
+    return bool(
+        WorkflowRun.objects.using(using)
+        .filter(id=run_id, status=RunStatus.FAILED)
+        .update(
+            status=RunStatus.PENDING,
+            attempts=F("attempts") + 1,
+            error=None,
+            finished_at=None,
+            worker_id=None,
+            available_at=now,
+            updated_at=now,
+        )
+    )

@@ -1,0 +1,48 @@
+"""Run-level operations used by the admin and the command line."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_openworkflow.models import StepAttempt
+from django_openworkflow.store import runs
+from tests.testapp.models import SideEffect
+from tests.testapp.workflows import always_fails, sleeper, three_steps
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_wake_run_makes_a_parked_run_due(run_worker):
+    handle = sleeper.run({"duration": "1h"})
+    run_worker()
+    assert handle.fetch().worker_id is None and handle.status() == "running"
+    assert runs.wake_run(handle.id) is True
+    assert runs.wake_run(handle.id) is False  # already due
+    run_worker(until=lambda: handle.status() == "completed")
+    assert SideEffect.objects.filter(run_id=handle.id, step="after").count() == 1
+
+
+def test_wake_run_refuses_finished_runs(run_worker):
+    handle = three_steps.run()
+    run_worker()
+    assert runs.wake_run(handle.id) is False
+
+
+def test_retry_failed_run_reruns_the_failed_step_and_keeps_completed_ones(run_worker):
+    handle = always_fails.run()
+    run_worker()
+    assert handle.status() == "failed"
+    assert runs.retry_failed_run(handle.id) is True
+    assert runs.retry_failed_run(handle.id) is False  # now pending
+    run = handle.fetch()
+    assert run.status == "pending" and run.error is None and run.finished_at is None
+    run_worker()
+    # The step was attempted again with a fresh budget (and failed again).
+    assert SideEffect.objects.filter(run_id=handle.id, step="boom").count() == 2
+    assert StepAttempt.objects.filter(workflow_run_id=handle.id, status="failed").count() == 2
+    assert handle.status() == "failed"
+
+
+def test_retry_failed_run_refuses_other_states():
+    handle = three_steps.run()
+    assert runs.retry_failed_run(handle.id) is False
