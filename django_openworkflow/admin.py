@@ -1,43 +1,335 @@
-"""Django admin: every run with its journal, read-only."""
+"""Django admin for workflow runs: the run list, each run's page with its journal, actions, a start form.
+
+Runs change only through the actions (cancel, retry now, retry from the
+failed step, re-run), which call the store like the client does; step
+attempts are never edited. The pieces that are not admin wiring live in
+``admin_views.py``.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
-from .models import StepAttempt, WorkflowRun
+from . import admin_views as views
+from .models import WorkflowRun
+from .store import queries
+from .store.db import alias
+
+CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
 
 
-class StepAttemptInline(admin.TabularInline):
-    model = StepAttempt
-    fk_name = "workflow_run"
-    extra = 0
-    can_delete = False
-    ordering = ("id",)
-    fields = ("step_name", "kind", "status", "started_at", "finished_at", "output", "error", "context")
-    readonly_fields = fields
+def _workflow_versions(request: HttpRequest) -> list[tuple[str, str | None]]:
+    # Both filters below need the same distinct query; the changelist builds
+    # its filters more than once per request, so remember it on the request.
+    cached = getattr(request, "_owf_workflow_versions", None)
+    if cached is None:
+        cached = queries.workflow_versions()
+        setattr(request, "_owf_workflow_versions", cached)
+    return cached
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+class StatusFilter(admin.SimpleListFilter):
+    """Status, with ``parked`` (running, no worker holds it) apart from ``running``."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(status, status) for status in queries.DISPLAY_STATUSES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(queries.status_q(value)) if value in queries.DISPLAY_STATUSES else queryset
+
+
+class WorkflowNameFilter(admin.SimpleListFilter):
+    """Workflow names present in the table (not only registered ones: old runs outlive their code)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = sorted({name for name, _ in _workflow_versions(request)})
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        return queryset.filter(workflow_name=self.value()) if self.value() else queryset
+
+
+NO_VERSION = "-"
+
+
+class VersionFilter(admin.SimpleListFilter):
+    """Versions present in the table, narrowed to the chosen workflow's."""
+
+    title = "version"
+    parameter_name = "version"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = request.GET.get(WorkflowNameFilter.parameter_name)
+        versions = {version for name, version in _workflow_versions(request) if not chosen or name == chosen}
+        return [(NO_VERSION if v is None else v, "(none)" if v is None else v) for v in sorted(versions, key=lambda v: v or "")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(version__isnull=True) if value == NO_VERSION else queryset.filter(version=value)
+
+
+def _list_action(run_action: views.RunAction) -> Any:
+    """A changelist action for ``run_action`` that asks for confirmation first."""
+
+    def action(modeladmin: WorkflowRunAdmin, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return modeladmin.confirm_or_perform(request, queryset, run_action)
+
+    # The admin keys actions by function name.
+    action.__name__ = f"{run_action.name}_runs"
+    return admin.action(description=f"{run_action.label}…", permissions=[run_action.permission])(action)
+
+
+def _time(value: Any) -> str:
+    return format_html('<time datetime="{}">{}</time>', value.isoformat(), views.format_time(value)) if value else "-"
 
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(admin.ModelAdmin):
-    list_display = ("id", "workflow_name", "version", "status", "attempts", "created_at", "finished_at", "worker_id")
-    list_filter = ("status", "workflow_name", "version", "created_at")
-    search_fields = ("=id", "workflow_name", "=idempotency_key")
+    """Every run, newest first, with status counts, filters, search and actions."""
+
+    list_display = (
+        "run_id", "workflow_name", "version", "status_badge", "attempts",
+        "created", "started", "finished", "duration", "worker_id",
+    )
+    list_display_links = ("run_id",)
+    list_filter = (StatusFilter, WorkflowNameFilter, VersionFilter, ("created_at", admin.DateFieldListFilter))
+    # The search itself is get_search_results; these only make the admin show the box.
+    search_fields = ("workflow_name", "idempotency_key")
+    search_help_text = "A run id (whole, or its first 8 characters), a workflow name, or an idempotency key."
     ordering = ("-created_at",)
-    inlines = [StepAttemptInline]
-    readonly_fields = [f.name for f in WorkflowRun._meta.fields]
+    list_per_page = 50
+    # A second COUNT over the whole table buys little and costs a scan per page view.
+    show_full_result_count = False
+    actions = [_list_action(action) for action in views.ACTIONS.values()]
+    change_list_template = "django_openworkflow/change_list.html"
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
+    class Media:
+        css = {"all": ("django_openworkflow/admin.css",)}
+
+    # -- list ------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
+        return super().get_queryset(request).using(alias()).defer(*queries.PAYLOAD_FIELDS)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
+    ) -> tuple[QuerySet[WorkflowRun], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        run_id = queries.parse_run_id(term)
+        if run_id is not None:
+            return queryset.filter(id=run_id), False
+        condition = Q(workflow_name__icontains=term) | Q(idempotency_key=term)
+        if len(term) == 8 and all(c in "0123456789abcdefABCDEF" for c in term):
+            condition |= Q(id__startswith=term.lower())  # the short id the list shows
+        return queryset.filter(condition), False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context:
+            cl = context["cl"]
+            # Counts over the list as filtered and searched, except by status,
+            # so each count says what clicking it would show.
+            counts = queries.status_counts(cl.get_queryset(request, exclude_parameters=[StatusFilter.parameter_name]))
+            chosen = request.GET.get(StatusFilter.parameter_name)
+            context["status_counts"] = [
+                {
+                    "status": status,
+                    "count": count,
+                    "url": cl.get_query_string({StatusFilter.parameter_name: status}, ["p"]),
+                    "active": status == chosen,
+                }
+                for status, count in counts.items()
+            ]
+            context["all_statuses_url"] = cl.get_query_string(remove=[StatusFilter.parameter_name, "p"])
+            context["status_total"] = sum(counts.values())
+        return response
+
+    @admin.display(description="run", ordering="id")
+    def run_id(self, run: WorkflowRun) -> str:
+        return format_html('<code title="{}">{}</code>', run.id, views.short_id(run.id))
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, run: WorkflowRun) -> str:
+        return views.status_badge(run.status, run.worker_id)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, run: WorkflowRun) -> str:
+        return _time(run.created_at)
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, run: WorkflowRun) -> str:
+        return _time(run.started_at)
+
+    @admin.display(description="finished", ordering="finished_at")
+    def finished(self, run: WorkflowRun) -> str:
+        return _time(run.finished_at)
+
+    @admin.display(description="duration")
+    def duration(self, run: WorkflowRun) -> str:
+        return views.format_duration(views.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
+
+    # -- permissions: runs change only through actions, are never deleted here --
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        # Viewing needs only the view permission; runs change through actions.
-        return False
+    # -- the run page, the action endpoint, the start form ------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        info = self.opts.app_label, self.opts.model_name
+        own = [
+            path(
+                "<path:object_id>/action/<str:action_name>/",
+                self.admin_site.admin_view(self.run_action_view),
+                name="%s_%s_action" % info,
+            )
+        ]
+        # Before the defaults: their "<path:object_id>/" catch-all would match ours.
+        return own + super().get_urls()
+
+    def _context(self, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.opts, "media": self.media, **extra}
+
+    def _allowed(self, request: HttpRequest, action: views.RunAction, run: WorkflowRun | None = None) -> bool:
+        if action.permission == "add":
+            return self.has_add_permission(request)
+        return self.has_change_permission(request, run)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The run page: summary, payloads, timeline and journal; read-only."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        run = queries.run_with_parent(object_id)
+        if run is None:
+            raise Http404(f"No workflow run with id {object_id!r}.")
+        now = timezone.now()
+        attempts = queries.journal(run.id)
+        rows = views.journal_rows(attempts, now)
+        headline, traceback, rest = views.split_error(run.error)
+        parent_step = run.parent_step_attempt
+        context = self._context(
+            request,
+            title=f"{run.workflow_name} · {views.short_id(run.id)}",
+            run=run,
+            short_id=views.short_id(run.id),
+            status_badge=views.status_badge(run.status, run.worker_id),
+            wake_hint=views.wake_hint(run, now),
+            times={
+                "created": views.format_time(run.created_at),
+                "started": views.format_time(run.started_at),
+                "finished": views.format_time(run.finished_at),
+                "available": views.format_time(run.available_at),
+                "deadline": views.format_time(run.deadline_at),
+                "duration": views.format_duration(views.elapsed(run.started_at, run.finished_at, now)),
+            },
+            parent_run=parent_step.workflow_run if parent_step is not None else None,
+            parent_step=parent_step,
+            children=[(a.step_name, a.child_workflow_run) for a in attempts if a.child_workflow_run is not None],
+            journal=rows,
+            timeline=views.build_timeline(run, rows, now),
+            input_json=views.pretty_json(run.input),
+            output_json=views.pretty_json(run.output) if run.output is not None else "",
+            error_headline=headline,
+            error_traceback=traceback,
+            error_rest=rest,
+            run_actions=[
+                (action, action.question.format(runs="this run"))
+                for action in views.ACTIONS.values()
+                if action.offered(run) and self._allowed(request, action, run)
+            ],
+        )
+        return TemplateResponse(request, "django_openworkflow/run_page.html", context)
+
+    def run_action_view(self, request: HttpRequest, object_id: str, action_name: str) -> HttpResponse:
+        """POST from the run page's confirmation form: apply one action to one run."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        action = views.ACTIONS.get(action_name)
+        run_id = queries.parse_run_id(object_id)
+        run = self.get_queryset(request).filter(id=run_id).first() if action and run_id else None
+        if action is None or run is None:
+            raise Http404("No such run or action.")
+        if not self._allowed(request, action, run):
+            raise PermissionDenied
+        results = views.perform_action(request, action, [run], lambda r, result: self._log(request, action, r, result))
+        target = results[0] if action.creates_runs and results else run.id
+        return HttpResponseRedirect(views.run_url(target))
+
+    def _log(self, request: HttpRequest, action: views.RunAction, run: WorkflowRun, result: Any) -> None:
+        # An audit trail in the admin's history: who canceled or retried what.
+        self.log_change(request, run, f"{action.label} (django-openworkflow action)")
+
+    def confirm_or_perform(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], action: views.RunAction
+    ) -> HttpResponse | None:
+        """The list action: a confirmation page first, then the action on the runs confirmed."""
+        if request.POST.get("post") == "yes":
+            views.perform_action(request, action, queryset, lambda r, result: self._log(request, action, r, result))
+            return None  # back to the list, with the report in messages
+        listed = list(queryset[:CONFIRM_LISTED])
+        total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
+        context = self._context(
+            request,
+            title=f"{action.label}: are you sure?",
+            action=action,
+            action_function=f"{action.name}_runs",
+            question=action.question.format(runs=f"the {views.plural(total, 'selected run')}"),
+            runs=[(run, views.status_badge(run.status, run.worker_id), action.offered(run)) for run in listed],
+            more=total - len(listed),
+            select_across=request.POST.get("select_across") == "1",
+            changelist_url=request.get_full_path(),
+        )
+        return TemplateResponse(request, "django_openworkflow/confirm_action.html", context)
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Start a run of a registered workflow (replaces the model's add form)."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = views.StartRunForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            run_id, created = form.start()
+            if run_id is not None:
+                run = WorkflowRun.objects.using(alias()).defer(*queries.PAYLOAD_FIELDS).get(id=run_id)
+                if created:
+                    self.log_addition(request, run, "Started from the admin.")
+                    self.message_user(request, f"Started run {views.short_id(run_id)} of {run.workflow_name}.")
+                else:
+                    self.message_user(
+                        request,
+                        "A run with this idempotency key already exists; nothing new was started.",
+                        level="warning",
+                    )
+                return HttpResponseRedirect(views.run_url(run_id))
+        context = self._context(
+            request,
+            title="Start a workflow run",
+            form=form,
+            no_workflows=not form.fields["workflow"].choices,  # type: ignore[attr-defined]
+            changelist_url=reverse("admin:django_openworkflow_workflowrun_changelist"),
+        )
+        return TemplateResponse(request, "django_openworkflow/start_run.html", context)

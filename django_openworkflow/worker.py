@@ -220,8 +220,9 @@ class Worker:
         try:
             now = fetch_db_now()
             commit(claimed.run.id, self.worker_id, now, run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)})
-        except (DatabaseError, LeaseLost):
-            pass  # its lease will expire instead
+        except (Exception, LeaseLost):
+            # Its lease will expire instead; a slot thread must never die.
+            logger.debug("could not release run %s", claimed.run.id, exc_info=True)
 
     # -- heartbeat --
 

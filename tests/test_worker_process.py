@@ -11,7 +11,7 @@ from django.db.models import Count
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
-from tests.testapp.workflows import sleeper, slow_steps, three_steps
+from tests.testapp.workflows import kills_its_worker, sleeper, slow_steps, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -86,3 +86,20 @@ def test_burst_worker_exits_when_no_work_is_due(workers):
 def test_bad_arguments_exit_with_a_clear_error(workers):
     proc = workers.start("--lease", "soonish")
     assert proc.wait(30) != 0
+
+
+def test_step_that_kills_its_worker_every_time_uses_up_its_budget(workers):
+    handle = kills_its_worker.run()
+    deaths = 0
+    while handle.status() not in ("completed", "failed"):
+        proc = workers.start("--lease", "1s", "--poll", "20ms")
+        while proc.poll() is None and handle.status() not in ("completed", "failed"):
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            deaths += 1
+        assert deaths <= 3, "the crashing step was retried past its budget"
+    run = handle.fetch()
+    assert run.status == "failed" and run.error["step"] == "die"
+    assert deaths == 2 and SideEffect.objects.filter(run_id=handle.id).count() == 2
+    errors = [a.error["type"] for a in StepAttempt.objects.filter(workflow_run_id=handle.id).order_by("id")]
+    assert errors == ["LeaseExpired", "LeaseExpired"]

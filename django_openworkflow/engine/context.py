@@ -87,24 +87,31 @@ class History:
     """
 
     def __init__(self, attempts: list[StepAttempt], run_attempt: int) -> None:
+        self.run_attempt = run_attempt
         self.count = len(attempts)
         self.completed: dict[str, StepAttempt] = {}
         self.open: dict[str, StepAttempt] = {}
+        self.kinds: dict[str, str] = {}
         self.failures: dict[str, int] = {}
-        self.last_failure: dict[str, StepAttempt] = {}
+        self.last_error: dict[str, dict[str, Any]] = {}
         for attempt in attempts:
             key = attempt.step_name
+            self.kinds[key] = attempt.kind
             if attempt.status == StepStatus.COMPLETED:
                 self.completed[key] = attempt
                 self.open.pop(key, None)
             elif attempt.status == StepStatus.FAILED:
                 self.open.pop(key, None)
-                if (attempt.error or {}).get("run_attempt", 0) != run_attempt:
-                    continue
-                self.failures[key] = self.failures.get(key, 0) + 1
-                self.last_failure[key] = attempt
+                if (attempt.error or {}).get("run_attempt", 0) == run_attempt:
+                    self.add_failure(key, attempt.error or {})
             else:
                 self.open[key] = attempt
+
+    def add_failure(self, key: str, error: dict[str, Any]) -> int:
+        """Count a failure of ``key`` in this workflow attempt; returns the count."""
+        self.failures[key] = self.failures.get(key, 0) + 1
+        self.last_error[key] = error
+        return self.failures[key]
 
 
 class Slice:
@@ -121,8 +128,13 @@ class Slice:
         self.worker_id = claimed.worker_id
         self._claimed_at = claimed.claimed_at
         self._claimed_monotonic = claimed.claimed_monotonic
-        self.history = History(journal.load_history(self.run.id), self.run.attempts)
-        self.pending: list[AttemptUpdate] = []
+        attempts = [] if claimed.fresh else journal.load_history(self.run.id)
+        self.history = History(attempts, self.run.attempts)
+        self.pending: list[AttemptUpdate | NewAttempt] = []
+        # Set when the previous holder died mid-slice without leaving an open
+        # attempt: replay is deterministic, so the first new step this pass
+        # reaches is the one it was running (see ``charge_crash``).
+        self.unattributed_crash = claimed.lease_expired
         self.thread_id = threading.get_ident()
         self.active = True
         self.in_step: str | None = None
@@ -143,23 +155,40 @@ class Slice:
         for key, attempt in list(self.history.open.items()):
             if attempt.kind != StepKind.RUN:
                 continue
-            error = engine_error("LeaseExpired", "the worker running this step lost its lease", step=key)
-            error["run_attempt"] = self.run.attempts
-            self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
-            attempt.status, attempt.error = StepStatus.FAILED, error
-            self.history.failures[key] = self.history.failures.get(key, 0) + 1
-            self.history.last_failure[key] = attempt
+            self.unattributed_crash = False
+            self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=self._lease_error(key)))
             del self.history.open[key]
 
-    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> StepAttempt | None:
-        """Commit pending attempt updates plus this write (see ``journal.commit``), fenced."""
-        attempt = journal.commit(
-            self.run.id, self.worker_id, self.now(), updates=self.pending, insert=insert, **options
+    def _lease_error(self, key: str) -> dict[str, Any]:
+        error = engine_error("LeaseExpired", "the worker running this step lost its lease", step=key)
+        error["run_attempt"] = self.run.attempts
+        self.history.add_failure(key, error)
+        return error
+
+    def charge_crash(self, key: str, kind: str) -> None:
+        """Record the previous holder's death against the first new step, if it runs code."""
+        if not self.unattributed_crash:
+            return
+        self.unattributed_crash = False
+        if kind == StepKind.RUN:
+            now = self.now()
+            self.add_finished(NewAttempt(key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._lease_error(key)))
+
+    def add_finished(self, change: AttemptUpdate | NewAttempt) -> None:
+        """Buffer a finished attempt; it is committed with the next write."""
+        self.pending.append(change)
+        if isinstance(change, NewAttempt):
+            self.history.count += 1
+
+    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> int | None:
+        """Commit pending attempt changes plus this write (see ``journal.commit``), fenced."""
+        attempt_id = journal.commit(
+            self.run.id, self.worker_id, self.now(), pending=self.pending, insert=insert, **options
         )
         self.pending = []
         if insert is not None:
             self.history.count += 1
-        return attempt
+        return attempt_id
 
     # -- checks shared by every step kind --
 
@@ -192,10 +221,10 @@ class Slice:
 
     def recorded(self, key: str, kind: str) -> StepAttempt | None:
         """The completed attempt for ``key`` if any; fails the run if its kind differs."""
-        attempt = self.history.completed.get(key) or self.history.open.get(key) or self.history.last_failure.get(key)
-        if attempt is not None and attempt.kind != kind:
+        recorded_kind = self.history.kinds.get(key)
+        if recorded_kind is not None and recorded_kind != kind:
             message = (
-                f"step {key!r} was recorded as {attempt.kind!r} but the workflow code now calls "
+                f"step {key!r} was recorded as {recorded_kind!r} but the workflow code now calls "
                 f"{str(kind)!r} with that name: the code changed under a running workflow"
             )
             raise FailRun(error_from_exception(DeterminismError(message), step=key))
@@ -247,14 +276,20 @@ class StepApi:
         if not callable(fn):
             raise StepUsageError(f"ctx.step.run({name!r}, fn): fn must be callable, got {fn!r}")
         policy = retry_policy or s.spec.step_retry_policy
+        s.charge_crash(key, StepKind.RUN)
         failures = s.history.failures.get(key, 0)
-        last = s.history.last_failure.get(key)
-        if last is not None and (not (last.error or {}).get("retryable", True) or not policy.allows_another(failures)):
-            raise StepFailed(key, last.error or {})
+        last_error = s.history.last_error.get(key)
+        if last_error is not None and (not last_error.get("retryable", True) or not policy.allows_another(failures)):
+            raise StepFailed(key, last_error)
         s.check_can_start(key)
         started = s.now()
-        attempt = s.write(insert=NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
-        assert attempt is not None
+        attempt_id = None
+        if s.pending:
+            # The writes buffered so far must be durable before this step's side
+            # effects start; recording the start rides along in that commit. The
+            # first step of a slice writes nothing up front: if its worker dies,
+            # the next claim charges the crash to it (see Slice.charge_crash).
+            attempt_id = s.write(insert=NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
         s.in_step = key
         try:
             value = fn()
@@ -262,24 +297,29 @@ class StepApi:
             s.in_step = None
             retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
             delay = exc.delay if isinstance(exc, RetryAfter) else None
-            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), retryable, policy, failures + 1, delay)
+            error = error_from_exception(exc, step=key)
+            self._fail_attempt(key, attempt_id, started, error, retryable, policy, delay)
         finally:
             s.in_step = None
         try:
             stored = to_json_value(value, f"output of step {key!r}")
         except PayloadError as exc:
-            self._fail_attempt(attempt, key, error_from_exception(exc, step=key), False, policy, failures + 1)
-        s.pending.append(AttemptUpdate(attempt.id, StepStatus.COMPLETED, s.now(), output=stored))
+            self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), False, policy)
+        now = s.now()
+        if attempt_id is None:
+            s.add_finished(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started_at=started, finished_at=now, output=stored))
+        else:
+            s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=stored))
         return stored  # type: ignore[no-any-return]
 
     def _fail_attempt(
         self,
-        attempt: StepAttempt,
         key: str,
+        attempt_id: int | None,
+        started: datetime,
         error: dict[str, Any],
         retryable: bool,
         policy: RetryPolicy,
-        failures: int,
         delay: timedelta | None = None,
     ) -> None:
         s = self._slice
@@ -287,7 +327,11 @@ class StepApi:
         error["run_attempt"] = s.run.attempts
         if not retryable:
             error["retryable"] = False
-        s.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=error))
+        if attempt_id is None:
+            s.add_finished(NewAttempt(key, StepKind.RUN, StepStatus.FAILED, started_at=started, finished_at=now, error=error))
+        else:
+            s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
+        failures = s.history.add_failure(key, error)
         if retryable and policy.allows_another(failures):
             wake = now + (policy.delay_after(failures) if delay is None else delay)
             s.check_deadline(wake, key)
@@ -307,9 +351,10 @@ class StepApi:
             resume_at = parse_datetime((waiting.context or {})["resume_at"])
             assert resume_at is not None
             if now >= resume_at:
-                s.pending.append(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now))
+                s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now))
                 return
             raise Suspend(resume_at, f"sleep {key!r}")
+        s.charge_crash(key, StepKind.SLEEP)
         resume_at = now + delay
         s.check_can_start(key, resume_at)
         insert = NewAttempt(
@@ -348,12 +393,13 @@ class StepApi:
         done = s.recorded(key, StepKind.WORKFLOW)
         if done is not None:
             return done.output
-        failed = s.history.last_failure.get(key)
-        if failed is not None:
-            raise StepFailed(key, failed.error or {})
+        last_error = s.history.last_error.get(key)
+        if last_error is not None:
+            raise StepFailed(key, last_error)
         now = s.now()
         waiting = s.history.open.get(key)
         if waiting is None:
+            s.charge_crash(key, StepKind.WORKFLOW)
             child_input = to_json_value(input, f"input of child workflow {child_name!r} (step {key!r})")
             s.check_can_start(key)
             timeout_at = now + wait
@@ -372,7 +418,7 @@ class StepApi:
         if child is None:
             error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
         elif child["status"] == RunStatus.COMPLETED:
-            s.pending.append(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child["output"]))
+            s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child["output"]))
             return child["output"]
         elif child["status"] in (RunStatus.FAILED, RunStatus.CANCELED):
             error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child['status']}", key)
@@ -387,7 +433,8 @@ class StepApi:
         error["child_run_id"] = str(child_id)
         error["run_attempt"] = s.run.attempts
         error["retryable"] = False
-        s.pending.append(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
+        s.add_finished(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
+        s.history.add_failure(key, error)
         raise StepFailed(key, error)
 
 

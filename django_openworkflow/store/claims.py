@@ -10,7 +10,8 @@ from django.db import connections, transaction
 from django.db.models.functions import Coalesce
 
 from ..models import CLAIMABLE_STATUSES, RunStatus, WorkflowRun
-from .db import alias, db_now, fetch_db_now
+from . import pg
+from .db import alias, db_now, fetch_db_now, write_lock
 
 
 @dataclass
@@ -20,6 +21,8 @@ class ClaimedRun:
     run: WorkflowRun
     worker_id: str
     claimed_at: datetime
+    fresh: bool = False  # never claimed before: no history to load
+    lease_expired: bool = False  # the previous holder died or stalled mid-slice
     claimed_monotonic: float = field(default_factory=time.monotonic)
 
 
@@ -39,14 +42,26 @@ def claim_due_runs(worker_id: str, limit: int, lease: timedelta) -> list[Claimed
         return []
     using = alias()
     connection = connections[using]
-    with transaction.atomic(using=using):
+    if connection.vendor == "postgresql":
+        return [
+            ClaimedRun(
+                run=run,
+                worker_id=worker_id,
+                claimed_at=run.claimed_at,  # type: ignore[attr-defined]
+                fresh=run.fresh,  # type: ignore[attr-defined]
+                lease_expired=run.lease_expired,  # type: ignore[attr-defined]
+            )
+            for run in pg.claim(using, worker_id, limit, lease)
+        ]
+    with write_lock(using), transaction.atomic(using=using):
         now = fetch_db_now(using)
         candidates = due_runs(using, now).order_by("available_at")
         if connection.features.has_select_for_update_skip_locked:
             candidates = candidates.select_for_update(skip_locked=True)
-        ids = list(candidates.values_list("id", flat=True)[:limit])
-        if not ids:
+        due = list(candidates.values_list("id", "started_at", "worker_id")[:limit])
+        if not due:
             return []
+        ids = [run_id for run_id, _, _ in due]
         WorkflowRun.objects.using(using).filter(id__in=ids).update(
             status=RunStatus.RUNNING,
             worker_id=worker_id,
@@ -55,14 +70,29 @@ def claim_due_runs(worker_id: str, limit: int, lease: timedelta) -> list[Claimed
             updated_at=now,
         )
         runs = WorkflowRun.objects.using(using).in_bulk(ids)
-    return [ClaimedRun(run=runs[run_id], worker_id=worker_id, claimed_at=now) for run_id in ids]
+    return [
+        ClaimedRun(
+            run=runs[run_id],
+            worker_id=worker_id,
+            claimed_at=now,
+            fresh=started is None,
+            lease_expired=holder is not None,
+        )
+        for run_id, started, holder in due
+    ]
 
 
 def claim_run(run_id: object, worker_id: str, lease: timedelta) -> ClaimedRun | None:
     """Claim one run by id if it is due (for dispatchers that name the run)."""
     using = alias()
-    with transaction.atomic(using=using):
+    with write_lock(using), transaction.atomic(using=using):
         now = fetch_db_now(using)
+        candidate = due_runs(using, now).filter(id=run_id)
+        if connections[using].features.has_select_for_update_skip_locked:
+            candidate = candidate.select_for_update(skip_locked=True)
+        before = candidate.values_list("started_at", "worker_id").first()
+        if before is None:
+            return None
         updated = (
             due_runs(using, now)
             .filter(id=run_id)
@@ -77,15 +107,18 @@ def claim_run(run_id: object, worker_id: str, lease: timedelta) -> ClaimedRun | 
         if not updated:
             return None
         run = WorkflowRun.objects.using(using).get(id=run_id)
-    return ClaimedRun(run=run, worker_id=worker_id, claimed_at=now)
+    return ClaimedRun(
+        run=run, worker_id=worker_id, claimed_at=now, fresh=before[0] is None, lease_expired=before[1] is not None
+    )
 
 
 def extend_leases(worker_id: str, lease: timedelta, run_ids: list[object]) -> int:
     """The heartbeat: push the lease of the runs this worker is executing, in one UPDATE."""
     using = alias()
-    return (
-        WorkflowRun.objects.using(using)
-        .filter(id__in=run_ids, worker_id=worker_id, status=RunStatus.RUNNING)
-        .update(available_at=db_now(lease, using), updated_at=db_now(using=using))
-    )
+    with write_lock(using):
+        return (
+            WorkflowRun.objects.using(using)
+            .filter(id__in=run_ids, worker_id=worker_id, status=RunStatus.RUNNING)
+            .update(available_at=db_now(lease, using), updated_at=db_now(using=using))
+        )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,3 +45,21 @@ def fetch_db_now(using: str | None = None) -> datetime:
     if timezone.is_naive(value):
         value = timezone.make_aware(value, timezone.utc)
     return value
+
+
+_sqlite_write_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def write_lock(using: str) -> AbstractContextManager[Any]:
+    """Serialize this process's own writes to a SQLite database.
+
+    SQLite has one writer at a time; threads of one worker that queue on a
+    Python lock wake as soon as it is free, instead of polling SQLite's busy
+    handler, which sleeps in growing steps. Other processes still wait on
+    the busy timeout. Other databases need no lock.
+    """
+    if connections[using].vendor != "sqlite":
+        return nullcontext()
+    with _locks_guard:
+        return _sqlite_write_locks.setdefault(using, threading.Lock())

@@ -8,14 +8,15 @@ canceled, gets :class:`LeaseLost` and writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from ..models import FINISHED_STATUSES, RunStatus, StepAttempt, StepStatus, WorkflowRun
-from .db import alias
+from . import pg
+from .records import AttemptUpdate, ChildStart, NewAttempt
+from .db import alias, write_lock
 
 
 class LeaseLost(BaseException):
@@ -23,42 +24,6 @@ class LeaseLost(BaseException):
 
     A ``BaseException`` so that it unwinds user code like a suspension does.
     """
-
-
-@dataclass
-class AttemptUpdate:
-    """Finish an attempt already in the journal."""
-
-    attempt_id: int
-    status: str
-    finished_at: datetime
-    output: Any = None
-    error: dict[str, Any] | None = None
-
-
-@dataclass
-class NewAttempt:
-    """A step attempt to insert."""
-
-    step_name: str
-    kind: str
-    status: str
-    started_at: datetime
-    context: dict[str, Any] | None = None
-    output: Any = None
-    error: dict[str, Any] | None = None
-    finished_at: datetime | None = None
-    child_workflow_run_id: Any = None
-
-
-@dataclass
-class ChildStart:
-    """A child run to insert, linked to the attempt inserted in the same transaction."""
-
-    workflow_name: str
-    version: str | None
-    input: Any
-    deadline_at: datetime | None = None
 
 
 def load_history(run_id: Any) -> list[StepAttempt]:
@@ -71,14 +36,17 @@ def commit(
     worker_id: str,
     now: datetime,
     *,
-    updates: list[AttemptUpdate] = (),  # type: ignore[assignment]
+    pending: list[AttemptUpdate | NewAttempt] = (),  # type: ignore[assignment]
     insert: NewAttempt | None = None,
     run_fields: dict[str, Any] | None = None,
     start_child: ChildStart | None = None,
     wake_when_child_done: Any = None,
     wake_parent_of: int | None = None,
-) -> StepAttempt | None:
-    """Write attempt updates, an optional new attempt and run fields in one fenced transaction.
+) -> int | None:
+    """Write buffered attempt changes, an optional new attempt and run fields in one fenced transaction.
+
+    ``pending`` holds finished attempts: updates of rows already written
+    and whole rows for attempts that were never recorded as started.
 
     ``start_child`` inserts a child run linked to the new attempt, so the
     child exists exactly when the parent's wait step does. A parent that
@@ -86,11 +54,17 @@ def commit(
     already finished; ``wake_parent_of`` (the finishing run's parent step
     attempt) wakes a parent parked on that very step.
 
-    Returns the inserted attempt. Raises :class:`LeaseLost` (after writing
-    nothing) when the worker no longer holds the run.
+    Returns the inserted attempt's id. Raises :class:`LeaseLost` (after
+    writing nothing) when the worker no longer holds the run.
     """
     using = alias()
-    with transaction.atomic(using=using):
+    vendor = connections[using].vendor
+    if vendor == "postgresql" and start_child is None and wake_when_child_done is None and wake_parent_of is None:
+        new_id = pg.commit(using, run_id, worker_id, now, list(pending), insert, run_fields or {})
+        if new_id == -1:
+            raise LeaseLost(run_id)
+        return new_id
+    with write_lock(using), transaction.atomic(using=using):
         held = (
             WorkflowRun.objects.using(using)
             .filter(id=run_id, worker_id=worker_id, status=RunStatus.RUNNING)
@@ -98,13 +72,16 @@ def commit(
         )
         if not held:
             raise LeaseLost(run_id)
-        for update in updates:
-            StepAttempt.objects.using(using).filter(id=update.attempt_id).update(
-                status=update.status,
-                output=update.output,
-                error=update.error,
-                finished_at=update.finished_at,
-            )
+        for change in pending:
+            if isinstance(change, NewAttempt):
+                _insert_attempt(using, run_id, change, now)
+            else:
+                StepAttempt.objects.using(using).filter(id=change.attempt_id).update(
+                    status=change.status,
+                    output=change.output,
+                    error=change.error,
+                    finished_at=change.finished_at,
+                )
         if wake_parent_of is not None:
             wake_parent(wake_parent_of, now)
         if wake_when_child_done is not None and (
@@ -113,18 +90,7 @@ def commit(
             WorkflowRun.objects.using(using).filter(id=run_id).update(available_at=now)
         if insert is None:
             return None
-        attempt = StepAttempt.objects.using(using).create(
-            workflow_run_id=run_id,
-            step_name=insert.step_name,
-            kind=insert.kind,
-            status=insert.status,
-            started_at=insert.started_at,
-            context=insert.context,
-            output=insert.output,
-            error=insert.error,
-            finished_at=insert.finished_at,
-            child_workflow_run_id=insert.child_workflow_run_id,
-        )
+        attempt = _insert_attempt(using, run_id, insert, now)
         if start_child is not None:
             child = WorkflowRun.objects.using(using).create(
                 workflow_name=start_child.workflow_name,
@@ -134,9 +100,23 @@ def commit(
                 available_at=now,
                 parent_step_attempt=attempt,
             )
-            attempt.child_workflow_run = child
             StepAttempt.objects.using(using).filter(id=attempt.id).update(child_workflow_run=child)
-        return attempt
+        return attempt.id
+
+
+def _insert_attempt(using: str, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
+    return StepAttempt.objects.using(using).create(
+        workflow_run_id=run_id,
+        step_name=new.step_name,
+        kind=new.kind,
+        status=new.status,
+        started_at=new.started_at,
+        context=new.context,
+        output=new.output,
+        error=new.error,
+        finished_at=new.finished_at,
+        created_at=now,
+    )
 
 
 def wake_parent(parent_step_attempt_id: int, now: Any) -> int:

@@ -1,5 +1,6 @@
 """Workflows the test suite runs, in-process and in worker subprocesses."""
 
+import os
 import time
 
 from django_openworkflow import NonRetryableError, RetryPolicy, workflow
@@ -87,3 +88,15 @@ def versioned_v1(ctx):
 @workflow(name="versioned", version="v2")
 def versioned_v2(ctx):
     return "v2"
+
+
+@workflow(name="kills-its-worker", step_retry_policy=RetryPolicy(maximum_attempts=2))
+def kills_its_worker(ctx):
+    """The first step takes its worker process down every time (think OOM or segfault)."""
+
+    def die():
+        record(ctx, "die")
+        os._exit(9)
+
+    ctx.step.run("die", die)
+    return "unreachable"

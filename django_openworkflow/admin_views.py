@@ -1,0 +1,490 @@
+"""What the admin shows and does, apart from its registration: a run's page, the actions, the start form.
+
+``admin.py`` wires these into Django's admin; this module holds the parts
+that can be read and tested on their own: formatting, the journal rows, the
+timeline picture, the run actions and the start-a-run form. Payloads are
+turned into plain strings here and escaped by the templates, never marked safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.core.serializers.json import DjangoJSONEncoder
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html, format_html_join
+
+from .client import start_run
+from .errors import OpenWorkflowError, PayloadError, UnknownWorkflowError
+from .models import CLAIMABLE_STATUSES, RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
+from .registry import registry
+from .store import runs as run_store
+from .store.queries import display_status, existing_run_for_key
+
+# -- formatting ---------------------------------------------------------------
+
+
+def format_duration(value: timedelta | None) -> str:
+    """A short human duration: ``350 ms``, ``4.2 s``, ``4 m 12 s``, ``2 h 5 m``, ``3 d 4 h``."""
+    if value is None:
+        return ""
+    seconds = value.total_seconds()
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 1:
+        return f"{sign}{seconds * 1000:.0f} ms"
+    if seconds < 10:
+        return f"{sign}{seconds:.1f} s"
+    if seconds < 60:
+        return f"{sign}{seconds:.0f} s"
+    whole = int(seconds)
+    for unit, size, sub_unit, sub_size in (("d", 86400, "h", 3600), ("h", 3600, "m", 60), ("m", 60, "s", 1)):
+        if whole >= size:
+            major, rest = divmod(whole, size)
+            minor = rest // sub_size
+            return f"{sign}{major} {unit}" + (f" {minor} {sub_unit}" if minor else "")
+    return f"{sign}{whole} s"  # pragma: no cover - the loop always returns
+
+
+def format_time(value: datetime | None, *, precise: bool = False) -> str:
+    """A timestamp in the current time zone; ``precise`` adds milliseconds (for step attempts)."""
+    if value is None:
+        return ""
+    local = timezone.localtime(value)
+    if precise:
+        return local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def elapsed(start: datetime | None, end: datetime | None, now: datetime) -> timedelta | None:
+    """From ``start`` to ``end``, or to ``now`` while it is still going."""
+    if start is None:
+        return None
+    return (end or now) - start
+
+
+def pretty_json(value: Any) -> str:
+    """Indented JSON text, for a ``<pre>`` (the template escapes it)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, cls=DjangoJSONEncoder)
+
+
+def short_id(run_id: Any) -> str:
+    """The first 8 hex digits of a run id: what the list shows and the search accepts."""
+    return str(run_id)[:8]
+
+
+def run_url(run_id: Any) -> str:
+    """The admin page of a run."""
+    return reverse("admin:django_openworkflow_workflowrun_change", args=[run_id])
+
+
+def status_badge(status: str, worker_id: str | None = None) -> str:
+    """A coloured badge; ``parked`` for a running run that no worker holds."""
+    shown = display_status(status, worker_id)
+    return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, shown)
+
+
+def wake_hint(run: WorkflowRun, now: datetime) -> str:
+    """``wakes in 4 m`` for a parked run, ``starts in …`` for a scheduled one, else empty."""
+    if run.status not in CLAIMABLE_STATUSES or run.worker_id is not None:
+        return ""
+    wait = run.available_at - now
+    if wait <= timedelta(0):
+        return "due now"
+    return ("starts in " if run.status == RunStatus.PENDING else "wakes in ") + format_duration(wait)
+
+
+def split_error(error: Any, hide: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """An error dict as (``Type: message`` headline, traceback, the other keys as JSON but ``hide``)."""
+    if not isinstance(error, dict):
+        return "", "", pretty_json(error) if error is not None else ""
+    rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback", *hide)}
+    headline = ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
+    return headline, str(error.get("traceback") or ""), pretty_json(rest) if rest else ""
+
+
+# -- the journal and the timeline ---------------------------------------------
+
+
+@dataclass
+class JournalRow:
+    """One step attempt as the run page's journal shows it."""
+
+    attempt: StepAttempt
+    number: int  # attempt number of this durable key, from 1
+    started: str
+    finished: str
+    duration: str
+    output: str
+    error_headline: str = ""
+    error_traceback: str = ""
+    error_rest: str = ""
+    note: str = ""  # a sleep's wake time, a child run's status
+
+    @property
+    def status_badge(self) -> str:
+        """The attempt's status as a badge."""
+        return format_html('<span class="owf-badge owf-status-{}">{}</span>', self.attempt.status, self.attempt.status)
+
+
+def journal_rows(attempts: Iterable[StepAttempt], now: datetime) -> list[JournalRow]:
+    """The journal in write order, each attempt numbered within its durable key."""
+    seen: dict[str, int] = {}
+    rows = []
+    for attempt in attempts:
+        seen[attempt.step_name] = number = seen.get(attempt.step_name, 0) + 1
+        # The step's name and the engine's attempt bookkeeping are already in the row.
+        headline, traceback, rest = split_error(attempt.error, hide=("step", "run_attempt"))
+        output = ""
+        if attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
+            output = pretty_json(attempt.output)
+        rows.append(
+            JournalRow(
+                attempt=attempt,
+                number=number,
+                started=format_time(attempt.started_at, precise=True),
+                finished=format_time(attempt.finished_at, precise=True),
+                duration=format_duration(elapsed(attempt.started_at, attempt.finished_at, now)),
+                output=output,
+                error_headline=headline,
+                error_traceback=traceback,
+                error_rest=rest,
+                note=_attempt_note(attempt),
+            )
+        )
+    return rows
+
+
+def _attempt_note(attempt: StepAttempt) -> str:
+    context = attempt.context or {}
+    if attempt.kind == StepKind.SLEEP and context.get("resume_at"):
+        resume = parse_datetime(str(context["resume_at"]))
+        text = f"until {format_time(resume, precise=True)}" if resume else ""
+        return text + (" (woken early)" if context.get("woken_early") else "")
+    if attempt.kind == StepKind.WORKFLOW and context.get("workflow"):
+        return f"child {context['workflow']}" + (f" {context['version']}" if context.get("version") else "")
+    return ""
+
+
+@dataclass
+class TimelineBar:
+    """One attempt on the time axis, positioned in percent of the axis."""
+
+    left: float
+    width: float
+    css: str
+    title: str
+    anchor: str  # the journal row's id, so a click on the bar scrolls to it
+
+    @property
+    def style(self) -> str:
+        """Position as CSS; formatted here because templates would localize the decimals."""
+        return f"left: {self.left:.3f}%; width: {self.width:.3f}%"
+
+
+@dataclass
+class TimelineRow:
+    """One durable key: its attempts side by side, so retries and their backoff gaps show."""
+
+    label: str
+    kind: str
+    bars: list[TimelineBar] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """The run page's picture: rows of bars, axis ticks and a "now" marker."""
+
+    rows: list[TimelineRow]
+    ticks: list[tuple[str, str]]  # (CSS left, label)
+    now_left: str | None  # CSS left of the "now" line while the run is unfinished
+    span: str
+    hidden_rows: int = 0
+
+
+# Tick spacing candidates in seconds: the first that gives at most 6 ticks wins.
+_TICK_STEPS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30,
+    60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+)
+MAX_TIMELINE_ROWS = 60
+
+
+def _planned_end(attempt: StepAttempt, now: datetime) -> datetime:
+    """Where an unfinished attempt's bar ends: a sleep's wake time, else now."""
+    if attempt.finished_at is not None:
+        return attempt.finished_at
+    if attempt.kind == StepKind.SLEEP:
+        resume = parse_datetime(str((attempt.context or {}).get("resume_at", "")))
+        if resume is not None and resume > now:
+            return resume
+    return now
+
+
+def _bar_css(attempt: StepAttempt) -> str:
+    if attempt.kind == StepKind.SLEEP:
+        return "owf-bar-sleep"
+    if attempt.kind == StepKind.WORKFLOW:
+        return "owf-bar-failed owf-bar-wait" if attempt.status == StepStatus.FAILED else "owf-bar-wait"
+    return {StepStatus.COMPLETED: "owf-bar-completed", StepStatus.FAILED: "owf-bar-failed"}.get(
+        attempt.status, "owf-bar-running"
+    )
+
+
+def build_timeline(run: WorkflowRun, rows: list[JournalRow], now: datetime) -> Timeline | None:
+    """Lay the journal's attempts out on one time axis; None when no step has started."""
+    spans = [(row, row.attempt.started_at, _planned_end(row.attempt, now)) for row in rows if row.attempt.started_at]
+    if not spans:
+        return None
+    origin = min(start for _, start, _ in spans)
+    end = max(finish for _, _, finish in spans)
+    if run.finished_at is not None:
+        end = max(end, run.finished_at)
+    elif run.status in CLAIMABLE_STATUSES:
+        end = max(end, now)
+    total = max((end - origin).total_seconds(), 0.001)
+
+    def percent(moment: datetime) -> float:
+        return round(100 * (moment - origin).total_seconds() / total, 3)
+
+    by_key: dict[str, TimelineRow] = {}
+    for row, start, finish in spans:
+        attempt = row.attempt
+        line = by_key.setdefault(attempt.step_name, TimelineRow(attempt.step_name, attempt.kind))
+        title = f"{attempt.step_name} · {attempt.kind} attempt {row.number} · {attempt.status} · {row.duration}"
+        if row.error_headline:
+            title += f" · {row.error_headline}"
+        width = percent(finish) - percent(start)
+        line.bars.append(TimelineBar(percent(start), width, _bar_css(attempt), title, f"attempt-{attempt.id}"))
+    step = next((s for s in _TICK_STEPS if total / s <= 6), _TICK_STEPS[-1])
+    ticks = []
+    count = 0
+    while count * step <= total:
+        label = format_duration(timedelta(seconds=count * step)) if count else "0"
+        ticks.append((f"{100 * count * step / total:.3f}%", label))
+        count += 1
+    ordered = list(by_key.values())
+    now_left = f"{percent(now):.3f}%" if run.status in CLAIMABLE_STATUSES and now <= end else None
+    return Timeline(
+        rows=ordered[:MAX_TIMELINE_ROWS],
+        ticks=ticks,
+        now_left=now_left,
+        span=format_duration(end - origin),
+        hidden_rows=max(0, len(ordered) - MAX_TIMELINE_ROWS),
+    )
+
+
+# -- actions ------------------------------------------------------------------
+
+
+class ActionRefused(Exception):
+    """An action cannot apply to this run; the message says why."""
+
+
+def _rerun(run: WorkflowRun) -> Any:
+    try:
+        return start_run(run.workflow_name, run.input, version=run.version).id
+    except OpenWorkflowError as exc:
+        raise ActionRefused(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """An operation on runs offered on the run list and the run page."""
+
+    name: str
+    label: str
+    permission: str  # the model permission it needs: "change" or "add"
+    question: str  # the confirmation, "…the selected runs?"
+    done: str  # past tense for the report: "Canceled"
+    refusal: str  # why a run in the wrong state was skipped
+    offered: Callable[[WorkflowRun], bool]  # whether the run page shows it for this run
+    apply: Callable[[WorkflowRun], Any]  # truthy when it changed the run (re-run: the new id)
+    creates_runs: bool = False
+
+
+ACTIONS: dict[str, RunAction] = {
+    action.name: action
+    for action in (
+        RunAction(
+            "cancel", "Cancel", "change",
+            "Cancel {runs}? A worker executing one stops at its next step and writes nothing more.",
+            "Canceled", "it had already finished",
+            offered=lambda run: run.status in CLAIMABLE_STATUSES,
+            apply=lambda run: run_store.cancel_run(run.id),
+        ),
+        RunAction(
+            "retry_now", "Retry now", "change",
+            "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
+            "Made due now", "it was not sleeping, backing off or scheduled",
+            offered=lambda run: run.status in CLAIMABLE_STATUSES and run.worker_id is None,
+            apply=lambda run: run_store.wake_run(run.id),
+        ),
+        RunAction(
+            "retry_failed", "Retry from failed step", "change",
+            "Retry {runs} from the failed step? Completed steps keep their outputs and are not run again.",
+            "Sent back to pending", "it had not failed",
+            offered=lambda run: run.status == RunStatus.FAILED,
+            apply=lambda run: run_store.retry_failed_run(run.id),
+        ),
+        RunAction(
+            "rerun", "Re-run with same input", "add",
+            "Start a new run of the same workflow and version with the same input as {runs}?",
+            "Started a new run for", "it could not be started again",
+            offered=lambda run: True,
+            apply=_rerun,
+            creates_runs=True,
+        ),
+    )
+}
+
+
+def plural(count: int, word: str = "run") -> str:
+    """``1 run``, ``3 runs``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def perform_action(
+    request: HttpRequest,
+    action: RunAction,
+    runs: Iterable[WorkflowRun],
+    log: Callable[[WorkflowRun, Any], None],
+) -> list[Any]:
+    """Apply ``action`` to each run, report what changed and what was skipped; return the results.
+
+    Each run is its own short transaction (the store's), so one refusal
+    never undoes the others. ``log(run, result)`` records the change.
+    """
+    changed: list[tuple[WorkflowRun, Any]] = []
+    skipped: list[tuple[WorkflowRun, str]] = []
+    for run in runs:
+        try:
+            result = action.apply(run)
+        except ActionRefused as exc:
+            skipped.append((run, str(exc)))
+            continue
+        if result:
+            changed.append((run, result))
+            log(run, result)
+        else:
+            skipped.append((run, action.refusal))
+    if changed:
+        if action.creates_runs:
+            links = format_html_join(", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for _, new in changed))
+            messages.success(request, format_html("{} {}: {}.", action.done, plural(len(changed)), links))
+        else:
+            messages.success(request, f"{action.done}: {plural(len(changed))}.")
+    for reason in sorted({reason for _, reason in skipped}):
+        ids = ", ".join(short_id(run.id) for run, why in skipped if why == reason)
+        count = sum(1 for _, why in skipped if why == reason)
+        messages.warning(request, f"{action.label}: skipped {plural(count)} ({ids}): {reason}.")
+    return [result for _, result in changed]
+
+
+# -- the start form -----------------------------------------------------------
+
+_LOCAL_INPUT = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
+
+
+def _local_datetime_field(help_text: str) -> forms.DateTimeField:
+    # A native datetime-local input: the admin's calendar widget needs JavaScript.
+    return forms.DateTimeField(
+        required=False,
+        input_formats=_LOCAL_INPUT,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
+        help_text=help_text,
+    )
+
+
+def workflow_choices() -> list[tuple[str, str]]:
+    """Every registered (name, version) as a form choice; the value is JSON so a None version survives."""
+    return [
+        (json.dumps([spec.name, spec.version]), f"{spec.name} ({spec.version})" if spec.version else spec.name)
+        for spec in registry.all()
+    ]
+
+
+class StartRunForm(forms.Form):
+    """Start a run of a registered workflow: version, JSON input, schedule, deadline, idempotency key."""
+
+    workflow = forms.ChoiceField(help_text="A workflow and version registered in this process.")
+    input = forms.CharField(
+        required=False,
+        initial="{}",
+        widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
+        help_text="JSON; leave empty for null.",
+    )
+    available_at = _local_datetime_field("Start no earlier than this (server time zone). Empty: now.")
+    deadline_at = _local_datetime_field("Fail the run if it has not finished by then. Empty: no deadline.")
+    idempotency_key = forms.CharField(
+        required=False,
+        max_length=255,
+        help_text="Starting the same workflow with the same key again returns the first run.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
+
+    def clean_workflow(self) -> tuple[str, str | None]:
+        name, version = json.loads(self.cleaned_data["workflow"])
+        return name, version
+
+    def clean_input(self) -> Any:
+        text = self.cleaned_data["input"].strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
+                params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
+                code="json",
+            ) from None
+
+    def clean_idempotency_key(self) -> str | None:
+        return self.cleaned_data["idempotency_key"].strip() or None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        available, deadline = data.get("available_at"), data.get("deadline_at")
+        if available and deadline and deadline <= available:
+            self.add_error("deadline_at", "The deadline must be after the start time.")
+        return data
+
+    def start(self) -> tuple[Any, bool]:
+        """Start the run; returns (run id, created). Errors become form errors and return (None, False)."""
+        name, version = self.cleaned_data["workflow"]
+        key = self.cleaned_data["idempotency_key"]
+        existing = existing_run_for_key(name, key) if key else None
+        if existing is not None:
+            return existing.id, False
+        try:
+            handle = start_run(
+                name,
+                self.cleaned_data["input"],
+                version=version,
+                available_at=self.cleaned_data["available_at"],
+                deadline_at=self.cleaned_data["deadline_at"],
+                idempotency_key=key,
+            )
+        except PayloadError as exc:
+            self.add_error("input", str(exc))
+        except UnknownWorkflowError as exc:
+            self.add_error("workflow", str(exc))
+        except (OpenWorkflowError, ValueError) as exc:
+            # start_run's ValueErrors name the argument first ("deadline_at … is already in the past").
+            self.add_error("deadline_at" if str(exc).startswith("deadline_at") else None, str(exc))
+        else:
+            return handle.id, True
+        return None, False

@@ -1,0 +1,156 @@
+"""Read-only queries for the admin and the command line: counts, listings, one run's page.
+
+Nothing here writes. Every function issues a fixed number of queries,
+whatever the number of runs or steps, so pages built on them stay cheap.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from ..models import RunStatus, StepAttempt, WorkflowRun
+from .db import alias
+
+PARKED = "parked"
+"""A display status, not a stored one: ``running`` with no worker holding the run."""
+
+DISPLAY_STATUSES: tuple[str, ...] = (
+    RunStatus.PENDING,
+    RunStatus.RUNNING,
+    PARKED,
+    RunStatus.COMPLETED,
+    RunStatus.FAILED,
+    RunStatus.CANCELED,
+)
+"""Every status the admin and CLI show, in life-cycle order; ``running`` excludes ``parked``."""
+
+# JSON columns the list views never show: leaving them out keeps a page of
+# 100 runs from reading 100 inputs and outputs of up to 1 MiB each.
+PAYLOAD_FIELDS = ("input", "output", "error")
+
+
+def display_status(status: str, worker_id: str | None) -> str:
+    """``parked`` for a running run no worker holds (sleeping, waiting, backing off), else ``status``."""
+    if status == RunStatus.RUNNING and worker_id is None:
+        return PARKED
+    return status
+
+
+def status_q(status: str) -> Q:
+    """The filter for one display status (``running`` means held by a worker)."""
+    if status == PARKED:
+        return Q(status=RunStatus.RUNNING, worker_id__isnull=True)
+    if status == RunStatus.RUNNING:
+        return Q(status=RunStatus.RUNNING, worker_id__isnull=False)
+    if status in RunStatus.values:
+        return Q(status=status)
+    raise ValueError(f"unknown status {status!r}; expected one of {', '.join(DISPLAY_STATUSES)}")
+
+
+def runs() -> QuerySet[WorkflowRun]:
+    """All runs on the workflow database, newest first."""
+    return WorkflowRun.objects.using(alias()).order_by("-created_at", "-id")
+
+
+def status_counts(queryset: QuerySet[WorkflowRun] | None = None) -> dict[str, int]:
+    """How many runs are in each display status, in one aggregate query."""
+    qs = runs() if queryset is None else queryset
+    counts = qs.aggregate(**{status: Count("pk", filter=status_q(status)) for status in DISPLAY_STATUSES})
+    return {status: int(counts[status] or 0) for status in DISPLAY_STATUSES}
+
+
+def workflow_versions() -> list[tuple[str, str | None]]:
+    """Every (workflow name, version) pair present in the table, sorted; one query."""
+    pairs = runs().order_by().values_list("workflow_name", "version").distinct()
+    return sorted(set(pairs), key=lambda pair: (pair[0], pair[1] or ""))
+
+
+@dataclass(frozen=True)
+class WorkflowStats:
+    """Run counts of one workflow, by display status."""
+
+    workflow_name: str
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Runs of this workflow in any status."""
+        return sum(self.counts.values())
+
+
+def stats_by_workflow() -> list[WorkflowStats]:
+    """Counts by workflow name and display status, in one grouped query."""
+    rows = (
+        runs()
+        .order_by()
+        .values("workflow_name")
+        .annotate(**{status: Count("pk", filter=status_q(status)) for status in DISPLAY_STATUSES})
+        .order_by("workflow_name")
+    )
+    return [
+        WorkflowStats(row["workflow_name"], {status: int(row[status]) for status in DISPLAY_STATUSES})
+        for row in rows
+    ]
+
+
+def list_runs(
+    *, statuses: list[str] | None = None, workflow_name: str | None = None, limit: int = 20
+) -> list[WorkflowRun]:
+    """The newest ``limit`` runs, optionally of some display statuses and one workflow; no payloads."""
+    qs = runs().defer(*PAYLOAD_FIELDS)
+    if statuses:
+        condition = Q()
+        for status in statuses:
+            condition |= status_q(status)
+        qs = qs.filter(condition)
+    if workflow_name:
+        qs = qs.filter(workflow_name=workflow_name)
+    return list(qs[:limit])
+
+
+def parse_run_id(value: Any) -> uuid.UUID | None:
+    """``value`` as a run id, or None when it is not a UUID at all."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value).strip())
+    except ValueError:
+        return None
+
+
+def run_with_parent(run_id: Any) -> WorkflowRun | None:
+    """One run with its parent step attempt and parent run (one query), or None.
+
+    The parent's payloads are left out: the run page only links to it.
+    """
+    parsed = parse_run_id(run_id)
+    if parsed is None:
+        return None
+    return (
+        runs()
+        .select_related("parent_step_attempt__workflow_run")
+        .defer(*(f"parent_step_attempt__{name}" for name in ("output", "error", "context")))
+        .defer(*(f"parent_step_attempt__workflow_run__{name}" for name in PAYLOAD_FIELDS))
+        .filter(id=parsed)
+        .first()
+    )
+
+
+def journal(run_id: Any) -> list[StepAttempt]:
+    """Every step attempt of a run in the order it was written, with child runs (one query)."""
+    return list(
+        StepAttempt.objects.using(alias())
+        .filter(workflow_run_id=run_id)
+        .select_related("child_workflow_run")
+        .defer(*(f"child_workflow_run__{name}" for name in PAYLOAD_FIELDS))
+        .order_by("id")
+    )
+
+
+def existing_run_for_key(workflow_name: str, idempotency_key: str) -> WorkflowRun | None:
+    """The run an idempotent start with this key would return instead of starting one."""
+    return runs().defer(*PAYLOAD_FIELDS).filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()

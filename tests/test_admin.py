@@ -1,0 +1,638 @@
+"""The admin through Django's test client: list, filters, search, run page, actions, start form, permissions."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from django_openworkflow.admin_views import build_timeline, format_duration, journal_rows
+from django_openworkflow.models import StepAttempt, WorkflowRun
+from tests.conftest import wait_until
+from tests.testapp.workflows import always_fails, sleeper, three_steps
+
+LIST_URL = reverse("admin:django_openworkflow_workflowrun_changelist")
+ADD_URL = reverse("admin:django_openworkflow_workflowrun_add")
+XSS = "<script>alert(1)</script>"
+
+
+def run_url(run: WorkflowRun | Any) -> str:
+    return reverse("admin:django_openworkflow_workflowrun_change", args=[getattr(run, "id", run)])
+
+
+def action_url(run: WorkflowRun, action: str) -> str:
+    return reverse("admin:django_openworkflow_workflowrun_action", args=[run.id, action])
+
+
+def make_run(**fields: Any) -> WorkflowRun:
+    values: dict[str, Any] = {
+        "workflow_name": "three-steps",
+        "version": None,
+        "status": "pending",
+        "input": {"start": 1},
+        "available_at": timezone.now(),
+    }
+    values.update(fields)
+    return WorkflowRun.objects.create(**values)
+
+
+def make_attempt(run: WorkflowRun, step_name: str, **fields: Any) -> StepAttempt:
+    started = fields.pop("started_at", timezone.now())
+    values: dict[str, Any] = {
+        "kind": "run",
+        "status": "completed",
+        "started_at": started,
+        "finished_at": started + timedelta(milliseconds=20),
+    }
+    values.update(fields)
+    return StepAttempt.objects.create(workflow_run=run, step_name=step_name, **values)
+
+
+def one_of_each() -> dict[str, WorkflowRun]:
+    """A run in every display status."""
+    now = timezone.now()
+    return {
+        "pending": make_run(),
+        "running": make_run(status="running", worker_id="w-1", started_at=now, available_at=now + timedelta(seconds=30)),
+        "parked": make_run(workflow_name="sleeper", status="running", started_at=now, available_at=now + timedelta(minutes=4, seconds=30)),
+        "completed": make_run(status="completed", output={"result": 11}, started_at=now, finished_at=now + timedelta(seconds=2)),
+        "failed": make_run(workflow_name="always-fails", status="failed", error={"type": "ValueError", "message": "kaboom"}, started_at=now, finished_at=now),
+        "canceled": make_run(workflow_name="versioned", version="v1", status="canceled", finished_at=now),
+    }
+
+
+@pytest.fixture
+def staff_client(client: Any, django_user_model: Any) -> Any:
+    """A logged-in staff user holding only the given permissions ("view", "change", "add")."""
+
+    def login(*actions: str) -> Any:
+        user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+        for action in actions:
+            user.user_permissions.add(
+                Permission.objects.get(codename=f"{action}_workflowrun", content_type__app_label="django_openworkflow")
+            )
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def messages_of(response: Any) -> list[str]:
+    return [str(m) for m in response.context["messages"]] if response.context else []
+
+
+# -- the run list ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_list_shows_every_run_with_a_badge_and_status_counts(admin_client: Any) -> None:
+    runs = one_of_each()
+    response = admin_client.get(LIST_URL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    for status, run in runs.items():
+        assert str(run.id)[:8] in html
+        assert f'owf-badge owf-status-{status}">{status}<' in html
+    counts = {item["status"]: item["count"] for item in response.context["status_counts"]}
+    assert counts == {s: 1 for s in ("pending", "running", "parked", "completed", "failed", "canceled")}
+    assert response.context["status_total"] == 6
+    assert "Start a run" in html
+
+
+@pytest.mark.django_db
+def test_list_is_newest_first(admin_client: Any) -> None:
+    old = make_run(idempotency_key="old")
+    WorkflowRun.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(days=1))
+    new = make_run()
+    ids = [run.id for run in admin_client.get(LIST_URL).context["cl"].result_list]
+    assert ids == [new.id, old.id]
+
+
+def _list_queries(client: Any, url: str = LIST_URL) -> int:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+@pytest.mark.django_db
+def test_list_issues_a_constant_number_of_queries(admin_client: Any, django_assert_max_num_queries: Any) -> None:
+    one_of_each()
+    few = _list_queries(admin_client)
+    for i in range(60):
+        make_run(workflow_name=f"wf-{i % 7}", version=f"v{i % 3}", idempotency_key=f"k{i}")
+    many = _list_queries(admin_client)
+    filtered = _list_queries(admin_client, LIST_URL + "?status=pending&workflow=wf-1&q=wf")
+    assert few == many == filtered
+    with django_assert_max_num_queries(8):
+        admin_client.get(LIST_URL)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=pending", {"pending"}),
+        ("status=running", {"running"}),
+        ("status=parked", {"parked"}),
+        ("status=completed", {"completed"}),
+        ("status=failed", {"failed"}),
+        ("status=canceled", {"canceled"}),
+        ("workflow=sleeper", {"parked"}),
+        ("workflow=three-steps", {"pending", "running", "completed"}),
+        ("version=v1", {"canceled"}),
+        ("version=-", {"pending", "running", "parked", "completed", "failed"}),
+        ("workflow=three-steps&status=completed", {"completed"}),
+    ],
+)
+def test_list_filters(admin_client: Any, query: str, expected: set[str]) -> None:
+    runs = one_of_each()
+    response = admin_client.get(f"{LIST_URL}?{query}")
+    assert response.status_code == 200
+    shown = {run.id for run in response.context["cl"].result_list}
+    assert shown == {runs[status].id for status in expected}
+
+
+@pytest.mark.django_db
+def test_created_date_filter(admin_client: Any) -> None:
+    recent = make_run()
+    old = make_run()
+    WorkflowRun.objects.filter(id=old.id).update(created_at=timezone.now() - timedelta(days=40))
+    # The filter's own "Past 7 days" link carries an aware timestamp.
+    since = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=7)
+    response = admin_client.get(LIST_URL, {"created_at__gte": str(since)})
+    assert [run.id for run in response.context["cl"].result_list] == [recent.id]
+
+
+@pytest.mark.django_db
+def test_status_counts_follow_the_other_filters_and_link_to_the_status(admin_client: Any) -> None:
+    one_of_each()
+    response = admin_client.get(LIST_URL + "?workflow=three-steps&status=completed")
+    items = {item["status"]: item for item in response.context["status_counts"]}
+    assert {s: i["count"] for s, i in items.items()} == {
+        "pending": 1, "running": 1, "parked": 0, "completed": 1, "failed": 0, "canceled": 0
+    }
+    assert items["completed"]["active"] and not items["pending"]["active"]
+    assert "workflow=three-steps" in items["failed"]["url"] and "status=failed" in items["failed"]["url"]
+
+
+@pytest.mark.django_db
+def test_search_by_id_short_id_name_and_idempotency_key(admin_client: Any) -> None:
+    runs = one_of_each()
+    keyed = make_run(workflow_name="onboard", idempotency_key="order-42")
+
+    def search(term: str) -> set[uuid.UUID]:
+        response = admin_client.get(LIST_URL, {"q": term})
+        assert response.status_code == 200
+        return {run.id for run in response.context["cl"].result_list}
+
+    target = runs["failed"]
+    assert search(str(target.id)) == {target.id}
+    assert search(str(target.id).upper()) == {target.id}
+    assert target.id in search(str(target.id)[:8])
+    assert search("always") == {target.id}
+    assert search("order-42") == {keyed.id}
+    assert search("order-4") == set()  # keys match exactly
+    assert search(str(uuid.uuid4())) == set()
+    assert search("no such thing") == set()
+
+
+# -- the run page ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_run_page_shows_payloads_journal_attempt_numbers_and_timeline(admin_client: Any) -> None:
+    start = timezone.now() - timedelta(seconds=10)
+    run = make_run(
+        status="completed",
+        input={"user": 42},
+        output={"ok": True},
+        idempotency_key="signup-42",
+        deadline_at=start + timedelta(hours=1),
+        started_at=start,
+        finished_at=start + timedelta(seconds=5),
+    )
+    make_attempt(run, "fetch", output={"id": 42}, started_at=start)
+    error = {"type": "ValueError", "message": "flaky", "traceback": "Traceback (most recent call last):\nValueError: flaky\n"}
+    make_attempt(run, "send", status="failed", error=error, started_at=start + timedelta(seconds=1))
+    make_attempt(run, "send", output="sent", started_at=start + timedelta(seconds=2))
+    make_attempt(
+        run, "nap", kind="sleep", started_at=start + timedelta(seconds=3),
+        finished_at=start + timedelta(seconds=4), output=None,
+        context={"resume_at": (start + timedelta(seconds=4)).isoformat()},
+    )
+    response = admin_client.get(run_url(run))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '&quot;user&quot;: 42' in html and '&quot;ok&quot;: true' in html
+    assert "signup-42" in html
+    numbers = [(row.attempt.step_name, row.number) for row in response.context["journal"]]
+    assert numbers == [("fetch", 1), ("send", 1), ("send", 2), ("nap", 1)]
+    assert "ValueError: flaky" in html and "Traceback (most recent call last)" in html
+    timeline = response.context["timeline"]
+    assert [row.label for row in timeline.rows] == ["fetch", "send", "nap"]
+    send_bars = timeline.rows[1].bars
+    assert [bar.css for bar in send_bars] == ["owf-bar-failed", "owf-bar-completed"]
+    assert send_bars[0].left < send_bars[1].left  # the retry comes later on the same row
+    assert timeline.rows[2].bars[0].css == "owf-bar-sleep"
+    assert 'class="owf-tl-bar owf-bar-failed"' in html
+    # Nothing editable: no form fields, only the action forms.
+    main = html[html.index('id="content-main"'):]
+    assert all('type="hidden"' in tag for tag in re.findall(r"<input[^>]*>", main))
+    assert "<textarea" not in html
+
+
+@pytest.mark.django_db
+def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:
+    run = one_of_each()["parked"]
+    make_attempt(
+        run, "nap", kind="sleep", status="running", finished_at=None,
+        context={"resume_at": run.available_at.isoformat()},
+    )
+    html = admin_client.get(run_url(run)).content.decode()
+    assert re.search(r"wakes in 4 m( \d+ s)?", html)
+    assert "owf-bar-sleep" in html and "owf-tl-now" in html
+
+
+@pytest.mark.django_db
+def test_run_page_links_parent_and_child_runs(admin_client: Any) -> None:
+    parent = make_run(workflow_name="parent", status="running")
+    wait = make_attempt(parent, "child-wf", kind="workflow", status="running", finished_at=None, context={"workflow": "kid"})
+    child = make_run(workflow_name="kid", parent_step_attempt=wait)
+    StepAttempt.objects.filter(id=wait.id).update(child_workflow_run=child)
+    parent_html = admin_client.get(run_url(parent)).content.decode()
+    assert run_url(child) in parent_html
+    child_html = admin_client.get(run_url(child)).content.decode()
+    assert run_url(parent) in child_html and "child-wf" in child_html
+
+
+@pytest.mark.django_db
+def test_run_page_issues_a_constant_number_of_queries(admin_client: Any) -> None:
+    small = make_run()
+    make_attempt(small, "a")
+    big = make_run()
+    for i in range(40):
+        make_attempt(big, f"step-{i % 5}", status="failed" if i % 3 else "completed", error={"type": "E", "message": "m"})
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get(run_url(small))
+    with CaptureQueriesContext(connection) as many:
+        admin_client.get(run_url(big))
+    assert len(few) == len(many) <= 6
+
+
+@pytest.mark.django_db
+def test_run_page_of_an_unknown_run_is_404(admin_client: Any) -> None:
+    assert admin_client.get(run_url(uuid.uuid4())).status_code == 404
+    assert admin_client.get(LIST_URL + "not-a-uuid/change/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_payloads_are_rendered_escaped(admin_client: Any) -> None:
+    run = make_run(
+        status="failed",
+        input={"html": XSS},
+        idempotency_key=XSS,
+        error={"type": "ValueError", "message": XSS, "traceback": XSS},
+    )
+    make_attempt(run, XSS, output=XSS)
+    make_attempt(run, "boom", status="failed", error={"type": XSS, "message": XSS, "traceback": XSS, "extra": XSS})
+    for url in (run_url(run), LIST_URL, LIST_URL + "?q=" + XSS):
+        html = admin_client.get(url).content.decode()
+        assert XSS not in html, url
+    html = admin_client.get(run_url(run)).content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+@pytest.mark.django_db
+def test_workflow_name_is_escaped_in_the_list(admin_client: Any) -> None:
+    make_run(workflow_name=XSS, version=XSS)
+    html = admin_client.get(LIST_URL).content.decode()
+    assert XSS not in html and "&lt;script&gt;" in html
+
+
+# -- actions on the run page -------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_cancel_from_the_run_page(admin_client: Any) -> None:
+    run = make_run()
+    page = admin_client.get(run_url(run)).content.decode()
+    assert action_url(run, "cancel") in page and "csrfmiddlewaretoken" in page
+    response = admin_client.post(action_url(run, "cancel"), follow=True)
+    assert response.redirect_chain[-1][0] == run_url(run)
+    run.refresh_from_db()
+    assert run.status == "canceled"
+    assert "Canceled: 1 run." in messages_of(response)
+    # The page no longer offers it; posting again is refused politely.
+    assert action_url(run, "cancel") not in response.content.decode()
+    again = admin_client.post(action_url(run, "cancel"), follow=True)
+    assert again.status_code == 200
+    assert any("skipped 1 run" in m and "already finished" in m for m in messages_of(again))
+
+
+@pytest.mark.django_db
+def test_retry_now_makes_a_parked_run_due(admin_client: Any) -> None:
+    run = one_of_each()["parked"]
+    make_attempt(run, "nap", kind="sleep", status="running", finished_at=None, context={"resume_at": run.available_at.isoformat()})
+    response = admin_client.post(action_url(run, "retry_now"), follow=True)
+    run.refresh_from_db()
+    assert run.available_at <= timezone.now()
+    assert "Made due now: 1 run." in messages_of(response)
+    assert StepAttempt.objects.get(workflow_run=run).context["woken_early"] is True
+
+
+@pytest.mark.django_db
+def test_retry_now_refuses_a_finished_run(admin_client: Any) -> None:
+    run = one_of_each()["completed"]
+    response = admin_client.post(action_url(run, "retry_now"), follow=True)
+    assert response.status_code == 200
+    assert any("not sleeping" in m for m in messages_of(response))
+    run.refresh_from_db()
+    assert run.status == "completed"
+
+
+@pytest.mark.django_db
+def test_retry_from_failed_step(admin_client: Any) -> None:
+    runs = one_of_each()
+    response = admin_client.post(action_url(runs["failed"], "retry_failed"), follow=True)
+    runs["failed"].refresh_from_db()
+    assert runs["failed"].status == "pending" and runs["failed"].error is None
+    assert "Sent back to pending: 1 run." in messages_of(response)
+    refused = admin_client.post(action_url(runs["completed"], "retry_failed"), follow=True)
+    assert any("had not failed" in m for m in messages_of(refused))
+
+
+@pytest.mark.django_db
+def test_rerun_starts_a_new_run_with_the_same_input_and_version(admin_client: Any) -> None:
+    old = make_run(workflow_name="versioned", version="v1", status="completed", input={"x": [1, 2]})
+    response = admin_client.post(action_url(old, "rerun"))
+    new = WorkflowRun.objects.exclude(id=old.id).get()
+    assert response.status_code == 302 and response["Location"] == run_url(new)
+    assert (new.workflow_name, new.version, new.input, new.status) == ("versioned", "v1", {"x": [1, 2]}, "pending")
+
+
+@pytest.mark.django_db
+def test_rerun_of_a_workflow_no_longer_registered_is_refused(admin_client: Any) -> None:
+    old = make_run(workflow_name="gone", version="v9", status="failed")
+    response = admin_client.post(action_url(old, "rerun"), follow=True)
+    assert response.status_code == 200
+    assert any("no workflow 'gone'" in m for m in messages_of(response))
+    assert WorkflowRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_action_endpoint_needs_post_and_a_known_action(admin_client: Any) -> None:
+    run = make_run()
+    assert admin_client.get(action_url(run, "cancel")).status_code == 405
+    assert admin_client.post(action_url(run, "explode")).status_code == 404
+    assert admin_client.post(action_url(make_run.__class__, "cancel") if False else
+                             reverse("admin:django_openworkflow_workflowrun_action", args=[uuid.uuid4(), "cancel"])).status_code == 404
+    run.refresh_from_db()
+    assert run.status == "pending"
+
+
+# -- list actions ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_list_action_asks_for_confirmation_then_reports(admin_client: Any) -> None:
+    runs = one_of_each()
+    chosen = [runs["pending"], runs["parked"], runs["completed"]]
+    data = {"action": "cancel_runs", "_selected_action": [str(r.id) for r in chosen], "index": "0", "select_across": "0"}
+    confirm = admin_client.post(LIST_URL, data)
+    assert confirm.status_code == 200
+    html = confirm.content.decode()
+    assert "Cancel the 3 selected runs?" in html
+    assert "will be skipped" in html and 'name="post" value="yes"' in html
+    assert WorkflowRun.objects.filter(status="canceled").count() == 1  # nothing changed yet
+
+    done = admin_client.post(
+        LIST_URL,
+        {"action": "cancel_runs", "_selected_action": [str(r.id) for r in chosen], "select_across": "0", "post": "yes"},
+        follow=True,
+    )
+    assert done.status_code == 200
+    statuses = {r.id: r.status for r in WorkflowRun.objects.filter(id__in=[r.id for r in chosen])}
+    assert statuses == {runs["pending"].id: "canceled", runs["parked"].id: "canceled", runs["completed"].id: "completed"}
+    found = messages_of(done)
+    assert "Canceled: 2 runs." in found
+    assert any("skipped 1 run" in m and str(runs["completed"].id)[:8] in m for m in found)
+
+
+@pytest.mark.django_db
+def test_list_action_on_every_run_matching_the_filter(admin_client: Any) -> None:
+    runs = one_of_each()
+    others = [make_run(workflow_name="sleeper") for _ in range(3)]
+    done = admin_client.post(
+        LIST_URL + "?workflow=sleeper",
+        {"action": "cancel_runs", "_selected_action": [str(others[0].id)], "select_across": "1", "post": "yes"},
+        follow=True,
+    )
+    assert "Canceled: 4 runs." in messages_of(done)
+    assert WorkflowRun.objects.filter(workflow_name="sleeper", status="canceled").count() == 4
+    runs["pending"].refresh_from_db()
+    assert runs["pending"].status == "pending"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("action", "status", "expected"),
+    [("retry_now", "parked", "Made due now: 1 run."), ("retry_failed", "failed", "Sent back to pending: 1 run."),
+     ("rerun", "completed", "Started a new run for 1 run")],
+)
+def test_each_list_action(admin_client: Any, action: str, status: str, expected: str) -> None:
+    run = one_of_each()[status]
+    done = admin_client.post(
+        LIST_URL, {"action": f"{action}_runs", "_selected_action": [str(run.id)], "select_across": "0", "post": "yes"}, follow=True
+    )
+    assert any(m.startswith(expected) for m in messages_of(done)), messages_of(done)
+
+
+# -- permissions ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_anonymous_users_are_sent_to_the_login_page(client: Any) -> None:
+    run = make_run()
+    for response in (
+        client.get(LIST_URL),
+        client.get(run_url(run)),
+        client.get(ADD_URL),
+        client.post(action_url(run, "cancel")),
+        client.post(LIST_URL, {"action": "cancel_runs", "_selected_action": [str(run.id)], "post": "yes"}),
+    ):
+        assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    run.refresh_from_db()
+    assert run.status == "pending"
+
+
+@pytest.mark.django_db
+def test_staff_without_permissions_is_forbidden(staff_client: Any) -> None:
+    client = staff_client()
+    run = make_run()
+    assert client.get(LIST_URL).status_code == 403
+    assert client.get(run_url(run)).status_code == 403
+    assert client.get(ADD_URL).status_code == 403
+    for action in ("cancel", "retry_now", "retry_failed", "rerun"):
+        assert client.post(action_url(run, action)).status_code == 403
+    run.refresh_from_db()
+    assert run.status == "pending" and WorkflowRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_view_permission_shows_runs_but_offers_no_action(staff_client: Any) -> None:
+    client = staff_client("view")
+    run = make_run()
+    listing = client.get(LIST_URL)
+    assert listing.status_code == 200
+    assert "cancel_runs" not in listing.content.decode() and "Start a run" not in listing.content.decode()
+    page = client.get(run_url(run))
+    assert page.status_code == 200 and "/action/" not in page.content.decode()
+    assert client.post(action_url(run, "cancel")).status_code == 403
+    client.post(LIST_URL, {"action": "cancel_runs", "_selected_action": [str(run.id)], "select_across": "0", "post": "yes"})
+    run.refresh_from_db()
+    assert run.status == "pending"
+
+
+@pytest.mark.django_db
+def test_change_permission_allows_cancel_and_retry_but_not_rerun(staff_client: Any) -> None:
+    client = staff_client("view", "change")
+    run = make_run()
+    page = client.get(run_url(run)).content.decode()
+    assert action_url(run, "cancel") in page and action_url(run, "rerun") not in page
+    assert client.post(action_url(run, "rerun")).status_code == 403
+    assert client.get(ADD_URL).status_code == 403
+    assert client.post(action_url(run, "cancel")).status_code == 302
+    run.refresh_from_db()
+    assert run.status == "canceled"
+    assert WorkflowRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_add_permission_allows_rerun_and_start_but_not_cancel(staff_client: Any) -> None:
+    client = staff_client("view", "add")
+    run = make_run()
+    assert client.post(action_url(run, "cancel")).status_code == 403
+    assert client.post(action_url(run, "rerun")).status_code == 302
+    assert client.get(ADD_URL).status_code == 200
+    assert WorkflowRun.objects.count() == 2
+    run.refresh_from_db()
+    assert run.status == "pending"
+
+
+# -- starting a run ------------------------------------------------------------------------
+
+
+def _choice(name: str, version: str | None) -> str:
+    return json.dumps([name, version])
+
+
+@pytest.mark.django_db
+def test_start_form_lists_registered_workflows(admin_client: Any) -> None:
+    response = admin_client.get(ADD_URL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "versioned (v1)" in html and "versioned (v2)" in html and "three-steps" in html
+    assert 'type="datetime-local"' in html
+
+
+@pytest.mark.django_db
+def test_start_form_starts_a_run_and_redirects_to_it(admin_client: Any) -> None:
+    response = admin_client.post(
+        ADD_URL,
+        {
+            "workflow": _choice("versioned", "v1"),
+            "input": '{"user_id": 7}',
+            "available_at": (timezone.localtime() + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
+            "deadline_at": (timezone.localtime() + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M"),
+            "idempotency_key": "start-7",
+        },
+    )
+    run = WorkflowRun.objects.get()
+    assert response.status_code == 302 and response["Location"] == run_url(run)
+    assert (run.workflow_name, run.version, run.input, run.idempotency_key) == ("versioned", "v1", {"user_id": 7}, "start-7")
+    assert run.available_at > timezone.now() + timedelta(minutes=58)
+    assert run.deadline_at > run.available_at
+    # The same key again: no second run, the first one is shown.
+    again = admin_client.post(ADD_URL, {"workflow": _choice("versioned", "v1"), "input": "{}", "idempotency_key": "start-7"}, follow=True)
+    assert again.redirect_chain[-1][0] == run_url(run)
+    assert any("already exists" in m for m in messages_of(again))
+    assert WorkflowRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_start_form_empty_input_is_null(admin_client: Any) -> None:
+    admin_client.post(ADD_URL, {"workflow": _choice("three-steps", None), "input": ""})
+    assert WorkflowRun.objects.get().input is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"input": "{not json"}, "input", "Not valid JSON"),
+        ({"input": "NaN"}, "input", "NaN"),
+        ({"workflow": _choice("nope", "v1")}, "workflow", "Select a valid choice"),
+        ({"deadline_at": "2001-01-01T00:00"}, "deadline_at", "already in the past"),
+        ({"available_at": "2999-01-02T00:00", "deadline_at": "2999-01-01T00:00"}, "deadline_at", "after the start time"),
+        ({"available_at": "yesterday"}, "available_at", "Enter a valid date/time"),
+    ],
+)
+def test_start_form_rejects_bad_input(admin_client: Any, data: dict[str, str], field: str, message: str) -> None:
+    response = admin_client.post(ADD_URL, {"workflow": _choice("three-steps", None), "input": "{}", **data})
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert field in errors and message in " ".join(errors[field]), errors
+    assert "errornote" in response.content.decode()
+    assert WorkflowRun.objects.count() == 0
+
+
+# -- with real workers ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pages_of_runs_executed_by_a_worker(admin_client: Any, run_worker: Any) -> None:
+    done = three_steps.run({"start": 4})
+    failed = always_fails.run()
+    sleeping = sleeper.run({"duration": "1h"})
+    run_worker()
+    html = admin_client.get(run_url(done.id)).content.decode()
+    assert "&quot;result&quot;: 41" in html and html.count("owf-bar-completed") >= 3
+    html = admin_client.get(run_url(failed.id)).content.decode()
+    assert "ValueError: kaboom" in html and "Traceback" in html and "owf-bar-failed" in html
+    page = admin_client.get(run_url(sleeping.id))
+    assert 'owf-status-parked">parked<' in page.content.decode() and "wakes in 59 m" in page.content.decode()
+    # "Retry now" ends the sleep; a worker then finishes the run.
+    admin_client.post(action_url(sleeping.fetch(), "retry_now"))
+    run_worker(until=lambda: sleeping.status() == "completed")
+    # Retry from the failed step: the failed step runs again (and fails again).
+    admin_client.post(action_url(failed.fetch(), "retry_failed"))
+    run_worker()
+    wait_until(lambda: failed.status() == "failed")
+    numbers = [row.number for row in admin_client.get(run_url(failed.id)).context["journal"]]
+    assert numbers == [1, 2]
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0.35, "350 ms"), (4.2, "4.2 s"), (42, "42 s"), (252, "4 m 12 s"), (3600, "1 h"), (7500, "2 h 5 m"), (90000, "1 d 1 h")],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(timedelta(seconds=seconds)) == text
+
+
+@pytest.mark.django_db
+def test_timeline_of_a_run_without_steps_is_none() -> None:
+    run = make_run()
+    assert build_timeline(run, journal_rows([], timezone.now()), timezone.now()) is None
