@@ -8,12 +8,18 @@ attempts are never edited. The pieces that are not admin wiring live in
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
@@ -30,10 +36,10 @@ CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the res
 def _workflow_versions(request: HttpRequest) -> list[tuple[str, str | None]]:
     # Both filters below need the same distinct query; the changelist builds
     # its filters more than once per request, so remember it on the request.
-    cached = getattr(request, "_owf_workflow_versions", None)
+    cached: list[tuple[str, str | None]] | None = getattr(request, "_owf_workflow_versions", None)
     if cached is None:
         cached = queries.workflow_versions()
-        setattr(request, "_owf_workflow_versions", cached)
+        request._owf_workflow_versions = cached  # type: ignore[attr-defined]
     return cached
 
 
@@ -98,16 +104,24 @@ def _list_action(run_action: views.RunAction) -> Any:
 
 
 def _time(value: Any) -> str:
-    return format_html('<time datetime="{}">{}</time>', value.isoformat(), views.format_time(value)) if value else "-"
+    if not value:
+        return "-"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        views.format_time(value, precise=True),
+        views.compact_time(value, timezone.now()),
+    )
 
 
 @admin.register(WorkflowRun)
 class WorkflowRunAdmin(admin.ModelAdmin):
     """Every run, newest first, with status counts, filters, search and actions."""
 
+    # Most telling first: on a narrow screen the last columns scroll out of view.
     list_display = (
-        "run_id", "workflow_name", "version", "status_badge", "attempts",
-        "created", "started", "finished", "duration", "worker_id",
+        "run_id", "workflow", "version", "status_badge", "duration", "attempts",
+        "created", "started", "finished", "worker",
     )
     list_display_links = ("run_id",)
     list_filter = (StatusFilter, WorkflowNameFilter, VersionFilter, ("created_at", admin.DateFieldListFilter))
@@ -118,11 +132,14 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     list_per_page = 50
     # A second COUNT over the whole table buys little and costs a scan per page view.
     show_full_result_count = False
-    actions = [_list_action(action) for action in views.ACTIONS.values()]
+    # The status counts above the list replace the filters' per-choice counts
+    # (a COUNT per choice per page view).
+    show_facets = admin.ShowFacets.NEVER
+    actions = tuple(_list_action(action) for action in views.ACTIONS.values())
     change_list_template = "django_openworkflow/change_list.html"
 
     class Media:
-        css = {"all": ("django_openworkflow/admin.css",)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
 
     # -- list ------------------------------------------------------------------
 
@@ -144,7 +161,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return queryset.filter(condition), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = super().changelist_view(request, extra_context)
+        response = super().changelist_view(request, {"title": "Workflow runs", **(extra_context or {})})
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             cl = context["cl"]
@@ -168,6 +185,14 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     @admin.display(description="run", ordering="id")
     def run_id(self, run: WorkflowRun) -> str:
         return format_html('<code title="{}">{}</code>', run.id, views.short_id(run.id))
+
+    @admin.display(description="workflow", ordering="workflow_name")
+    def workflow(self, run: WorkflowRun) -> str:
+        return run.workflow_name
+
+    @admin.display(description="worker", ordering="worker_id")
+    def worker(self, run: WorkflowRun) -> str:
+        return format_html('<code class="owf-worker">{}</code>', run.worker_id) if run.worker_id else "-"
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, run: WorkflowRun) -> str:
@@ -197,12 +222,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- the run page, the action endpoint, the start form ------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        info = self.opts.app_label, self.opts.model_name
         own = [
             path(
                 "<path:object_id>/action/<str:action_name>/",
                 self.admin_site.admin_view(self.run_action_view),
-                name="%s_%s_action" % info,
+                name=f"{self.opts.app_label}_{self.opts.model_name}_action",
             )
         ]
         # Before the defaults: their "<path:object_id>/" catch-all would match ours.
@@ -227,7 +251,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             raise Http404(f"No workflow run with id {object_id!r}.")
         now = timezone.now()
         attempts = queries.journal(run.id)
-        rows = views.journal_rows(attempts, now)
+        run_end = run.finished_at if run.is_finished else None
+        rows = views.journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
         headline, traceback, rest = views.split_error(run.error)
         parent_step = run.parent_step_attempt
         context = self._context(

@@ -25,7 +25,14 @@ from django.utils.html import format_html, format_html_join
 
 from .client import start_run
 from .errors import OpenWorkflowError, PayloadError, UnknownWorkflowError
-from .models import CLAIMABLE_STATUSES, RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
+from .models import (
+    CLAIMABLE_STATUSES,
+    RunStatus,
+    StepAttempt,
+    StepKind,
+    StepStatus,
+    WorkflowRun,
+)
 from .registry import registry
 from .store import runs as run_store
 from .store.queries import display_status, existing_run_for_key
@@ -40,6 +47,8 @@ def format_duration(value: timedelta | None) -> str:
     seconds = value.total_seconds()
     sign = "-" if seconds < 0 else ""
     seconds = abs(seconds)
+    if seconds < 0.001:
+        return f"{sign}<1 ms" if seconds else "0 ms"
     if seconds < 1:
         return f"{sign}{seconds * 1000:.0f} ms"
     if seconds < 10:
@@ -55,14 +64,30 @@ def format_duration(value: timedelta | None) -> str:
     return f"{sign}{whole} s"  # pragma: no cover - the loop always returns
 
 
-def format_time(value: datetime | None, *, precise: bool = False) -> str:
-    """A timestamp in the current time zone; ``precise`` adds milliseconds (for step attempts)."""
+def format_time(value: datetime | None, *, precise: bool = False, day_of: datetime | None = None) -> str:
+    """A timestamp in the current time zone.
+
+    ``precise`` adds milliseconds (step attempts take a few). With ``day_of``
+    the date is left out when it is that moment's date: a journal's times
+    are read against the run's start, and repeating the date only crowds them.
+    """
     if value is None:
         return ""
     local = timezone.localtime(value)
-    if precise:
-        return local.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-    return local.strftime("%Y-%m-%d %H:%M:%S")
+    clock = local.strftime("%H:%M:%S.%f")[:-3] if precise else local.strftime("%H:%M:%S")
+    if day_of is not None and timezone.localtime(day_of).date() == local.date():
+        return clock
+    return f"{local:%Y-%m-%d} {clock}"
+
+
+def compact_time(value: datetime, now: datetime) -> str:
+    """For the run list: ``14:03:12`` today, ``Nov 21 14:03`` this year, else ``2024-11-21``."""
+    local, today = timezone.localtime(value), timezone.localtime(now)
+    if local.date() == today.date():
+        return f"{local:%H:%M:%S}"
+    if local.year == today.year:
+        return f"{local:%b} {local.day} {local:%H:%M}"
+    return f"{local:%Y-%m-%d}"
 
 
 def elapsed(start: datetime | None, end: datetime | None, now: datetime) -> timedelta | None:
@@ -136,8 +161,15 @@ class JournalRow:
         return format_html('<span class="owf-badge owf-status-{}">{}</span>', self.attempt.status, self.attempt.status)
 
 
-def journal_rows(attempts: Iterable[StepAttempt], now: datetime) -> list[JournalRow]:
-    """The journal in write order, each attempt numbered within its durable key."""
+def journal_rows(
+    attempts: Iterable[StepAttempt], now: datetime, day_of: datetime | None = None, run_end: datetime | None = None
+) -> list[JournalRow]:
+    """The journal in write order, each attempt numbered within its durable key.
+
+    Times on ``day_of``'s date (the run's creation) are shown without the date.
+    An attempt still open when the run ended (``run_end``: canceled during a
+    sleep, failed by its deadline) is measured up to the run's end, not now.
+    """
     seen: dict[str, int] = {}
     rows = []
     for attempt in attempts:
@@ -151,24 +183,25 @@ def journal_rows(attempts: Iterable[StepAttempt], now: datetime) -> list[Journal
             JournalRow(
                 attempt=attempt,
                 number=number,
-                started=format_time(attempt.started_at, precise=True),
-                finished=format_time(attempt.finished_at, precise=True),
-                duration=format_duration(elapsed(attempt.started_at, attempt.finished_at, now)),
+                started=format_time(attempt.started_at, precise=True, day_of=day_of),
+                finished=format_time(attempt.finished_at, precise=True, day_of=day_of),
+                duration=format_duration(elapsed(attempt.started_at, attempt.finished_at, run_end or now)),
                 output=output,
                 error_headline=headline,
                 error_traceback=traceback,
                 error_rest=rest,
-                note=_attempt_note(attempt),
+                note=_attempt_note(attempt, day_of)
+                + (" (still open when the run ended)" if run_end and attempt.finished_at is None else ""),
             )
         )
     return rows
 
 
-def _attempt_note(attempt: StepAttempt) -> str:
+def _attempt_note(attempt: StepAttempt, day_of: datetime | None) -> str:
     context = attempt.context or {}
     if attempt.kind == StepKind.SLEEP and context.get("resume_at"):
         resume = parse_datetime(str(context["resume_at"]))
-        text = f"until {format_time(resume, precise=True)}" if resume else ""
+        text = f"until {format_time(resume, precise=True, day_of=day_of)}" if resume else ""
         return text + (" (woken early)" if context.get("woken_early") else "")
     if attempt.kind == StepKind.WORKFLOW and context.get("workflow"):
         return f"child {context['workflow']}" + (f" {context['version']}" if context.get("version") else "")
@@ -219,10 +252,12 @@ _TICK_STEPS = (
 MAX_TIMELINE_ROWS = 60
 
 
-def _planned_end(attempt: StepAttempt, now: datetime) -> datetime:
-    """Where an unfinished attempt's bar ends: a sleep's wake time, else now."""
+def _planned_end(attempt: StepAttempt, now: datetime, run_end: datetime | None) -> datetime:
+    """Where an unfinished attempt's bar ends: the run's end, a sleep's wake time, else now."""
     if attempt.finished_at is not None:
         return attempt.finished_at
+    if run_end is not None:
+        return run_end
     if attempt.kind == StepKind.SLEEP:
         resume = parse_datetime(str((attempt.context or {}).get("resume_at", "")))
         if resume is not None and resume > now:
@@ -242,7 +277,10 @@ def _bar_css(attempt: StepAttempt) -> str:
 
 def build_timeline(run: WorkflowRun, rows: list[JournalRow], now: datetime) -> Timeline | None:
     """Lay the journal's attempts out on one time axis; None when no step has started."""
-    spans = [(row, row.attempt.started_at, _planned_end(row.attempt, now)) for row in rows if row.attempt.started_at]
+    run_end = run.finished_at if run.is_finished else None
+    spans = [
+        (row, row.attempt.started_at, _planned_end(row.attempt, now, run_end)) for row in rows if row.attempt.started_at
+    ]
     if not spans:
         return None
     origin = min(start for _, start, _ in spans)
@@ -317,7 +355,7 @@ ACTIONS: dict[str, RunAction] = {
     for action in (
         RunAction(
             "cancel", "Cancel", "change",
-            "Cancel {runs}? A worker executing one stops at its next step and writes nothing more.",
+            "Cancel {runs}? A worker executing a run stops at its next step and writes nothing more.",
             "Canceled", "it had already finished",
             offered=lambda run: run.status in CLAIMABLE_STATUSES,
             apply=lambda run: run_store.cancel_run(run.id),

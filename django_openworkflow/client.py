@@ -16,6 +16,7 @@ from .payload import to_json_value
 from .registry import registry
 from .store import runs as run_store
 from .store.db import fetch_db_now
+from .store.notify import run_waiters
 
 
 def _as_datetime(value: datetime | Duration | None, what: str) -> datetime | None:
@@ -103,22 +104,31 @@ class RunHandle:
         if isinstance(timeout, timedelta):
             timeout = timeout.total_seconds()
         give_up = None if timeout is None else time.monotonic() + timeout
+        # On PostgreSQL a finishing run notifies; polling is only the safety net.
+        finished = run_waiters.register(str(self.id))
         pause = 0.005
-        while True:
-            run = self.fetch()
-            if run.status == RunStatus.COMPLETED:
-                return run.output
-            if run.status == RunStatus.FAILED:
-                raise WorkflowFailed(run.id, run.error)
-            if run.status == RunStatus.CANCELED:
-                raise WorkflowCanceled(run.id)
-            if give_up is not None:
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    raise ResultTimeout(f"workflow run {self.id} did not finish within {timeout}s (status {run.status})")
-                pause = min(pause, left)
-            time.sleep(pause)
-            pause = min(pause * 2, 0.25)
+        left: float | None = None
+        try:
+            while True:
+                run = self.fetch()
+                if run.status == RunStatus.COMPLETED:
+                    return run.output
+                if run.status == RunStatus.FAILED:
+                    raise WorkflowFailed(run.id, run.error)
+                if run.status == RunStatus.CANCELED:
+                    raise WorkflowCanceled(run.id)
+                if give_up is not None:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        raise ResultTimeout(f"workflow run {self.id} did not finish within {timeout}s (status {run.status})")
+                if finished is not None:
+                    finished.wait(1.0 if left is None else min(left, 1.0))
+                else:
+                    time.sleep(pause if left is None else min(pause, left))
+                    pause = min(pause * 2, 0.25)
+        finally:
+            if finished is not None:
+                run_waiters.unregister(str(self.id), finished)
 
     def cancel(self) -> bool:
         """Cancel the run. True if it was canceled now; False if it had already finished.

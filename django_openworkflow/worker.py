@@ -28,6 +28,7 @@ from .engine.execute import Outcome, execute_slice
 from .store import claims
 from .store.claims import ClaimedRun
 from .store.db import fetch_db_now
+from .store.notify import DUE_CHANNEL, Listener, can_listen
 from .store.journal import LeaseLost, commit
 
 logger = logging.getLogger("django_openworkflow.worker")
@@ -117,10 +118,18 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="owf-heartbeat", daemon=True)
         for thread in [*threads, heartbeat]:
             thread.start()
+        # On PostgreSQL, a committed start, wake-up or retry notifies: claim at
+        # once instead of at the next poll. Polling stays as the safety net.
+        listener = Listener([DUE_CHANNEL], lambda channel, payload: self._wake.set()) if can_listen() else None
+        if listener is not None:
+            listener.start()
         try:
             self._claim_loop(until)
         finally:
             self._stopping.set()
+            if listener is not None:
+                listener.stop()
+                listener.join(5)
             for _ in threads:
                 self._slots.put(None)
             for thread in threads:

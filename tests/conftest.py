@@ -23,9 +23,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _require_postgres(django_db_setup: None, django_db_blocker: object) -> None:
+def _test_database(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
     if os.environ.get("OPENWORKFLOW_REQUIRE_POSTGRES") and connection.vendor != "postgresql":
         pytest.exit("OPENWORKFLOW_REQUIRE_POSTGRES is set but the tests are not running on PostgreSQL", 2)
+    yield
+    # result()'s LISTEN connection must close before the test database is dropped.
+    from django_openworkflow.store.notify import run_waiters
+
+    run_waiters.close()
 
 
 class WorkerProcesses:

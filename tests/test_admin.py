@@ -15,7 +15,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_openworkflow.admin_views import build_timeline, format_duration, journal_rows
+from django_openworkflow.admin_views import (
+    build_timeline,
+    format_duration,
+    journal_rows,
+)
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from tests.conftest import wait_until
 from tests.testapp.workflows import always_fails, sleeper, three_steps
@@ -263,6 +267,25 @@ def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:
 
 
 @pytest.mark.django_db
+def test_run_canceled_during_a_sleep_ends_its_sleep_bar_at_the_cancel(admin_client: Any) -> None:
+    start = timezone.now() - timedelta(minutes=10)
+    run = make_run(workflow_name="sleeper", status="canceled", started_at=start, finished_at=start + timedelta(seconds=30))
+    make_attempt(run, "before", started_at=start)
+    make_attempt(
+        run, "nap", kind="sleep", status="running", started_at=start + timedelta(seconds=1), finished_at=None,
+        context={"resume_at": (start + timedelta(hours=1)).isoformat()},
+    )
+    response = admin_client.get(run_url(run))
+    nap = response.context["journal"][1]
+    assert nap.duration == "29 s" and "still open when the run ended" in nap.note
+    timeline = response.context["timeline"]
+    assert timeline.span == "30 s" and timeline.now_left is None
+    bar = timeline.rows[1].bars[0]
+    assert round(bar.left + bar.width) == 100
+    assert "No output." in response.content.decode()
+
+
+@pytest.mark.django_db
 def test_run_page_links_parent_and_child_runs(admin_client: Any) -> None:
     parent = make_run(workflow_name="parent", status="running")
     wait = make_attempt(parent, "child-wf", kind="workflow", status="running", finished_at=None, context={"workflow": "kid"})
@@ -393,8 +416,8 @@ def test_action_endpoint_needs_post_and_a_known_action(admin_client: Any) -> Non
     run = make_run()
     assert admin_client.get(action_url(run, "cancel")).status_code == 405
     assert admin_client.post(action_url(run, "explode")).status_code == 404
-    assert admin_client.post(action_url(make_run.__class__, "cancel") if False else
-                             reverse("admin:django_openworkflow_workflowrun_action", args=[uuid.uuid4(), "cancel"])).status_code == 404
+    unknown_run = reverse("admin:django_openworkflow_workflowrun_action", args=[uuid.uuid4(), "cancel"])
+    assert admin_client.post(unknown_run).status_code == 404
     run.refresh_from_db()
     assert run.status == "pending"
 

@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib import admin
-from django.contrib.staticfiles.views import serve
-from django.urls import path, re_path
+from django.contrib.staticfiles.handlers import StaticFilesHandler
+from django.test.testcases import LiveServerThread
 
 from django_openworkflow import RetryPolicy, workflow
 from django_openworkflow.models import WorkflowRun
@@ -46,19 +45,26 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-# The test settings have no staticfiles app, so the live server would serve
-# pages without the admin's CSS. This URLconf (installed by the fixture below)
-# serves static files from the apps' static/ folders, as runserver would.
-urlpatterns = [
-    path("admin/", admin.site.urls),
-    re_path(r"^static/(?P<path>.*)$", serve, {"insecure": True}),
-]
-
-
 @pytest.fixture
-def styled_admin(settings: Any) -> None:
-    settings.ROOT_URLCONF = __name__
+def live_admin(settings: Any) -> Iterator[str]:
+    """A live server that serves the admin's static files; yields its base URL.
+
+    pytest-django's ``live_server`` needs STATIC_URL (and the staticfiles app
+    for CSS), which the test settings do not set; this server gets both from
+    here, and the finders read static files from each app's static/ folder.
+    """
     settings.STATIC_URL = "/static/"
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "localhost"]
+    thread = LiveServerThread("localhost", static_handler=StaticFilesHandler)
+    thread.daemon = True
+    thread.start()
+    thread.is_ready.wait()
+    if thread.error is not None:
+        raise thread.error
+    try:
+        yield f"http://localhost:{thread.port}"
+    finally:
+        thread.terminate()
 
 
 def _signup(ctx: Any) -> dict[str, Any]:
@@ -107,8 +113,7 @@ def _run_url(base: str, run_id: Any) -> str:
 
 
 def test_admin_in_a_real_browser(
-    live_server: Any,
-    styled_admin: None,
+    live_admin: str,
     django_user_model: Any,
     run_worker: Any,
     signup_workflow: Any,
@@ -122,7 +127,7 @@ def test_admin_in_a_real_browser(
     assert (completed.status(), failed.status(), sleeping.status()) == ("completed", "failed", "running")
 
     ARTIFACTS.mkdir(exist_ok=True)
-    base = live_server.url
+    base = live_admin
     with chromium_page() as page:
         _drive(page, base, completed.id, failed.id, sleeping.id, signup.id)
     assert WorkflowRun.objects.get(id=sleeping.id).status == "canceled"
@@ -142,7 +147,7 @@ def _drive(page: Any, base: str, completed: Any, failed: Any, sleeping: Any, sig
     assert page.locator("#result_list tbody tr").count() == 4
     assert page.locator(".owf-count-parked .owf-count-number").inner_text() == "1"
     assert page.locator("#result_list .owf-status-failed").inner_text() == "failed"
-    badge_colour = page.locator("#result_list .owf-status-completed").evaluate("e => getComputedStyle(e).backgroundColor")
+    badge_colour = page.locator("#result_list .owf-status-completed").first.evaluate("e => getComputedStyle(e).backgroundColor")
     assert badge_colour == "rgb(26, 127, 55)"
     page.screenshot(path=str(ARTIFACTS / "run-list.png"), full_page=True)
 
@@ -160,6 +165,12 @@ def _drive(page: Any, base: str, completed: Any, failed: Any, sleeping: Any, sig
     page.emulate_media(color_scheme="dark")
     page.screenshot(path=str(ARTIFACTS / "run-signup-dark.png"), full_page=True)
     page.emulate_media(color_scheme="light")
+    # The README's picture (docs/run-page.png is a copy): the page alone, without the app sidebar.
+    page.click("#toggle-nav-sidebar")
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.screenshot(path=str(ARTIFACTS / "readme-run-page.png"), full_page=True)
+    page.click("#toggle-nav-sidebar")
+    page.set_viewport_size({"width": 1440, "height": 900})
 
     # Cancel the sleeping run from its page: open the action, confirm.
     page.goto(_run_url(base, sleeping))
@@ -178,7 +189,7 @@ def _drive(page: Any, base: str, completed: Any, failed: Any, sleeping: Any, sig
     page.select_option("select[name=action]", "retry_failed_runs")
     page.click("button[name=index]")
     page.wait_for_load_state()
-    assert "Retry from the failed step" in page.locator(".owf-question").inner_text()
+    assert "Retry the 1 selected run from the failed step?" in page.locator(".owf-question").inner_text()
     page.screenshot(path=str(ARTIFACTS / "list-action-confirm.png"), full_page=True)
     page.click("input[type=submit][value^='Yes']")
     page.wait_for_load_state()

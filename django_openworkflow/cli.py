@@ -1,0 +1,378 @@
+"""``manage.py workflows``: list, show, start, cancel, retry and count runs from a terminal.
+
+The management command only builds the parser (:func:`add_arguments`) and
+calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
+JSON with ``--json``; every error is a ``CommandError`` with one clear line,
+which Django turns into a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.core.management.base import CommandError, OutputWrapper
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+
+from .admin_views import elapsed, format_duration, format_time, wake_hint
+from .client import RunHandle, start_run
+from .errors import OpenWorkflowError, ResultTimeout, WorkflowCanceled, WorkflowFailed
+from .models import RunStatus, StepAttempt, WorkflowRun
+from .store import queries
+from .store import runs as run_store
+
+Handler = Callable[[dict[str, Any], OutputWrapper], None]
+
+
+# -- arguments ----------------------------------------------------------------
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return number
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The subcommands and their options."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON for scripts instead of text")
+    sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+
+    listing = sub.add_parser("list", parents=[common], help="the newest runs")
+    listing.add_argument(
+        "--status",
+        action="append",
+        metavar="STATUS",
+        help=f"only runs in this status ({', '.join(queries.DISPLAY_STATUSES)}); repeat or comma-separate for several",
+    )
+    listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    listing.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="at most N runs (default 20)")
+
+    show = sub.add_parser("show", parents=[common], help="one run and its journal")
+    show.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first 8 or more characters")
+
+    start = sub.add_parser("start", parents=[common], help="start a run of a registered workflow")
+    start.add_argument("name", metavar="NAME", help="the workflow's name")
+    start.add_argument("--input", default=None, metavar="JSON", help="the run's input as JSON (default: null)")
+    start.add_argument("--version", default=None, help="the workflow version (default: the highest registered)")
+    start.add_argument("--idempotency-key", default=None, metavar="KEY", help="start at most one run with this key")
+    start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
+    start.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="with --wait: give up after this long")
+
+    cancel = sub.add_parser("cancel", parents=[common], help="cancel a pending or running run")
+    cancel.add_argument("run_id", metavar="RUN_ID")
+
+    retry = sub.add_parser("retry", parents=[common], help="make a parked run due now, or retry a failed run")
+    retry.add_argument("run_id", metavar="RUN_ID")
+    retry.add_argument(
+        "--from-failed-step",
+        action="store_true",
+        help="send a failed run back to pending; completed steps keep their outputs",
+    )
+
+    sub.add_parser("stats", parents=[common], help="run counts by workflow and status")
+
+
+def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
+    """Run the chosen subcommand."""
+    SUBCOMMANDS[options["subcommand"]](options, out)
+
+
+# -- output helpers -------------------------------------------------------------
+
+
+def _print_json(out: OutputWrapper, value: Any) -> None:
+    out.write(json.dumps(value, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+
+
+def _compact_json(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, separators=(",", ":"))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns two spaces apart, headers in capitals; columns of numbers are right-aligned."""
+    numeric = [bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
+    cells = [[str(h).upper() for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, numeric)).rstrip()
+        for row in cells
+    )
+
+
+def resolve_run(value: str) -> WorkflowRun:
+    """A run by full id or by a unique prefix of 8+ characters; CommandError otherwise."""
+    run_id = queries.parse_run_id(value)
+    if run_id is not None:
+        run = queries.runs().filter(id=run_id).first()
+        if run is None:
+            raise CommandError(f"no workflow run with id {value}")
+        return run
+    prefix = value.strip().lower()
+    if len(prefix) < 8 or any(c not in "0123456789abcdef-" for c in prefix):
+        raise CommandError(f"{value!r} is not a workflow run id (give the whole id or its first 8 characters)")
+    # Ids are stored without dashes on SQLite and compared as text on PostgreSQL:
+    # a prefix up to the first dash (the short id the list shows) works on both.
+    matches = list(queries.runs().filter(id__startswith=prefix.split("-")[0])[:2])
+    if not matches:
+        raise CommandError(f"no workflow run with an id starting with {prefix}")
+    if len(matches) > 1:
+        raise CommandError(f"more than one workflow run has an id starting with {prefix}; give more of it")
+    return matches[0]
+
+
+def _run_dict(run: WorkflowRun, payloads: bool = True) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": str(run.id),
+        "workflow": run.workflow_name,
+        "version": run.version,
+        "status": queries.display_status(run.status, run.worker_id),
+        "attempts": run.attempts,
+        "worker_id": run.worker_id,
+        "idempotency_key": run.idempotency_key,
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "available_at": run.available_at,
+        "deadline_at": run.deadline_at,
+    }
+    if payloads:
+        data.update(input=run.input, output=run.output, error=run.error)
+    return data
+
+
+def _attempt_dict(attempt: StepAttempt, number: int) -> dict[str, Any]:
+    return {
+        "id": attempt.id,
+        "step": attempt.step_name,
+        "kind": attempt.kind,
+        "status": attempt.status,
+        "attempt": number,
+        "started_at": attempt.started_at,
+        "finished_at": attempt.finished_at,
+        "output": attempt.output,
+        "error": attempt.error,
+        "context": attempt.context,
+        "child_run_id": str(attempt.child_workflow_run_id) if attempt.child_workflow_run_id else None,
+    }
+
+
+def _error_line(error: Any) -> str:
+    if isinstance(error, dict):
+        return ": ".join(str(p) for p in (error.get("type"), error.get("message")) if p)
+    return _compact_json(error)
+
+
+# -- subcommands ------------------------------------------------------------------
+
+
+def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows list``: the newest runs, newest first."""
+    statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
+    unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
+    if unknown:
+        raise CommandError(f"unknown status {unknown[0]!r}; choose from {', '.join(queries.DISPLAY_STATUSES)}")
+    found = queries.list_runs(statuses=statuses, workflow_name=options["workflow"], limit=options["limit"])
+    if options["json"]:
+        _print_json(out, [_run_dict(run, payloads=False) for run in found])
+        return
+    if not found:
+        out.write("No runs.")
+        return
+    now = timezone.now()
+    out.write(
+        format_table(
+            ("id", "workflow", "version", "status", "attempts", "created", "duration"),
+            [
+                (
+                    run.id,
+                    run.workflow_name,
+                    run.version or "-",
+                    queries.display_status(run.status, run.worker_id),
+                    run.attempts,
+                    format_time(run.created_at),
+                    format_duration(elapsed(run.started_at, run.finished_at, now)) or "-",
+                )
+                for run in found
+            ],
+        )
+    )
+
+
+def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows show RUN_ID``: the run, its payloads and its journal as a table."""
+    run = resolve_run(options["run_id"])
+    attempts = queries.journal(run.id)
+    numbers: dict[str, int] = {}
+    numbered = []
+    for attempt in attempts:
+        numbers[attempt.step_name] = numbers.get(attempt.step_name, 0) + 1
+        numbered.append((attempt, numbers[attempt.step_name]))
+    if options["json"]:
+        _print_json(out, {"run": _run_dict(run), "journal": [_attempt_dict(a, n) for a, n in numbered]})
+        return
+    now = timezone.now()
+    hint = wake_hint(run, now)
+    fields = [
+        ("status", queries.display_status(run.status, run.worker_id) + (f" ({hint})" if hint else "")),
+        ("workflow", run.workflow_name + (f" {run.version}" if run.version else "")),
+        ("attempts", run.attempts),
+        ("worker", run.worker_id or "-"),
+        ("created", format_time(run.created_at)),
+        ("started", format_time(run.started_at) or "-"),
+        ("finished", format_time(run.finished_at) or "-"),
+        ("duration", format_duration(elapsed(run.started_at, run.finished_at, now)) or "-"),
+        ("available at", format_time(run.available_at)),
+        ("deadline", format_time(run.deadline_at) or "-"),
+        ("idempotency key", run.idempotency_key or "-"),
+        ("input", _compact_json(run.input, 100)),
+    ]
+    if run.output is not None:
+        fields.append(("output", _compact_json(run.output, 100)))
+    if run.error is not None:
+        fields.append(("error", _error_line(run.error)))
+    out.write(f"Run {run.id}")
+    out.write("\n".join(f"  {label:<17}{value}" for label, value in fields))
+    out.write("")
+    out.write(f"Journal: {len(numbered)} step attempt{'' if len(numbered) == 1 else 's'}")
+    if numbered:
+        day = run.created_at
+        # An attempt left open when the run ended (canceled mid-sleep) stopped with the run.
+        run_end = run.finished_at if run.is_finished else None
+        out.write(
+            format_table(
+                ("#", "step", "kind", "status", "attempt", "started", "finished", "duration", "output or error"),
+                [
+                    (
+                        index,
+                        attempt.step_name,
+                        attempt.kind,
+                        attempt.status,
+                        number,
+                        format_time(attempt.started_at, precise=True, day_of=day),
+                        format_time(attempt.finished_at, precise=True, day_of=day) or "-",
+                        format_duration(elapsed(attempt.started_at, attempt.finished_at, run_end or now)),
+                        _error_line(attempt.error) if attempt.error else (
+                            _compact_json(attempt.output) if attempt.status == "completed" and attempt.kind != "sleep" else ""
+                        ),
+                    )
+                    for index, (attempt, number) in enumerate(numbered, start=1)
+                ],
+            )
+        )
+    if isinstance(run.error, dict) and run.error.get("traceback"):
+        out.write("")
+        out.write(str(run.error["traceback"]).rstrip())
+
+
+def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows start NAME``: start a run (and with ``--wait``, wait for its output)."""
+    try:
+        input_value = json.loads(options["input"]) if options["input"] is not None else None
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--input is not valid JSON: {exc}") from None
+    name, key = options["name"], options["idempotency_key"]
+    existing = queries.existing_run_for_key(name, key) if key else None
+    try:
+        handle = start_run(name, input_value, version=options["version"], idempotency_key=key)
+    except (OpenWorkflowError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+    run = handle.fetch()
+    result: dict[str, Any] = {"id": str(run.id), "workflow": run.workflow_name, "version": run.version,
+                              "created": existing is None}
+    if not options["wait"]:
+        result["status"] = run.status
+        if options["json"]:
+            _print_json(out, result)
+        elif existing is not None:
+            out.write(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}.")
+        else:
+            out.write(f"Started run {run.id} of {run.workflow_name}" + (f" {run.version}." if run.version else "."))
+        return
+    output = _wait(handle, options["timeout"])
+    if options["json"]:
+        _print_json(out, {**result, "status": RunStatus.COMPLETED, "output": output})
+    else:
+        out.write(f"Run {run.id} of {run.workflow_name} completed. Output:")
+        out.write(json.dumps(output, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+
+
+def _wait(handle: RunHandle, timeout: float | None) -> Any:
+    try:
+        return handle.result(timeout=timeout)
+    except WorkflowFailed as exc:
+        raise CommandError(f"run {handle.id} failed: {_error_line(exc.error)}") from None
+    except WorkflowCanceled:
+        raise CommandError(f"run {handle.id} was canceled") from None
+    except ResultTimeout:
+        raise CommandError(
+            f"run {handle.id} did not finish within {timeout:g} s (it goes on; is a worker running?)"
+        ) from None
+
+
+def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows cancel RUN_ID``."""
+    run = resolve_run(options["run_id"])
+    if not run_store.cancel_run(run.id):
+        raise CommandError(f"run {run.id} is {run.status}: only pending or running runs can be canceled")
+    if options["json"]:
+        _print_json(out, {"id": str(run.id), "status": RunStatus.CANCELED})
+    else:
+        out.write(f"Canceled run {run.id}.")
+
+
+def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows retry RUN_ID``: wake a parked run; ``--from-failed-step``: retry a failed one."""
+    run = resolve_run(options["run_id"])
+    shown = queries.display_status(run.status, run.worker_id)
+    if options["from_failed_step"]:
+        if not run_store.retry_failed_run(run.id):
+            raise CommandError(f"run {run.id} is {shown}, not failed: nothing to retry from a failed step")
+        message, status = f"Run {run.id} is pending again; it resumes at its failed step.", RunStatus.PENDING
+    else:
+        if not run_store.wake_run(run.id):
+            advice = " (use --from-failed-step for a failed run)" if run.status == RunStatus.FAILED else ""
+            raise CommandError(
+                f"run {run.id} is {shown}: only a sleeping, backing-off or scheduled run can be retried now{advice}"
+            )
+        message, status = f"Run {run.id} is due now.", shown
+    if options["json"]:
+        _print_json(out, {"id": str(run.id), "status": status})
+    else:
+        out.write(message)
+
+
+def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows stats``: how many runs of each workflow are in each status."""
+    rows = queries.stats_by_workflow()
+    statuses = queries.DISPLAY_STATUSES
+    if options["json"]:
+        _print_json(out, [{"workflow": r.workflow_name, **r.counts, "total": r.total} for r in rows])
+        return
+    if not rows:
+        out.write("No runs.")
+        return
+    totals = [sum(r.counts[s] for r in rows) for s in statuses]
+    out.write(
+        format_table(
+            ("workflow", *statuses, "total"),
+            [(r.workflow_name, *(r.counts[s] for s in statuses), r.total) for r in rows]
+            + [("(all)", *totals, sum(totals))],
+        )
+    )
+
+
+SUBCOMMANDS: dict[str, Handler] = {
+    "list": list_command,
+    "show": show_command,
+    "start": start_command,
+    "cancel": cancel_command,
+    "retry": retry_command,
+    "stats": stats_command,
+}

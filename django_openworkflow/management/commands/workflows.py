@@ -1,0 +1,22 @@
+"""``manage.py workflows``: look at and act on workflow runs from a terminal (see ``cli.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from ... import cli
+
+
+class Command(BaseCommand):
+    help = (
+        "List, show, start, cancel and retry workflow runs, and count them by status. "
+        "Every subcommand takes --json for scripts."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        cli.add_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        cli.dispatch(options, self.stdout)

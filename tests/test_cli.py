@@ -1,0 +1,332 @@
+"""``manage.py workflows``: every subcommand through call_command, text and JSON, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+
+from django_openworkflow.models import StepAttempt, WorkflowRun
+from tests.testapp.workflows import always_fails
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def workflows(*args: str) -> str:
+    out = StringIO()
+    call_command("workflows", *args, stdout=out)
+    return out.getvalue()
+
+
+def as_json(*args: str) -> Any:
+    return json.loads(workflows(*args, "--json"))
+
+
+def make_run(**fields: Any) -> WorkflowRun:
+    values: dict[str, Any] = {"workflow_name": "three-steps", "status": "pending", "input": {"start": 2}, "available_at": timezone.now()}
+    values.update(fields)
+    return WorkflowRun.objects.create(**values)
+
+
+def some_runs() -> dict[str, WorkflowRun]:
+    now = timezone.now()
+    return {
+        "pending": make_run(),
+        "parked": make_run(workflow_name="sleeper", status="running", available_at=now + timedelta(minutes=5)),
+        "running": make_run(status="running", worker_id="w-1", started_at=now),
+        "completed": make_run(status="completed", output={"result": 21}, started_at=now, finished_at=now + timedelta(seconds=1)),
+        "failed": make_run(
+            workflow_name="always-fails",
+            status="failed",
+            error={"type": "ValueError", "message": "kaboom", "traceback": "Traceback (most recent call last):\nValueError: kaboom"},
+        ),
+    }
+
+
+# -- list --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_list_without_runs() -> None:
+    assert workflows("list").strip() == "No runs."
+    assert as_json("list") == []
+
+
+@pytest.mark.django_db
+def test_list_shows_newest_first_with_display_status() -> None:
+    runs = some_runs()
+    text = workflows("list")
+    lines = text.splitlines()
+    assert lines[0].split() == ["ID", "WORKFLOW", "VERSION", "STATUS", "ATTEMPTS", "CREATED", "DURATION"]
+    assert str(runs["failed"].id) in lines[1]  # created last
+    assert " parked " in text and " running " in text
+    data = as_json("list")
+    assert [row["id"] for row in data] == [str(r.id) for r in reversed(list(runs.values()))]
+    assert {row["status"] for row in data} == set(runs)
+    assert "input" not in data[0]  # the list leaves payloads out
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--status", "parked"], {"parked"}),
+        (["--status", "running"], {"running"}),
+        (["--status", "failed,completed"], {"failed", "completed"}),
+        (["--status", "failed", "--status", "pending"], {"failed", "pending"}),
+        (["--workflow", "three-steps"], {"pending", "running", "completed"}),
+        (["--workflow", "three-steps", "--status", "pending"], {"pending"}),
+    ],
+)
+def test_list_filters(args: list[str], expected: set[str]) -> None:
+    some_runs()
+    assert {row["status"] for row in as_json("list", *args)} == expected
+
+
+@pytest.mark.django_db
+def test_list_limit() -> None:
+    some_runs()
+    assert len(as_json("list", "--limit", "2")) == 2
+    with pytest.raises(CommandError, match="positive"):
+        workflows("list", "--limit", "0")
+
+
+@pytest.mark.django_db
+def test_list_unknown_status_is_an_error() -> None:
+    with pytest.raises(CommandError, match="unknown status 'sleeping'; choose from pending, running, parked"):
+        workflows("list", "--status", "sleeping")
+
+
+# -- show ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_show_prints_the_run_and_its_journal() -> None:
+    run = some_runs()["failed"]
+    start = timezone.now()
+    for step, status in (("boom", "failed"), ("boom", "failed"), ("cleanup", "completed")):
+        StepAttempt.objects.create(
+            workflow_run=run, step_name=step, kind="run", status=status, started_at=start, finished_at=start,
+            output="done" if status == "completed" else None,
+            error={"type": "ValueError", "message": "kaboom"} if status == "failed" else None,
+        )
+    text = workflows("show", str(run.id))
+    assert f"Run {run.id}" in text and "always-fails" in text
+    assert "error            ValueError: kaboom" in text
+    assert "Journal: 3 step attempts" in text
+    table = text[text.index("Journal"):].splitlines()
+    assert table[1].split()[:5] == ["#", "STEP", "KIND", "STATUS", "ATTEMPT"]
+    assert table[2].split()[:5] == ["1", "boom", "run", "failed", "1"]
+    assert table[3].split()[:5] == ["2", "boom", "run", "failed", "2"]
+    assert table[4].split()[:5] == ["3", "cleanup", "run", "completed", "1"]
+    assert text.rstrip().endswith("ValueError: kaboom")  # the traceback closes the report
+
+
+@pytest.mark.django_db
+def test_show_json() -> None:
+    run = some_runs()["completed"]
+    StepAttempt.objects.create(workflow_run=run, step_name="one", kind="run", status="completed", output={"n": 2})
+    data = as_json("show", str(run.id))
+    assert data["run"]["id"] == str(run.id) and data["run"]["output"] == {"result": 21}
+    assert data["run"]["input"] == {"start": 2}
+    assert [(a["step"], a["attempt"], a["output"]) for a in data["journal"]] == [("one", 1, {"n": 2})]
+
+
+@pytest.mark.django_db
+def test_show_accepts_the_short_id() -> None:
+    run = some_runs()["parked"]
+    text = workflows("show", str(run.id)[:8])
+    assert f"Run {run.id}" in text and "parked (wakes in" in text
+
+
+@pytest.mark.django_db
+def test_show_errors() -> None:
+    with pytest.raises(CommandError, match="no workflow run with id"):
+        workflows("show", str(uuid.uuid4()))
+    with pytest.raises(CommandError, match="is not a workflow run id"):
+        workflows("show", "nope")
+    with pytest.raises(CommandError, match="no workflow run with an id starting with"):
+        workflows("show", "00000000")
+    make_run(id=uuid.UUID("abcdef01-0000-4000-8000-000000000001"))
+    make_run(id=uuid.UUID("abcdef01-0000-4000-8000-000000000002"))
+    with pytest.raises(CommandError, match="more than one workflow run"):
+        workflows("show", "abcdef01")
+    with pytest.raises(CommandError):  # the subcommand needs its argument
+        workflows("show")
+
+
+# -- start -----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_start_inserts_a_pending_run() -> None:
+    text = workflows("start", "versioned", "--version", "v1", "--input", '{"user_id": 7}')
+    run = WorkflowRun.objects.get()
+    assert text.strip() == f"Started run {run.id} of versioned v1."
+    assert (run.workflow_name, run.version, run.input, run.status) == ("versioned", "v1", {"user_id": 7}, "pending")
+
+
+@pytest.mark.django_db
+def test_start_defaults_to_the_latest_version_and_null_input() -> None:
+    data = as_json("start", "versioned")
+    assert data["version"] == "v2" and data["status"] == "pending" and data["created"] is True
+    assert WorkflowRun.objects.get(id=data["id"]).input is None
+
+
+@pytest.mark.django_db
+def test_start_with_an_idempotency_key_starts_once() -> None:
+    first = as_json("start", "three-steps", "--idempotency-key", "order-1")
+    again = workflows("start", "three-steps", "--idempotency-key", "order-1")
+    assert f"Run {first['id']} of three-steps already exists for idempotency key 'order-1'." in again
+    assert WorkflowRun.objects.count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["three-steps", "--input", "{nope"], "--input is not valid JSON: Expecting property name"),
+        (["no-such-workflow"], "no workflow named 'no-such-workflow' is registered"),
+        (["versioned", "--version", "v9"], "no workflow 'versioned' with version 'v9' is registered"),
+        (["three-steps", "--input", "NaN"], "NaN"),
+        (["three-steps", "--idempotency-key", ""], "idempotency_key must be a non-empty string"),
+    ],
+)
+def test_start_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError, match=message.replace("(", r"\(")):
+        workflows("start", *args)
+    assert WorkflowRun.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_start_and_wait_for_the_output(workers: Any) -> None:
+    workers.start()
+    text = workflows("start", "three-steps", "--input", '{"start": 3}', "--wait", "--timeout", "60")
+    assert "completed. Output:" in text and '"result": 31' in text
+    data = as_json("start", "three-steps", "--input", '{"start": 5}', "--wait", "--timeout", "60")
+    assert data["status"] == "completed" and data["output"] == {"result": 51}
+    with pytest.raises(CommandError, match=r"failed: .*StepFailed: step 'boom' failed: ValueError: kaboom"):
+        workflows("start", "always-fails", "--wait", "--timeout", "60")
+
+
+@pytest.mark.django_db
+def test_start_wait_gives_up_after_the_timeout() -> None:
+    with pytest.raises(CommandError, match=r"did not finish within 0.05 s \(it goes on; is a worker running\?\)"):
+        workflows("start", "three-steps", "--wait", "--timeout", "0.05")
+    assert WorkflowRun.objects.get().status == "pending"
+
+
+# -- cancel and retry ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_cancel() -> None:
+    runs = some_runs()
+    assert workflows("cancel", str(runs["pending"].id)).strip() == f"Canceled run {runs['pending'].id}."
+    assert as_json("cancel", str(runs["parked"].id)) == {"id": str(runs["parked"].id), "status": "canceled"}
+    assert WorkflowRun.objects.filter(status="canceled").count() == 2
+    with pytest.raises(CommandError, match="is completed: only pending or running runs can be canceled"):
+        workflows("cancel", str(runs["completed"].id))
+    with pytest.raises(CommandError, match="no workflow run with id"):
+        workflows("cancel", str(uuid.uuid4()))
+
+
+@pytest.mark.django_db
+def test_retry_wakes_a_parked_run() -> None:
+    run = some_runs()["parked"]
+    assert workflows("retry", str(run.id)).strip() == f"Run {run.id} is due now."
+    run.refresh_from_db()
+    assert run.available_at <= timezone.now()
+    with pytest.raises(CommandError, match="only a sleeping, backing-off or scheduled run can be retried now"):
+        workflows("retry", str(run.id))  # already due
+
+
+@pytest.mark.django_db
+def test_retry_of_a_failed_run_points_to_the_flag() -> None:
+    run = some_runs()["failed"]
+    with pytest.raises(CommandError, match=r"is failed: .* \(use --from-failed-step for a failed run\)"):
+        workflows("retry", str(run.id))
+
+
+@pytest.mark.django_db
+def test_retry_from_failed_step() -> None:
+    runs = some_runs()
+    data = as_json("retry", str(runs["failed"].id), "--from-failed-step")
+    assert data == {"id": str(runs["failed"].id), "status": "pending"}
+    runs["failed"].refresh_from_db()
+    assert runs["failed"].status == "pending" and runs["failed"].error is None
+    with pytest.raises(CommandError, match="is completed, not failed"):
+        workflows("retry", str(runs["completed"].id), "--from-failed-step")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_from_failed_step_runs_the_step_again(run_worker: Any) -> None:
+    handle = always_fails.run()
+    run_worker()
+    assert handle.status() == "failed"
+    workflows("retry", str(handle.id), "--from-failed-step")
+    run_worker()
+    attempts = as_json("show", str(handle.id))["journal"]
+    assert [(a["step"], a["attempt"], a["status"]) for a in attempts] == [("boom", 1, "failed"), ("boom", 2, "failed")]
+
+
+# -- stats -------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_stats() -> None:
+    some_runs()
+    make_run(status="completed")
+    lines = workflows("stats").splitlines()
+    assert lines[0].split() == ["WORKFLOW", "PENDING", "RUNNING", "PARKED", "COMPLETED", "FAILED", "CANCELED", "TOTAL"]
+    rows = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in lines[1:]}
+    assert rows == {
+        "always-fails": [0, 0, 0, 0, 1, 0, 1],
+        "sleeper": [0, 0, 1, 0, 0, 0, 1],
+        "three-steps": [1, 1, 0, 2, 0, 0, 4],
+        "(all)": [1, 1, 1, 2, 1, 0, 6],
+    }
+    data = as_json("stats")
+    assert data[2] == {
+        "workflow": "three-steps", "pending": 1, "running": 1, "parked": 0, "completed": 2, "failed": 0, "canceled": 0, "total": 4
+    }
+
+
+@pytest.mark.django_db
+def test_stats_without_runs() -> None:
+    assert workflows("stats").strip() == "No runs."
+    assert as_json("stats") == []
+
+
+# -- a real process: errors are one line and a non-zero exit -------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["start", "three-steps", "--input", "{"], "CommandError: --input is not valid JSON: Expecting property name"),
+        (["show", str(uuid.UUID(int=1))], "CommandError: no workflow run with id 00000000-0000-0000-0000-000000000001"),
+        (["start", "nope"], "CommandError: no workflow named 'nope' is registered"),
+    ],
+)
+def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
+    env = dict(os.environ, OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "workflows", "--settings=tests.settings", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr.strip().startswith(line) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
