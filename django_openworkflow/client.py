@@ -51,7 +51,9 @@ def start_run(
     elif registry.get(workflow_name, version) is None:
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
     if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
-        raise ValueError(f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}")
+        raise ValueError(
+            f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}"
+        )
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
     available = _as_datetime(available_at, "available_at")
     deadline = _as_datetime(deadline_at, "deadline_at")
@@ -120,7 +122,9 @@ class RunHandle:
                 if give_up is not None:
                     left = give_up - time.monotonic()
                     if left <= 0:
-                        raise ResultTimeout(f"workflow run {self.id} did not finish within {timeout}s (status {run.status})")
+                        raise ResultTimeout(
+                            f"workflow run {self.id} did not finish within {timeout}s (status {run.status})"
+                        )
                 if finished is not None:
                     finished.wait(1.0 if left is None else min(left, 1.0))
                 else:

@@ -76,9 +76,7 @@ class WorkflowFailed(OpenWorkflowError):
     def __init__(self, run_id: Any, error: dict[str, Any] | None) -> None:
         self.run_id = run_id
         self.error = error or {}
-        super().__init__(
-            f"workflow run {run_id} failed: {self.error.get('type')}: {self.error.get('message')}"
-        )
+        super().__init__(f"workflow run {run_id} failed: {self.error.get('type')}: {self.error.get('message')}")
 
 
 class WorkflowCanceled(OpenWorkflowError):

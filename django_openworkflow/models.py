@@ -119,9 +119,7 @@ class StepAttempt(models.Model):
     """One attempt of one step of a run: the journal that replay reads."""
 
     id = models.BigAutoField(primary_key=True)
-    workflow_run = models.ForeignKey(
-        WorkflowRun, on_delete=models.CASCADE, related_name="step_attempts"
-    )
+    workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="step_attempts")
     step_name = models.CharField(max_length=255, help_text="The durable key, e.g. 'send:1'.")
     kind = models.CharField(max_length=16, choices=StepKind.choices)
     status = models.CharField(max_length=16, choices=StepStatus.choices)

@@ -30,5 +30,7 @@ def to_json_value(value: Any, what: str) -> Any:
     limit = owf_settings.max_payload_bytes
     size = len(encoded.encode())
     if size > limit:
-        raise PayloadError(f"{what} is {size} bytes of JSON, over the limit of {limit} (OPENWORKFLOW['MAX_PAYLOAD_BYTES'])")
+        raise PayloadError(
+            f"{what} is {size} bytes of JSON, over the limit of {limit} (OPENWORKFLOW['MAX_PAYLOAD_BYTES'])"
+        )
     return json.loads(encoded)

@@ -64,9 +64,7 @@ class WorkflowSpec:
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            f"workflow {self.name!r} is not called directly; start it with {self.fn.__name__}.run(input)"
-        )
+        raise TypeError(f"workflow {self.name!r} is not called directly; start it with {self.fn.__name__}.run(input)")
 
 
 def _version_sort_key(version: str | None) -> tuple[Any, ...]:
@@ -143,9 +141,13 @@ def workflow(
             )
         wf_name = func.__name__ if name is None else name
         if not isinstance(wf_name, str) or not wf_name or len(wf_name) > 255:
-            raise WorkflowRegistrationError(f"workflow name must be a non-empty string of at most 255 characters, got {wf_name!r}")
+            raise WorkflowRegistrationError(
+                f"workflow name must be a non-empty string of at most 255 characters, got {wf_name!r}"
+            )
         if version is not None and (not isinstance(version, str) or not version or len(version) > 255):
-            raise WorkflowRegistrationError(f"workflow version must be None or a non-empty string of at most 255 characters, got {version!r}")
+            raise WorkflowRegistrationError(
+                f"workflow version must be None or a non-empty string of at most 255 characters, got {version!r}"
+            )
         for label, policy in (("retry_policy", retry_policy), ("step_retry_policy", step_retry_policy)):
             if policy is not None and not isinstance(policy, RetryPolicy):
                 raise WorkflowRegistrationError(f"{label} must be a RetryPolicy, got {policy!r}")

@@ -13,7 +13,6 @@ import queue
 import signal
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -28,8 +27,8 @@ from .engine.execute import Outcome, execute_slice
 from .store import claims
 from .store.claims import ClaimedRun
 from .store.db import fetch_db_now
-from .store.notify import DUE_CHANNEL, Listener, can_listen
 from .store.journal import LeaseLost, commit
+from .store.notify import DUE_CHANNEL, Listener, can_listen
 
 logger = logging.getLogger("django_openworkflow.worker")
 
@@ -100,7 +99,11 @@ class Worker:
         if self._signals_seen > 1:
             logger.warning("second signal: exiting now; leases of in-flight runs will expire")
             os._exit(1)
-        logger.info("%s received: finishing %d in-flight run(s), then exiting", signal.Signals(signum).name, len(self._in_flight))
+        logger.info(
+            "%s received: finishing %d in-flight run(s), then exiting",
+            signal.Signals(signum).name,
+            len(self._in_flight),
+        )
         self.stop()
 
     # -- main loop --
@@ -112,8 +115,7 @@ class Worker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous_handlers[signum] = signal.signal(signum, self._on_signal)
         threads = [
-            threading.Thread(target=self._slot_loop, name=f"owf-slot-{i}", daemon=True)
-            for i in range(self.concurrency)
+            threading.Thread(target=self._slot_loop, name=f"owf-slot-{i}", daemon=True) for i in range(self.concurrency)
         ]
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="owf-heartbeat", daemon=True)
         for thread in [*threads, heartbeat]:
@@ -228,7 +230,12 @@ class Worker:
         recycle_connections()
         try:
             now = fetch_db_now()
-            commit(claimed.run.id, self.worker_id, now, run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)})
+            commit(
+                claimed.run.id,
+                self.worker_id,
+                now,
+                run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)},
+            )
         except (Exception, LeaseLost):
             # Its lease will expire instead; a slot thread must never die.
             logger.debug("could not release run %s", claimed.run.id, exc_info=True)

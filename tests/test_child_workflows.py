@@ -17,7 +17,11 @@ def child(ctx):
     if mode == "sleep":
         ctx.step.sleep("nap", ctx.input["duration"])
     if mode == "fail":
-        ctx.step.run("explode", lambda: (_ for _ in ()).throw(ValueError("child broke")), retry_policy=RetryPolicy(maximum_attempts=1))
+        ctx.step.run(
+            "explode",
+            lambda: (_ for _ in ()).throw(ValueError("child broke")),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )
     return ctx.step.run("double", lambda: ctx.input["n"] * 2)
 
 
@@ -68,8 +72,11 @@ def test_failed_child_raises_step_failed_in_the_parent(run_worker):
 
 def test_canceled_child_fails_the_parent_step_promptly(run_worker):
     handle = parent.run({"child": {"n": 1, "mode": "sleep", "duration": "1h"}})
-    run_worker(until=lambda: child_runs(handle).filter(worker_id=None, status="running").exists()
-               and handle.fetch().worker_id is None)
+    run_worker(
+        until=lambda: (
+            child_runs(handle).filter(worker_id=None, status="running").exists() and handle.fetch().worker_id is None
+        )
+    )
     kid = child_runs(handle).get()
     assert get_run(kid.id).cancel() is True
     run_worker(until=lambda: handle.status() == "completed", timeout=10)

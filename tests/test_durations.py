@@ -31,7 +31,9 @@ def test_accepted_durations(text, expected):
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["", "abc", "5x", "-5s", "5s garbage", "1h30", "h", None, True, [], float("nan"), -1, timedelta(seconds=-1)])
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "5x", "-5s", "5s garbage", "1h30", "h", None, True, [], float("nan"), -1, timedelta(seconds=-1)]
+)
 def test_bad_durations_name_the_value(bad):
     with pytest.raises(ValueError) as info:
         parse_duration(bad)

@@ -9,7 +9,7 @@ import pytest
 from django_openworkflow import PayloadError, StepFailed, StepUsageError, workflow
 from django_openworkflow.models import RunStatus, StepAttempt, WorkflowRun
 from tests.testapp.models import SideEffect
-from tests.testapp.workflows import always_fails, bad_output, non_retryable, record, sleeper, three_steps
+from tests.testapp.workflows import always_fails, bad_output, non_retryable, sleeper, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -68,7 +68,9 @@ def json_roundtrip(ctx):
 
 
 def journal(handle):
-    return list(StepAttempt.objects.filter(workflow_run_id=handle.id).order_by("id").values_list("step_name", "kind", "status"))
+    return list(
+        StepAttempt.objects.filter(workflow_run_id=handle.id).order_by("id").values_list("step_name", "kind", "status")
+    )
 
 
 def test_completed_steps_are_not_rerun_on_replay(run_worker):
@@ -77,7 +79,9 @@ def test_completed_steps_are_not_rerun_on_replay(run_worker):
     assert handle.result() == {"result": 31}
     assert journal(handle) == [("one", "run", "completed"), ("two", "run", "completed"), ("three", "run", "completed")]
     # Replaying a finished run from the top (as a new owner would) calls no step function again.
-    WorkflowRun.objects.filter(id=handle.id).update(status=RunStatus.RUNNING, worker_id=None, available_at="2000-01-01T00:00:00Z")
+    WorkflowRun.objects.filter(id=handle.id).update(
+        status=RunStatus.RUNNING, worker_id=None, available_at="2000-01-01T00:00:00Z"
+    )
     run_worker()
     assert SideEffect.objects.filter(run_id=handle.id).count() == 3
     assert handle.result() == {"result": 31}
@@ -92,8 +96,12 @@ def test_duplicate_names_are_auto_indexed_skipping_used_keys(run_worker):
 
 def test_sleep_parks_the_run_and_frees_the_worker(run_worker):
     handle = sleeper.run({"duration": "400ms"})
-    run_worker(until=lambda: WorkflowRun.objects.filter(id=handle.id, worker_id=None, status="running").exists()
-               and StepAttempt.objects.filter(workflow_run_id=handle.id, kind="sleep").exists())
+    run_worker(
+        until=lambda: (
+            WorkflowRun.objects.filter(id=handle.id, worker_id=None, status="running").exists()
+            and StepAttempt.objects.filter(workflow_run_id=handle.id, kind="sleep").exists()
+        )
+    )
     run = handle.fetch()
     assert run.status == "running" and run.worker_id is None
     assert run.available_at > run.started_at

@@ -216,7 +216,9 @@ def test_replay_that_changed_a_step_kind_is_a_determinism_error(run_worker):
     handle = three_steps.run()
     now = timezone.now()
     WorkflowRun.objects.filter(id=handle.id).update(started_at=now)  # as if a worker had run it before
-    StepAttempt.objects.create(workflow_run_id=handle.id, step_name="one", kind="sleep", status="completed", started_at=now)
+    StepAttempt.objects.create(
+        workflow_run_id=handle.id, step_name="one", kind="sleep", status="completed", started_at=now
+    )
     run_worker()
     run = handle.fetch()
     assert run.status == "failed"

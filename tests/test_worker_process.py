@@ -30,7 +30,10 @@ def test_killed_worker_is_replaced_and_completed_steps_are_not_rerun(workers):
     assert list(
         StepAttempt.objects.filter(workflow_run_id=handle.id, step_name="two").values_list("status", flat=True)
     ) == ["failed", "completed"]
-    assert StepAttempt.objects.get(workflow_run_id=handle.id, step_name="two", status="failed").error["type"] == "LeaseExpired"
+    assert (
+        StepAttempt.objects.get(workflow_run_id=handle.id, step_name="two", status="failed").error["type"]
+        == "LeaseExpired"
+    )
 
 
 def test_two_workers_execute_every_step_exactly_once(workers):

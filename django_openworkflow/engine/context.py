@@ -7,7 +7,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.utils.dateparse import parse_datetime
 
@@ -172,7 +172,9 @@ class Slice:
         self.unattributed_crash = False
         if kind == StepKind.RUN:
             now = self.now()
-            self.add_finished(NewAttempt(key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._lease_error(key)))
+            self.add_finished(
+                NewAttempt(key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._lease_error(key))
+            )
 
     def add_finished(self, change: AttemptUpdate | NewAttempt) -> None:
         """Buffer a finished attempt; it is committed with the next write."""
@@ -251,7 +253,9 @@ class Slice:
     def check_deadline(self, at: datetime, step: str | None = None) -> None:
         deadline = self.run.deadline_at
         if deadline is not None and at > deadline:
-            raise FailRun(engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed", step))
+            raise FailRun(
+                engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed", step)
+            )
 
 
 class StepApi:
@@ -272,7 +276,7 @@ class StepApi:
         key = s.enter_step_api("run", name)
         done = s.recorded(key, StepKind.RUN)
         if done is not None:
-            return done.output  # type: ignore[no-any-return]
+            return cast(T, done.output)
         if not callable(fn):
             raise StepUsageError(f"ctx.step.run({name!r}, fn): fn must be callable, got {fn!r}")
         policy = retry_policy or s.spec.step_retry_policy
@@ -307,10 +311,12 @@ class StepApi:
             self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), False, policy)
         now = s.now()
         if attempt_id is None:
-            s.add_finished(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started_at=started, finished_at=now, output=stored))
+            s.add_finished(
+                NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started_at=started, finished_at=now, output=stored)
+            )
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=stored))
-        return stored  # type: ignore[no-any-return]
+        return cast(T, stored)
 
     def _fail_attempt(
         self,
@@ -328,7 +334,9 @@ class StepApi:
         if not retryable:
             error["retryable"] = False
         if attempt_id is None:
-            s.add_finished(NewAttempt(key, StepKind.RUN, StepStatus.FAILED, started_at=started, finished_at=now, error=error))
+            s.add_finished(
+                NewAttempt(key, StepKind.RUN, StepStatus.FAILED, started_at=started, finished_at=now, error=error)
+            )
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
         failures = s.history.add_failure(key, error)
@@ -361,7 +369,6 @@ class StepApi:
             key, StepKind.SLEEP, StepStatus.RUNNING, started_at=now, context={"resume_at": resume_at.isoformat()}
         )
         raise Suspend(resume_at, f"sleep {key!r}", insert=insert)
-
 
     def run_workflow(
         self,
@@ -424,11 +431,11 @@ class StepApi:
             error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child['status']}", key)
             error["child_error"] = child["error"]
         else:
-            timeout_at = parse_datetime((waiting.context or {})["timeout_at"])
-            assert timeout_at is not None
-            if now < timeout_at:
+            wait_until = parse_datetime((waiting.context or {})["timeout_at"])
+            assert wait_until is not None
+            if now < wait_until:
                 s.check_deadline(now, key)
-                raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", wake_when_child_done=child_id)
+                raise Suspend(s.park_limit(wait_until), f"wait for child {key!r}", wake_when_child_done=child_id)
             error = engine_error("ChildWorkflowTimeout", f"child run {child_id} did not finish within {wait}", key)
         error["child_run_id"] = str(child_id)
         error["run_attempt"] = s.run.attempts

@@ -36,10 +36,12 @@ class RetryPolicy:
                 f"initial_interval ({self.initial_interval!r})"
             )
         if isinstance(self.backoff_coefficient, bool) or not self.backoff_coefficient >= 1:
-            raise ValueError(
-                f"RetryPolicy.backoff_coefficient must be >= 1, got {self.backoff_coefficient!r}"
-            )
-        if isinstance(self.maximum_attempts, bool) or not isinstance(self.maximum_attempts, int) or self.maximum_attempts < 0:
+            raise ValueError(f"RetryPolicy.backoff_coefficient must be >= 1, got {self.backoff_coefficient!r}")
+        if (
+            isinstance(self.maximum_attempts, bool)
+            or not isinstance(self.maximum_attempts, int)
+            or self.maximum_attempts < 0
+        ):
             raise ValueError(
                 f"RetryPolicy.maximum_attempts must be an int >= 0 (0 = unlimited), got {self.maximum_attempts!r}"
             )

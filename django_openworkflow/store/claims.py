@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import QuerySet
 from django.db.models.functions import Coalesce
 
 from ..models import CLAIMABLE_STATUSES, RunStatus, WorkflowRun
@@ -26,7 +28,7 @@ class ClaimedRun:
     claimed_monotonic: float = field(default_factory=time.monotonic)
 
 
-def due_runs(using: str, now: datetime):
+def due_runs(using: str, now: datetime) -> QuerySet[WorkflowRun]:
     """Runs a worker may claim at ``now``: new, woken, retry due, or with an expired lease."""
     return WorkflowRun.objects.using(using).filter(status__in=CLAIMABLE_STATUSES, available_at__lte=now)
 
@@ -82,7 +84,7 @@ def claim_due_runs(worker_id: str, limit: int, lease: timedelta) -> list[Claimed
     ]
 
 
-def claim_run(run_id: object, worker_id: str, lease: timedelta) -> ClaimedRun | None:
+def claim_run(run_id: Any, worker_id: str, lease: timedelta) -> ClaimedRun | None:
     """Claim one run by id if it is due (for dispatchers that name the run)."""
     using = alias()
     with write_lock(using), transaction.atomic(using=using):
@@ -112,7 +114,7 @@ def claim_run(run_id: object, worker_id: str, lease: timedelta) -> ClaimedRun | 
     )
 
 
-def extend_leases(worker_id: str, lease: timedelta, run_ids: list[object]) -> int:
+def extend_leases(worker_id: str, lease: timedelta, run_ids: list[Any]) -> int:
     """The heartbeat: push the lease of the runs this worker is executing, in one UPDATE."""
     using = alias()
     with write_lock(using):
@@ -121,4 +123,3 @@ def extend_leases(worker_id: str, lease: timedelta, run_ids: list[object]) -> in
             .filter(id__in=run_ids, worker_id=worker_id, status=RunStatus.RUNNING)
             .update(available_at=db_now(lease, using), updated_at=db_now(using=using))
         )
-

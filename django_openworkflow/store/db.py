@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager, nullcontext
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connections
@@ -43,7 +43,7 @@ def fetch_db_now(using: str | None = None) -> datetime:
         cursor.execute("SELECT CURRENT_TIMESTAMP")
         value = cursor.fetchone()[0]
     if timezone.is_naive(value):
-        value = timezone.make_aware(value, timezone.utc)
+        value = timezone.make_aware(value, UTC)
     return value
 
 

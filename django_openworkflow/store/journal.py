@@ -15,8 +15,8 @@ from django.db import connections, transaction
 
 from ..models import FINISHED_STATUSES, RunStatus, StepAttempt, StepStatus, WorkflowRun
 from . import pg
-from .records import AttemptUpdate, ChildStart, NewAttempt
 from .db import alias, write_lock
+from .records import AttemptUpdate, ChildStart, NewAttempt
 
 
 class LeaseLost(BaseException):
@@ -141,13 +141,10 @@ def wake_parent(parent_step_attempt_id: int, now: Any) -> int:
 
 def run_outcome(run_id: Any) -> dict[str, Any] | None:
     """A run's status, output and error (None if the row is gone)."""
-    return (
-        WorkflowRun.objects.using(alias()).filter(id=run_id).values("status", "output", "error").first()
-    )
+    row = WorkflowRun.objects.using(alias()).filter(id=run_id).values("status", "output", "error").first()
+    return dict(row) if row is not None else None
 
 
 def run_status(run_id: Any) -> str | None:
     """The run's current status (None if the row is gone)."""
-    return (
-        WorkflowRun.objects.using(alias()).filter(id=run_id).values_list("status", flat=True).first()
-    )
+    return WorkflowRun.objects.using(alias()).filter(id=run_id).values_list("status", flat=True).first()

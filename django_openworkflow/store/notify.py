@@ -28,7 +28,9 @@ def can_listen(using: str | None = None) -> bool:
 class Listener(threading.Thread):
     """Calls ``on_notify(channel, payload)`` for each notification on ``channels``."""
 
-    def __init__(self, channels: Iterable[str], on_notify: Callable[[str, str], None], using: str | None = None) -> None:
+    def __init__(
+        self, channels: Iterable[str], on_notify: Callable[[str, str], None], using: str | None = None
+    ) -> None:
         super().__init__(name="owf-listener", daemon=True)
         self.channels = list(channels)
         self.on_notify = on_notify

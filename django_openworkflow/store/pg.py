@@ -14,14 +14,21 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections
-from django.db.models import Model
+from django.db.models import Field, Model
 
 from ..models import CLAIMABLE_STATUSES, RunStatus, StepAttempt, WorkflowRun
 from .records import AttemptUpdate, NewAttempt
 
 
-def _q(name: str) -> str:
+def _q(name: str | None) -> str:
+    assert name, "a concrete column or table name"
     return f'"{name}"'
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field), name  # only concrete columns are written here
+    return field
 
 
 def _assignments(model: type[Model], values: dict[str, Any], using: str, params: list[Any]) -> str:
@@ -29,9 +36,9 @@ def _assignments(model: type[Model], values: dict[str, Any], using: str, params:
     connection = connections[using]
     parts = []
     for name, value in values.items():
-        field = model._meta.get_field(name)
-        parts.append(f"{_q(field.column)} = %s::{field.db_type(connection)}")  # type: ignore[union-attr]
-        params.append(field.get_db_prep_save(value, connection))  # type: ignore[union-attr]
+        field = _field(model, name)
+        parts.append(f"{_q(field.column)} = %s::{field.db_type(connection)}")
+        params.append(field.get_db_prep_save(value, connection))
     return ", ".join(parts)
 
 
@@ -48,7 +55,7 @@ def _insert_attempts(using: str, run_id: Any, rows: list[NewAttempt], now: datet
     journal order (separate CTEs would run in no defined order).
     """
     connection = connections[using]
-    fields = [StepAttempt._meta.get_field(name) for name in _ATTEMPT_COLUMNS]
+    fields = [_field(StepAttempt, name) for name in _ATTEMPT_COLUMNS]
     tuples = []
     for position, new in enumerate(rows):
         values = (
@@ -57,10 +64,10 @@ def _insert_attempts(using: str, run_id: Any, rows: list[NewAttempt], now: datet
         )  # fmt: skip
         placeholders = []
         for field, value in zip(fields, values, strict=True):
-            placeholders.append(f"%s::{field.db_type(connection)}")  # type: ignore[union-attr]
-            params.append(field.get_db_prep_save(value, connection))  # type: ignore[union-attr]
+            placeholders.append(f"%s::{field.db_type(connection)}")
+            params.append(field.get_db_prep_save(value, connection))
         tuples.append(f"({', '.join(placeholders)}, {position})")
-    columns = ", ".join(_q(field.column) for field in fields)  # type: ignore[union-attr]
+    columns = ", ".join(_q(field.column) for field in fields)
     return (
         f"INSERT INTO {_q(StepAttempt._meta.db_table)} ({columns}) "
         f"SELECT {columns} FROM (VALUES {', '.join(tuples)}) AS v ({columns}, position) "
@@ -95,7 +102,12 @@ def commit(
         if isinstance(change, NewAttempt):
             new_rows.append(change)
             continue
-        values = {"status": change.status, "output": change.output, "error": change.error, "finished_at": change.finished_at}
+        values = {
+            "status": change.status,
+            "output": change.output,
+            "error": change.error,
+            "finished_at": change.finished_at,
+        }
         sets = _assignments(StepAttempt, values, using, params)
         ctes.append(f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))")
         params.append(change.attempt_id)

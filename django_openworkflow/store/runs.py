@@ -70,14 +70,19 @@ def cancel_run(run_id: Any) -> bool:
             .update(status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now)
         )
         if canceled:
-            parent_step = WorkflowRun.objects.using(using).filter(id=run_id).values_list("parent_step_attempt_id", flat=True).first()
+            parent_step = (
+                WorkflowRun.objects.using(using)
+                .filter(id=run_id)
+                .values_list("parent_step_attempt_id", flat=True)
+                .first()
+            )
             if parent_step is not None:
                 wake_parent(parent_step, now)
     return bool(canceled)
 
 
 def wake_run(run_id: Any) -> bool:
-    """"Retry now": make a parked, backing-off or scheduled run due immediately.
+    """ "Retry now": make a parked, backing-off or scheduled run due immediately.
 
     A sleep in progress ends now; a retry backoff is skipped; a wait for a
     child simply re-checks the child. A run held by a worker is left alone

@@ -23,7 +23,9 @@ class Command(BaseCommand):
     help = "Claim and execute durable workflow runs until stopped (SIGTERM/SIGINT stop gracefully)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--concurrency", type=int, default=None, help="worker slots (threads); default OPENWORKFLOW['CONCURRENCY']")
+        parser.add_argument(
+            "--concurrency", type=int, default=None, help="worker slots (threads); default OPENWORKFLOW['CONCURRENCY']"
+        )
         parser.add_argument("--lease", type=_duration, default=None, help="lease per claimed run, e.g. 30s")
         parser.add_argument("--poll", type=_duration, default=None, help="idle poll interval, e.g. 100ms")
         parser.add_argument("--burst", action="store_true", help="exit once no run is due and none is in flight")
@@ -56,7 +58,7 @@ class Command(BaseCommand):
         logger = logging.getLogger("django_openworkflow")
         if logger.handlers or logging.getLogger().handlers:
             return
-        handler = logging.StreamHandler(self.stderr._out)
+        handler = logging.StreamHandler(self.stderr._out)  # type: ignore[call-overload]
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         logger.addHandler(handler)
         logger.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
