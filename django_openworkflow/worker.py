@@ -13,6 +13,7 @@ import queue
 import signal
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -86,6 +87,8 @@ class Worker:
         self._stopping = threading.Event()
         self._heartbeat_stop = threading.Event()
         self._signals_seen = 0
+        # When the heartbeat last renewed every lease this worker held.
+        self._leases_renewed_at = time.monotonic()
 
     # -- control --
 
@@ -125,6 +128,8 @@ class Worker:
         listener = Listener([DUE_CHANNEL], lambda channel, payload: self._wake.set()) if can_listen() else None
         if listener is not None:
             listener.start()
+            # LISTEN before the first claim, so nothing committed in between is missed.
+            listener.connected.wait(2.0)
         try:
             self._claim_loop(until)
         finally:
@@ -145,13 +150,17 @@ class Worker:
 
     def _claim_loop(self, until: Callable[[], bool] | None) -> None:
         errors = 0
+        poll = self.poll_interval.total_seconds()
         while not self._stopping.is_set():
+            # Clear before looking for work: a wake-up (notification, freed slot)
+            # that arrives from here on makes the next wait return at once.
+            self._wake.clear()
             if until is not None and until():
                 return
             with self._lock:
                 free = self.concurrency - len(self._in_flight)
             if free <= 0:
-                self._wait(None)
+                self._wake.wait(poll)
                 continue
             try:
                 claimed = claims.claim_due_runs(self.worker_id, free, self.lease)
@@ -161,7 +170,7 @@ class Worker:
                 delay = min(_ERROR_BACKOFF[0] * 2 ** (errors - 1), _ERROR_BACKOFF[1])
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, delay)
                 recycle_connections()
-                self._wait(delay)
+                self._stopping.wait(delay)
                 continue
             with self._lock:
                 for item in claimed:
@@ -175,11 +184,7 @@ class Worker:
                     idle = not self._in_flight
                 if idle:
                     return
-            self._wait(self.poll_interval.total_seconds())
-
-    def _wait(self, seconds: float | None) -> None:
-        self._wake.wait(seconds)
-        self._wake.clear()
+            self._wake.wait(poll)
 
     # -- slots --
 
@@ -202,8 +207,15 @@ class Worker:
 
     def _execute(self, claimed: ClaimedRun) -> None:
         run = claimed.run
+        renewal_window = self.lease.total_seconds() * 0.9
+
+        def lease_valid() -> bool:
+            # A run's lease runs from its claim or the last successful heartbeat.
+            renewed = max(claimed.claimed_monotonic, self._leases_renewed_at)
+            return time.monotonic() < renewed + renewal_window
+
         try:
-            result = execute_slice(claimed)
+            result = execute_slice(claimed, lease_valid)
         except DatabaseError as exc:
             logger.warning("run %s (%s): database error, releasing it: %s", run.id, run.workflow_name, exc)
             self._release(claimed)
@@ -247,10 +259,13 @@ class Worker:
             while not self._heartbeat_stop.wait(self.heartbeat_interval.total_seconds()):
                 with self._lock:
                     held = list(self._in_flight)
+                started = time.monotonic()
                 if not held:
+                    self._leases_renewed_at = started
                     continue
                 try:
                     claims.extend_leases(self.worker_id, self.lease, held)
+                    self._leases_renewed_at = started
                 except DatabaseError as exc:
                     logger.warning("heartbeat failed: %s", exc)
                     recycle_connections()

@@ -18,7 +18,7 @@ from ..models import RunStatus, StepAttempt, StepKind, StepStatus
 from ..payload import to_json_value
 from ..store import journal
 from ..store.claims import ClaimedRun
-from ..store.journal import AttemptUpdate, ChildStart, NewAttempt
+from ..store.journal import AttemptUpdate, ChildStart, LeaseLost, NewAttempt
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -122,8 +122,9 @@ class Slice:
     transaction.
     """
 
-    def __init__(self, claimed: ClaimedRun, spec: WorkflowSpec) -> None:
+    def __init__(self, claimed: ClaimedRun, spec: WorkflowSpec, lease_valid: Callable[[], bool] | None = None) -> None:
         self.run = claimed.run
+        self.lease_valid = lease_valid
         self.spec = spec
         self.worker_id = claimed.worker_id
         self._claimed_at = claimed.claimed_at
@@ -233,7 +234,9 @@ class Slice:
         return self.history.completed.get(key)
 
     def check_can_start(self, key: str, until: datetime | None = None) -> None:
-        """Fail the run if another attempt would pass the cap or the deadline."""
+        """Fail the run if another attempt would pass the cap or the deadline; abandon it without a lease."""
+        if self.lease_valid is not None and not self.lease_valid():
+            raise LeaseLost(self.run.id)
         if self.history.count >= self.max_attempts:
             raise FailRun(
                 engine_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,22 +42,24 @@ class SliceResult:
     detail: str = ""
 
 
-def execute_slice(claimed: ClaimedRun) -> SliceResult:
+def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
     """Run the claimed run's workflow function from the top, replaying its journal.
 
     Every write is fenced on this worker still holding the run; when it does
     not, the slice ends with ``LEASE_LOST`` having written nothing more.
+    ``lease_valid`` lets the caller veto new steps when it could not renew
+    the lease (say its heartbeats fail): no step starts without a lease.
     """
     started = time.monotonic()
     run = claimed.run
     try:
-        outcome, detail = _execute(claimed)
+        outcome, detail = _execute(claimed, lease_valid)
     except LeaseLost:
         outcome, detail = Outcome.LEASE_LOST, "the run was canceled or another worker holds it"
     return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail)
 
 
-def _execute(claimed: ClaimedRun) -> tuple[Outcome, str]:
+def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tuple[Outcome, str]:
     run = claimed.run
     if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
         # Checked before the registry: a run past its deadline fails even on a
@@ -73,7 +76,7 @@ def _execute(claimed: ClaimedRun) -> tuple[Outcome, str]:
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
         return _reschedule_unknown(claimed)
-    slice_ = Slice(claimed, spec)
+    slice_ = Slice(claimed, spec, lease_valid)
     try:
         result = spec.fn(WorkflowContext(slice_))
         if slice_.in_step is not None:  # pragma: no cover - defensive

@@ -56,6 +56,10 @@ class Listener(threading.Thread):
                     for channel in self.channels:
                         conn.execute(f'LISTEN "{channel}"')
                     self.connected.set()
+                    # Whatever was sent while not listening is lost: report a
+                    # wake-up so the owner looks for work now.
+                    for channel in self.channels:
+                        self.on_notify(channel, "")
                     backoff = 0.1
                     # Wake often enough to notice stop() promptly; a reconnect follows a drop.
                     while not self._stop_event.is_set():
