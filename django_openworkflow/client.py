@@ -9,6 +9,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from .conf import owf_settings
 from .durations import Duration, parse_duration
 from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
 from .models import RunStatus, WorkflowRun
@@ -59,7 +60,7 @@ def start_run(
     deadline = _as_datetime(deadline_at, "deadline_at")
     if deadline is not None and deadline <= fetch_db_now():
         raise ValueError(f"deadline_at {deadline.isoformat()} is already in the past")
-    run, _ = run_store.insert_run(
+    run, created = run_store.insert_run(
         workflow_name=workflow_name,
         version=version,
         input=stored_input,
@@ -67,6 +68,10 @@ def start_run(
         deadline_at=deadline,
         idempotency_key=idempotency_key,
     )
+    if created and owf_settings.dispatch == "celery":
+        from .dispatch.celery import dispatch_on_commit
+
+        dispatch_on_commit(run.id)
     return RunHandle(run.id)
 
 

@@ -28,6 +28,11 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # Module imported from every installed app at startup.
     "AUTODISCOVER_MODULE": "workflows",
+    # "worker": runworkflows processes poll/LISTEN; "celery": starting a run
+    # also sends a Celery task (see dispatch/celery.py).
+    "DISPATCH": "worker",
+    # Celery queue for workflow tasks (DISPATCH = "celery").
+    "CELERY_QUEUE": "workflows",
 }
 
 
@@ -65,6 +70,14 @@ class Settings:
     @property
     def autodiscover_module(self) -> str:
         return str(self._get("AUTODISCOVER_MODULE"))
+
+    @property
+    def dispatch(self) -> str:
+        return str(self._get("DISPATCH"))
+
+    @property
+    def celery_queue(self) -> str:
+        return str(self._get("CELERY_QUEUE"))
 
     def unknown_keys(self) -> list[str]:
         user = getattr(django_settings, "OPENWORKFLOW", None) or {}

@@ -7,6 +7,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from ..errors import PayloadError
@@ -40,6 +41,9 @@ class SliceResult:
     outcome: Outcome
     seconds: float
     detail: str = ""
+    # When a parked, retrying or rescheduled run is next due (for dispatchers
+    # that schedule a message for it); None otherwise.
+    wake_at: datetime | None = None
 
 
 def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
@@ -53,13 +57,13 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
     started = time.monotonic()
     run = claimed.run
     try:
-        outcome, detail = _execute(claimed, lease_valid)
+        outcome, detail, wake_at = _execute(claimed, lease_valid)
     except LeaseLost:
-        outcome, detail = Outcome.LEASE_LOST, "the run was canceled or another worker holds it"
-    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail)
+        outcome, detail, wake_at = Outcome.LEASE_LOST, "the run was canceled or another worker holds it", None
+    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at)
 
 
-def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tuple[Outcome, str]:
+def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tuple[Outcome, str, datetime | None]:
     run = claimed.run
     if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
         # Checked before the registry: a run past its deadline fails even on a
@@ -72,7 +76,7 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
             run_fields={"status": RunStatus.FAILED, "error": error, "finished_at": claimed.claimed_at},
             wake_parent_of=run.parent_step_attempt_id,
         )
-        return Outcome.FAILED, error["message"]
+        return Outcome.FAILED, error["message"], None
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
         return _reschedule_unknown(claimed)
@@ -89,19 +93,19 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
             start_child=suspend.start_child,
             wake_when_child_done=suspend.wake_when_child_done,
         )
-        return Outcome.PARKED, suspend.reason
+        return Outcome.PARKED, suspend.reason, suspend.until
     except FailRun as failure:
         _fail(slice_, failure.error)
-        return Outcome.FAILED, failure.error["message"]
+        return Outcome.FAILED, failure.error["message"], None
     except PayloadError as exc:
         _fail(slice_, error_from_exception(exc))
-        return Outcome.FAILED, str(exc)
+        return Outcome.FAILED, str(exc), None
     except Exception as exc:
         return _workflow_failure(slice_, exc)
     finally:
         slice_.active = False
     _finish(slice_, {"status": RunStatus.COMPLETED, "output": output, "error": None})
-    return Outcome.COMPLETED, ""
+    return Outcome.COMPLETED, "", None
 
 
 def _finish(slice_: Slice, run_fields: dict[str, Any]) -> None:
@@ -116,7 +120,7 @@ def _fail(slice_: Slice, error: dict[str, Any]) -> None:
     _finish(slice_, {"status": RunStatus.FAILED, "error": error})
 
 
-def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str]:
+def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str, datetime | None]:
     """An exception escaped the workflow function: retry the run by its policy or fail it."""
     error = error_from_exception(exc)
     step = getattr(exc, "step_name", None)
@@ -129,12 +133,12 @@ def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str]:
         deadline = slice_.run.deadline_at
         if deadline is None or wake <= deadline:
             slice_.write(run_fields={"attempts": attempts, "error": error, "worker_id": None, "available_at": wake})
-            return Outcome.RETRY, error["message"]
+            return Outcome.RETRY, error["message"], wake
     _finish(slice_, {"status": RunStatus.FAILED, "attempts": attempts, "error": error})
-    return Outcome.FAILED, error["message"]
+    return Outcome.FAILED, error["message"], None
 
 
-def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str]:
+def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:
     """A rolling deploy: leave the run for a worker that has its name and version."""
     run = claimed.run
     previous = run.error or {}
@@ -154,4 +158,4 @@ def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str]:
         now,
         run_fields={"worker_id": None, "available_at": now + delay, "error": error},
     )
-    return Outcome.UNKNOWN_WORKFLOW, message
+    return Outcome.UNKNOWN_WORKFLOW, message, now + delay
