@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_openworkflow import workflow
+from django_openworkflow import RetryPolicy, workflow
 
 
 def create_account(user_id: int, email: str) -> dict[str, Any]:
@@ -24,6 +24,28 @@ def create_account(user_id: int, email: str) -> dict[str, Any]:
 def send_email(to: str, template: str) -> str:
     # Pretend to hand the message to a mail provider; return its message id.
     return f"<{template}.{uuid.uuid4().hex[:12]}@mail.example.com>"
+
+
+_flaky_calls: dict[int, int] = {}
+
+
+def score_with_flaky_api(user_id: int) -> int:
+    # Pretend the risk-scoring API times out on the first call for each user.
+    _flaky_calls[user_id] = _flaky_calls.get(user_id, 0) + 1
+    if _flaky_calls[user_id] == 1:
+        raise TimeoutError("risk API did not answer in time")
+    return 7 * user_id % 100
+
+
+@workflow(name="review-account", version="v1")
+def review_account(ctx: Any) -> dict[str, Any]:
+    """A child workflow: score the account, retrying the flaky API with backoff."""
+    score = ctx.step.run(
+        "risk-score",
+        lambda: score_with_flaky_api(ctx.input["user_id"]),
+        retry_policy=RetryPolicy(initial_interval="200ms", maximum_attempts=3),
+    )
+    return {"score": score, "verdict": "ok" if score < 90 else "manual review"}
 
 
 @workflow(name="onboard-user", version="v1")
@@ -38,4 +60,7 @@ def onboard_user(ctx: Any) -> dict[str, Any]:
     ctx.step.sleep("welcome-delay", ctx.input.get("delay", "2s"))
 
     tips_id = ctx.step.run("send-tips-email", lambda: send_email(account["email"], "tips"))
-    return {"user_id": account["user_id"], "emails_sent": [welcome_id, tips_id]}
+
+    # A child workflow: started exactly once, and this run wakes as soon as it finishes.
+    review = ctx.step.run_workflow(review_account, {"user_id": user_id}, timeout="1h")
+    return {"user_id": account["user_id"], "emails_sent": [welcome_id, tips_id], "review": review}

@@ -9,7 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_openworkflow.durations import parse_duration
-from django_openworkflow.models import FINISHED_STATUSES, RunStatus, StepAttempt
+from django_openworkflow.models import FINISHED_STATUSES, RunStatus, StepAttempt, WorkflowRun
 from django_openworkflow.worker import Worker
 
 from ...workflows import onboard_user
@@ -51,6 +51,9 @@ class Command(BaseCommand):
         elif run.error:
             self.stdout.write(f"error:  {run.error.get('type')}: {run.error.get('message')}\n")
         self._print_journal(StepAttempt.objects.filter(workflow_run=run).order_by("id"))
+        for child in WorkflowRun.objects.filter(parent_step_attempt__workflow_run=run):
+            self.stdout.write(f"\nchild run {child.id} ({child.workflow_name}): {child.status}")
+            self._print_journal(StepAttempt.objects.filter(workflow_run=child).order_by("id"))
         if run.status != RunStatus.COMPLETED:
             raise CommandError(f"run {run.id} ended {run.status}")
 
