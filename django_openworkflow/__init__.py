@@ -13,6 +13,7 @@ from .errors import (
     ResultTimeout,
     RetryAfter,
     RunNotFound,
+    SignalError,
     StepFailed,
     StepUsageError,
     UnknownWorkflowError,
@@ -32,6 +33,7 @@ __all__ = [
     "RetryPolicy",
     "RunHandle",
     "RunNotFound",
+    "SignalError",
     "StepFailed",
     "StepUsageError",
     "UnknownWorkflowError",
@@ -41,6 +43,8 @@ __all__ = [
     "WorkflowRegistrationError",
     "WorkflowSpec",
     "get_run",
+    "send_event",
+    "send_signal",
     "start_run",
     "workflow",
 ]
@@ -51,7 +55,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # Names that import models are loaded lazily so that importing the
     # package (e.g. from settings) does not need the app registry ready.
-    if name in ("RunHandle", "get_run", "start_run"):
+    if name in ("RunHandle", "get_run", "start_run", "send_signal", "send_event"):
         from . import client
 
         return getattr(client, name)

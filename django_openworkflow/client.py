@@ -16,6 +16,7 @@ from .models import RunStatus, WorkflowRun
 from .payload import to_json_value
 from .registry import registry
 from .store import runs as run_store
+from .store import signals as signal_store
 from .store.db import fetch_db_now
 from .store.notify import run_waiters
 
@@ -51,10 +52,7 @@ def start_run(
         version = registry.latest(workflow_name).version
     elif registry.get(workflow_name, version) is None:
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
-        raise ValueError(
-            f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}"
-        )
+    _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
     available = _as_datetime(available_at, "available_at")
     deadline = _as_datetime(deadline_at, "deadline_at")
@@ -139,6 +137,10 @@ class RunHandle:
             if finished is not None:
                 run_waiters.unregister(str(self.id), finished)
 
+    def signal(self, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
+        """Send a signal to this run (see :func:`send_signal`)."""
+        return send_signal(self.id, name, data, idempotency_key)
+
     def cancel(self) -> bool:
         """Cancel the run. True if it was canceled now; False if it had already finished.
 
@@ -148,6 +150,51 @@ class RunHandle:
             return True
         self.fetch()  # RunNotFound for an unknown id
         return False
+
+
+def _check_key(idempotency_key: str | None) -> None:
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
+        raise ValueError(
+            f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}"
+        )
+
+
+def _check_name(what: str, name: str) -> None:
+    if not isinstance(name, str) or not 0 < len(name) <= 255:
+        raise ValueError(f"{what} must be a non-empty string of at most 255 characters, got {name!r:.80}")
+
+
+def send_signal(run_id: uuid.UUID | str, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
+    """Send a signal to a run; True if a waiting step took it now, False if it is buffered.
+
+    A signal sent before the run reaches ``ctx.step.wait_for_signal(name)``
+    is kept and consumed by the first matching wait (FIFO per name). With
+    ``idempotency_key``, sending twice delivers once. Inside
+    ``transaction.atomic()`` it takes effect only if the transaction commits.
+    Raises :class:`RunNotFound` or :class:`SignalError` (finished run).
+    """
+    _check_name("signal name", name)
+    _check_key(idempotency_key)
+    payload = to_json_value(data, f"data of signal {name!r}")
+    try:
+        run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        raise RunNotFound(f"{run_id!r} is not a workflow run id") from None
+    return signal_store.send_signal(run_uuid, name, payload, idempotency_key)
+
+
+def send_event(event: str, payload: Any = None, idempotency_key: str | None = None) -> int:
+    """Broadcast an event; returns how many waiting runs it woke.
+
+    Wakes every run parked in ``ctx.step.wait_for_event(..., event=event,
+    match=pattern)`` whose pattern the payload contains. With
+    ``idempotency_key``, a repeat returns the first send's count and wakes
+    nobody again.
+    """
+    _check_name("event type", event)
+    _check_key(idempotency_key)
+    stored = to_json_value(payload, f"payload of event {event!r}")
+    return signal_store.send_event(event, stored, idempotency_key)
 
 
 def get_run(run_id: uuid.UUID | str) -> RunHandle:

@@ -48,6 +48,10 @@ class RetryAfter(OpenWorkflowError):
         super().__init__(message or f"retry after {self.delay.total_seconds():g}s")
 
 
+class SignalError(OpenWorkflowError):
+    """A signal cannot be sent (the run has finished)."""
+
+
 class DeterminismError(OpenWorkflowError):
     """Replay took a different path from the one recorded in the journal."""
 

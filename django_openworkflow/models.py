@@ -48,6 +48,10 @@ class StepKind(models.TextChoices):
     """``ctx.step.sleep``: a durable pause."""
     WORKFLOW = "workflow", "Child workflow"
     """``ctx.step.run_workflow``: start a child run and wait for it."""
+    SIGNAL = "signal", "Wait for signal"
+    """``ctx.step.wait_for_signal``: wait for a signal sent to this run."""
+    EVENT = "event", "Wait for event"
+    """``ctx.step.wait_for_event``: wait for a broadcast event matching a pattern."""
 
 
 class WorkflowRun(models.Model):
@@ -145,7 +149,65 @@ class StepAttempt(models.Model):
     class Meta:
         db_table = "openworkflow_step_attempt"
         ordering = ["workflow_run", "id"]
-        indexes = [models.Index(fields=["workflow_run", "created_at"], name="owf_step_run_idx")]
+        indexes = [
+            models.Index(fields=["workflow_run", "created_at"], name="owf_step_run_idx"),
+            # Open waits, found by senders of signals and events.
+            models.Index(fields=["kind"], condition=Q(status="running"), name="owf_step_open_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.step_name} ({self.kind}, {self.status})"
+
+
+class Signal(models.Model):
+    """A message sent to one run; buffered until a matching wait consumes it (FIFO per name)."""
+
+    id = models.BigAutoField(primary_key=True)
+    workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="signals")
+    name = models.CharField(max_length=255)
+    data = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    consumed_by = models.ForeignKey(StepAttempt, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    consumed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "openworkflow_signal"
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_run", "name", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="owf_signal_idempotency_key_uniq",
+            )
+        ]
+        indexes = [models.Index(fields=["workflow_run", "name", "id"], name="owf_signal_run_name_idx")]
+
+    def __str__(self) -> str:
+        return f"signal {self.name} to {self.workflow_run_id}"
+
+
+class Event(models.Model):
+    """A broadcast event; it wakes every run waiting for its type with a matching pattern."""
+
+    id = models.BigAutoField(primary_key=True)
+    event_type = models.CharField(max_length=255)
+    payload = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    woke = models.PositiveIntegerField(default=0, help_text="How many waiting runs it woke.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "openworkflow_event"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event_type", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="owf_event_idempotency_key_uniq",
+            )
+        ]
+        indexes = [models.Index(fields=["event_type", "created_at"], name="owf_event_type_idx")]
+
+    def __str__(self) -> str:
+        return f"event {self.event_type} #{self.id}"

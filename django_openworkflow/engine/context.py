@@ -41,8 +41,10 @@ class Suspend(BaseException):
         insert: NewAttempt | None = None,
         start_child: ChildStart | None = None,
         wake_when_child_done: Any = None,
+        written: bool = False,
     ) -> None:
         super().__init__(reason)
+        self.written = written  # the park was already committed (signal and event waits)
         self.until = until
         self.reason = reason
         self.insert = insert
@@ -192,6 +194,24 @@ class Slice:
         if insert is not None:
             self.history.count += 1
         return attempt_id
+
+    def wait_for_delivery(self, **options: Any) -> Any:
+        """Record or re-arm a signal/event wait and park (see ``journal.wait_for_delivery``)."""
+        attempt_id, signal = journal.wait_for_delivery(
+            self.run.id, self.worker_id, self.now(), pending=self.pending, **options
+        )
+        self.pending = []
+        if attempt_id is not None:
+            self.history.count += 1
+        return signal
+
+    def expire_wait(self, attempt_id: int) -> Any:
+        """Journal a wait's timeout; returns a delivery that beat it, or None."""
+        output = journal.expire_wait(
+            self.run.id, self.worker_id, self.now(), pending=self.pending, attempt_id=attempt_id
+        )
+        self.pending = []
+        return output
 
     # -- checks shared by every step kind --
 
@@ -446,6 +466,81 @@ class StepApi:
         s.add_finished(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
         s.history.add_failure(key, error)
         raise StepFailed(key, error)
+
+    def wait_for_signal(self, name: str, *, timeout: Duration = "7d") -> Any:
+        """Park until a signal called ``name`` is sent to this run; return its data.
+
+        Signals sent before the run reaches the wait are buffered and taken in
+        order (FIFO per name). Returns ``None`` on timeout; the timeout is
+        journaled, so a replay returns ``None`` again and a late signal stays
+        buffered for the next wait.
+        """
+        if not isinstance(name, str) or not name:
+            raise StepUsageError(f"signal name must be a non-empty string, got {name!r}")
+        output = self._wait(StepKind.SIGNAL, "wait_for_signal", name, timeout, {"signal": name}, signal_name=name)
+        return None if output is None else output.get("data")
+
+    def wait_for_event(
+        self, name: str, *, event: str, match: dict[str, Any] | None = None, timeout: Duration = "7d"
+    ) -> Any:
+        """Park until an event of type ``event`` whose payload contains ``match`` is sent; return the payload.
+
+        Containment is JSON containment (PostgreSQL's ``@>``): every key of
+        ``match`` is in the payload with a value that contains the pattern's.
+        Only events sent after the run started waiting count. ``None`` on
+        timeout, journaled like a signal's.
+        """
+        if not isinstance(event, str) or not event:
+            raise StepUsageError(f"event type must be a non-empty string, got {event!r}")
+        pattern = to_json_value(match or {}, f"match of event wait {name!r}")
+        if not isinstance(pattern, dict):
+            raise StepUsageError(f"match must be a dict, got {match!r}")
+        context = {"event": event, "match": pattern}
+        output = self._wait(StepKind.EVENT, "wait_for_event", name, timeout, context, event_type=event)
+        return None if output is None else output.get("payload")
+
+    def _wait(
+        self,
+        kind: str,
+        api: str,
+        name: str,
+        timeout: Duration,
+        context: dict[str, Any],
+        signal_name: str | None = None,
+        event_type: str | None = None,
+    ) -> dict[str, Any] | None:
+        """The shared wait: returns the delivered output dict, or None on timeout; parks otherwise."""
+        s = self._slice
+        wait = parse_duration(timeout)
+        key = s.enter_step_api(api, name)
+        done = s.recorded(key, kind)
+        if done is not None:
+            return None if (done.output or {}).get("timed_out") else done.output
+        now = s.now()
+        waiting = s.history.open.get(key)
+        if waiting is None:
+            s.charge_crash(key, kind)
+            s.check_can_start(key)
+            timeout_at = now + wait
+            insert = NewAttempt(
+                key, kind, StepStatus.RUNNING, started_at=now, context={**context, "timeout_at": timeout_at.isoformat()}
+            )
+            until = s.park_limit(timeout_at)
+            signal = s.wait_for_delivery(
+                insert=insert, park_until=until, signal_name=signal_name, event_type=event_type
+            )
+            if signal is not None:
+                return {"signal_id": signal.id, "data": signal.data}
+            raise Suspend(until, f"{api} {key!r}", written=True)
+        expires_at = parse_datetime((waiting.context or {})["timeout_at"])
+        assert expires_at is not None
+        if now >= expires_at:
+            delivered: dict[str, Any] | None = s.expire_wait(waiting.id)
+            return delivered
+        s.check_deadline(now, key)
+        until = s.park_limit(expires_at)
+        s.wait_for_delivery(waiting_attempt_id=waiting.id, park_until=until)
+        raise Suspend(until, f"{api} {key!r}", written=True)
 
 
 class WorkflowContext:

@@ -87,6 +87,8 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
             raise RuntimeError("workflow returned from inside a step")
         output = to_json_value(result, f"output of workflow {run.workflow_name!r}")
     except Suspend as suspend:
+        if suspend.written:
+            return Outcome.PARKED, suspend.reason, suspend.until
         slice_.write(
             insert=suspend.insert,
             run_fields={"worker_id": None, "available_at": suspend.until},

@@ -13,8 +13,8 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from ..models import FINISHED_STATUSES, RunStatus, StepAttempt, StepStatus, WorkflowRun
-from . import pg
+from ..models import FINISHED_STATUSES, RunStatus, Signal, StepAttempt, StepStatus, WorkflowRun
+from . import pg, signals
 from .db import alias, write_lock
 from .records import AttemptUpdate, ChildStart, NewAttempt
 
@@ -65,23 +65,8 @@ def commit(
             raise LeaseLost(run_id)
         return new_id
     with write_lock(using), transaction.atomic(using=using):
-        held = (
-            WorkflowRun.objects.using(using)
-            .filter(id=run_id, worker_id=worker_id, status=RunStatus.RUNNING)
-            .update(updated_at=now, **(run_fields or {}))
-        )
-        if not held:
-            raise LeaseLost(run_id)
-        for change in pending:
-            if isinstance(change, NewAttempt):
-                _insert_attempt(using, run_id, change, now)
-            else:
-                StepAttempt.objects.using(using).filter(id=change.attempt_id).update(
-                    status=change.status,
-                    output=change.output,
-                    error=change.error,
-                    finished_at=change.finished_at,
-                )
+        _fence(using, run_id, worker_id, now, run_fields or {})
+        _flush(using, run_id, pending, now)
         if wake_parent_of is not None:
             wake_parent(wake_parent_of, now)
         if wake_when_child_done is not None and (
@@ -102,6 +87,99 @@ def commit(
             )
             StepAttempt.objects.using(using).filter(id=attempt.id).update(child_workflow_run=child)
         return attempt.id
+
+
+def wait_for_delivery(
+    run_id: Any,
+    worker_id: str,
+    now: datetime,
+    *,
+    pending: list[AttemptUpdate | NewAttempt],
+    park_until: datetime,
+    insert: NewAttempt | None = None,
+    waiting_attempt_id: int | None = None,
+    signal_name: str | None = None,
+    event_type: str | None = None,
+) -> tuple[int | None, Signal | None]:
+    """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
+
+    Flushes ``pending`` and records a new wait (``insert``). A new signal
+    wait takes the oldest buffered signal of its name: the wait completes
+    now and the run does not park. Otherwise the run parks until
+    ``park_until`` — unless a sender completed the wait meanwhile, in which
+    case it is due at once. Senders lock the run row, and so does the fence
+    here, so each delivery is seen by one side or the other.
+    """
+    using = alias()
+    with write_lock(using), transaction.atomic(using=using):
+        _fence(using, run_id, worker_id, now, {})
+        if event_type is not None:
+            signals.lock_event_type(using, event_type)
+        _flush(using, run_id, pending, now)
+        attempt_id = waiting_attempt_id
+        if insert is not None:
+            attempt_id = _insert_attempt(using, run_id, insert, now).id
+            if signal_name is not None:
+                signal = signals.consume_signal(using, run_id, signal_name, attempt_id, now)
+                if signal is not None:
+                    StepAttempt.objects.using(using).filter(id=attempt_id).update(
+                        status=StepStatus.COMPLETED,
+                        output={"signal_id": signal.id, "data": signal.data},
+                        finished_at=now,
+                    )
+                    return attempt_id, signal
+        assert attempt_id is not None, "a wait to record or to re-arm"
+        delivered = StepAttempt.objects.using(using).filter(id=attempt_id).exclude(status=StepStatus.RUNNING).exists()
+        WorkflowRun.objects.using(using).filter(id=run_id).update(
+            worker_id=None, available_at=now if delivered else park_until
+        )
+        return (attempt_id if insert is not None else None), None
+
+
+def expire_wait(
+    run_id: Any, worker_id: str, now: datetime, *, pending: list[AttemptUpdate | NewAttempt], attempt_id: int
+) -> Any:
+    """Time out an open wait, fenced; returns None, or the output a sender delivered just before.
+
+    The timeout is journaled (output ``{"timed_out": true}``), so a replay
+    returns ``None`` again and a late signal stays buffered.
+    """
+    using = alias()
+    with write_lock(using), transaction.atomic(using=using):
+        _fence(using, run_id, worker_id, now, {})
+        _flush(using, run_id, pending, now)
+        expired = (
+            StepAttempt.objects.using(using)
+            .filter(id=attempt_id, status=StepStatus.RUNNING)
+            .update(status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=now)
+        )
+        if expired:
+            return None
+        return StepAttempt.objects.using(using).filter(id=attempt_id).values_list("output", flat=True).first()
+
+
+def _fence(using: str, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any]) -> None:
+    """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost."""
+    held = (
+        WorkflowRun.objects.using(using)
+        .filter(id=run_id, worker_id=worker_id, status=RunStatus.RUNNING)
+        .update(updated_at=now, **run_fields)
+    )
+    if not held:
+        raise LeaseLost(run_id)
+
+
+def _flush(using: str, run_id: Any, pending: list[AttemptUpdate | NewAttempt], now: datetime) -> None:
+    for change in pending:
+        if isinstance(change, NewAttempt):
+            _insert_attempt(using, run_id, change, now)
+        else:
+            StepAttempt.objects.using(using).filter(id=change.attempt_id).update(
+                status=change.status,
+                output=change.output,
+                error=change.error,
+                finished_at=change.finished_at,
+            )
 
 
 def _insert_attempt(using: str, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:

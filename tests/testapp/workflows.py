@@ -100,3 +100,33 @@ def kills_its_worker(ctx):
 
     ctx.step.run("die", die)
     return "unreachable"
+
+
+@workflow(name="approval")
+def approval(ctx):
+    """Waits for signals; the step after the wait hangs the first time if asked (for crash tests)."""
+    inp = ctx.input or {}
+    decisions = [
+        ctx.step.wait_for_signal("approval", timeout=inp.get("timeout", "1h")) for _ in range(inp.get("waits", 1))
+    ]
+
+    def use():
+        record(ctx, "use")
+        if inp.get("hang_first_time") and executions(ctx, "use") == 1:
+            time.sleep(300)
+        return decisions
+
+    result = ctx.step.run("use", use)
+    if inp.get("hold"):
+        ctx.step.sleep("hold", "1h")
+    return result
+
+
+@workflow(name="await-payment")
+def await_payment(ctx):
+    return ctx.step.wait_for_event(
+        "paid",
+        event="order.paid",
+        match={"order": {"id": ctx.input["order_id"]}},
+        timeout=ctx.input.get("timeout", "1h"),
+    )
