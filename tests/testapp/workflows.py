@@ -130,3 +130,18 @@ def await_payment(ctx):
         match={"order": {"id": ctx.input["order_id"]}},
         timeout=ctx.input.get("timeout", "1h"),
     )
+
+
+@workflow(name="atomic-write")
+def atomic_write(ctx):
+    """An atomic step writes a row, then hangs the first time (the marker file says which time it is)."""
+    marker = ctx.input["hang_marker"]
+
+    def write():
+        record(ctx, "write")
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            time.sleep(300)  # killed here, after the write, before the commit
+        return "written"
+
+    return ctx.step.run("write", write, atomic=True)
