@@ -5,10 +5,12 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from django.db import DatabaseError
 from django.utils.dateparse import parse_datetime
 
 from ..conf import owf_settings
@@ -50,6 +52,24 @@ class Suspend(BaseException):
         self.insert = insert
         self.start_child = start_child
         self.wake_when_child_done = wake_when_child_done
+
+
+class StoreUnavailable(BaseException):
+    """The journal could not be read or written; the slice is abandoned.
+
+    A ``BaseException`` so that a workflow's ``except Exception:`` around a
+    step cannot swallow it and carry on with a journal that missed a write.
+    The original ``DatabaseError`` is its ``__cause__``.
+    """
+
+
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Turn database errors of the engine's own reads and writes into :class:`StoreUnavailable`."""
+    try:
+        yield
+    except DatabaseError as exc:
+        raise StoreUnavailable(str(exc)) from exc
 
 
 class FailRun(BaseException):
@@ -187,9 +207,10 @@ class Slice:
 
     def write(self, *, insert: NewAttempt | None = None, **options: Any) -> int | None:
         """Commit pending attempt changes plus this write (see ``journal.commit``), fenced."""
-        attempt_id = journal.commit(
-            self.run.id, self.worker_id, self.now(), pending=self.pending, insert=insert, **options
-        )
+        with store_errors():
+            attempt_id = journal.commit(
+                self.run.id, self.worker_id, self.now(), pending=self.pending, insert=insert, **options
+            )
         self.pending = []
         if insert is not None:
             self.history.count += 1
@@ -197,9 +218,10 @@ class Slice:
 
     def wait_for_delivery(self, **options: Any) -> Any:
         """Record or re-arm a signal/event wait and park (see ``journal.wait_for_delivery``)."""
-        attempt_id, signal = journal.wait_for_delivery(
-            self.run.id, self.worker_id, self.now(), pending=self.pending, **options
-        )
+        with store_errors():
+            attempt_id, signal = journal.wait_for_delivery(
+                self.run.id, self.worker_id, self.now(), pending=self.pending, **options
+            )
         self.pending = []
         if attempt_id is not None:
             self.history.count += 1
@@ -207,9 +229,10 @@ class Slice:
 
     def expire_wait(self, attempt_id: int) -> Any:
         """Journal a wait's timeout; returns a delivery that beat it, or None."""
-        output = journal.expire_wait(
-            self.run.id, self.worker_id, self.now(), pending=self.pending, attempt_id=attempt_id
-        )
+        with store_errors():
+            output = journal.expire_wait(
+                self.run.id, self.worker_id, self.now(), pending=self.pending, attempt_id=attempt_id
+            )
         self.pending = []
         return output
 
@@ -355,10 +378,20 @@ class StepApi:
         s = self._slice
         started = s.now()
         s.in_step = key
+        step_error: Exception | None = None
         try:
             with journal.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
-                stored = to_json_value(fn(), f"output of step {key!r}")
+                try:
+                    stored = to_json_value(fn(), f"output of step {key!r}")
+                except Exception as exc:
+                    step_error = exc
+                    raise
                 record(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started, output=stored, finished_at=s.now()))
+        except DatabaseError as exc:
+            if exc is not step_error:  # the journal's own write or the commit failed
+                raise StoreUnavailable(str(exc)) from exc
+            s.in_step = None
+            self._fail_attempt(key, None, started, error_from_exception(exc, step=key), True, policy)
         except Exception as exc:
             # Rolled back: neither fn's writes nor the journal entry happened.
             s.in_step = None
@@ -473,7 +506,8 @@ class StepApi:
             start = ChildStart(child_name, child_version, child_input)
             raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
         child_id = waiting.child_workflow_run_id
-        child = journal.run_outcome(child_id) if child_id is not None else None
+        with store_errors():
+            child = journal.run_outcome(child_id) if child_id is not None else None
         error: dict[str, Any] | None = None
         if child is None:
             error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
@@ -590,4 +624,5 @@ class WorkflowContext:
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
-        return journal.run_status(self.run_id) in (RunStatus.CANCELED, None)
+        with store_errors():
+            return journal.run_status(self.run_id) in (RunStatus.CANCELED, None)

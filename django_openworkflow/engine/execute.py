@@ -17,7 +17,15 @@ from ..registry import registry
 from ..store import journal
 from ..store.claims import ClaimedRun
 from ..store.journal import LeaseLost
-from .context import FailRun, Slice, Suspend, WorkflowContext, engine_error, error_from_exception
+from .context import (
+    FailRun,
+    Slice,
+    StoreUnavailable,
+    Suspend,
+    WorkflowContext,
+    engine_error,
+    error_from_exception,
+)
 from .retry import UNKNOWN_WORKFLOW_BACKOFF
 
 logger = logging.getLogger("django_openworkflow.engine")
@@ -58,6 +66,10 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
     run = claimed.run
     try:
         outcome, detail, wake_at = _execute(claimed, lease_valid)
+    except StoreUnavailable as exc:
+        # Hand the database error to the caller, which releases the run.
+        assert exc.__cause__ is not None
+        raise exc.__cause__ from None
     except LeaseLost:
         outcome, detail, wake_at = Outcome.LEASE_LOST, "the run was canceled or another worker holds it", None
     return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at)

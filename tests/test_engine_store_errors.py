@@ -1,0 +1,51 @@
+"""When the engine's own journal write fails, user code cannot swallow it and carry on."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import DatabaseError, connection
+
+from django_openworkflow import workflow
+from django_openworkflow.engine.execute import execute_slice
+from django_openworkflow.models import StepAttempt
+from django_openworkflow.store import claims
+
+pytestmark = pytest.mark.django_db(transaction=True)
+continued_after_failure: list[str] = []
+
+
+def set_read_only(on: bool) -> None:
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SET default_transaction_read_only = {'on' if on else 'off'}")
+        else:
+            cursor.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
+
+
+@workflow(name="test-swallows-store-error")
+def swallows_store_error(ctx):
+    ctx.step.run("a", lambda: 1)
+    ctx.step.run("read-only", lambda: set_read_only(True))  # the next journal write will fail
+    try:
+        ctx.step.run("b", lambda: 2)
+    except Exception:
+        continued_after_failure.append("b")
+        return "swallowed"
+    return "ok"
+
+
+def test_failed_journal_write_aborts_the_slice_even_inside_except_exception():
+    continued_after_failure.clear()
+    handle = swallows_store_error.run()
+    (claimed,) = claims.claim_due_runs("w", 1, timedelta(seconds=30))
+    try:
+        with pytest.raises(DatabaseError):
+            execute_slice(claimed)
+    finally:
+        set_read_only(False)
+    assert continued_after_failure == []
+    assert handle.status() == "running"  # the worker releases it for a retry; nothing half-written
+    journal = list(StepAttempt.objects.order_by("id").values_list("step_name", "status"))
+    assert journal == [("a", "completed"), ("read-only", "running")]
