@@ -145,3 +145,29 @@ def atomic_write(ctx):
         return "written"
 
     return ctx.step.run("write", write, atomic=True)
+
+
+@workflow(name="chaos-5", step_retry_policy=RetryPolicy(initial_interval="50ms", maximum_attempts=0))
+def chaos_5(ctx):
+    """Five steps with a short sleep and a step that fails its first attempt; each records a side effect."""
+
+    pause = (ctx.input or {}).get("pause", 0)
+
+    def effect(step, value):
+        record(ctx, step)
+        time.sleep(pause)
+        return value
+
+    def flaky():
+        record(ctx, "s3")
+        if executions(ctx, "s3") == 1:
+            raise RuntimeError("first attempt fails on purpose")
+        return 3
+
+    total = ctx.step.run("s1", lambda: effect("s1", 1))
+    total += ctx.step.run("s2", lambda: effect("s2", 2))
+    ctx.step.sleep("nap", "100ms")
+    total += ctx.step.run("s3", flaky)
+    total += ctx.step.run("s4", lambda: effect("s4", 4))
+    total += ctx.step.run("s5", lambda: effect("s5", 5))
+    return total
