@@ -8,8 +8,11 @@ attempts are never edited. The pieces that are not admin wiring live in
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any, ClassVar
 
+from django import forms
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
@@ -26,21 +29,27 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from . import admin_views as views
+from .client import start_run
+from .errors import OpenWorkflowError, PayloadError, UnknownWorkflowError
 from .models import WorkflowRun
+from .registry import registry
 from .store import queries
 from .store.db import alias
 
 CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
 
 
-def _workflow_versions(request: HttpRequest) -> list[tuple[str, str | None]]:
-    # Both filters below need the same distinct query; the changelist builds
-    # its filters more than once per request, so remember it on the request.
-    cached: list[tuple[str, str | None]] | None = getattr(request, "_owf_workflow_versions", None)
-    if cached is None:
-        cached = queries.workflow_versions()
-        request._owf_workflow_versions = cached  # type: ignore[attr-defined]
-    return cached
+def _once_per_request(request: HttpRequest, key: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, at most once per request.
+
+    The changelist builds its filters more than once per request (the status
+    counts rebuild its queryset without the status filter), and each build
+    asks the filters for their choices.
+    """
+    cache: dict[str, Any] = request.__dict__.setdefault("_owf_filter_choices", {})
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -64,7 +73,7 @@ class WorkflowNameFilter(admin.SimpleListFilter):
     parameter_name = "workflow"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = sorted({name for name, _ in _workflow_versions(request)})
+        names = _once_per_request(request, "names", queries.workflow_names)
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -75,21 +84,127 @@ NO_VERSION = "-"
 
 
 class VersionFilter(admin.SimpleListFilter):
-    """Versions present in the table, narrowed to the chosen workflow's."""
+    """The chosen workflow's versions; shown once a workflow is chosen (versions belong to a workflow)."""
 
     title = "version"
     parameter_name = "version"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         chosen = request.GET.get(WorkflowNameFilter.parameter_name)
-        versions = {version for name, version in _workflow_versions(request) if not chosen or name == chosen}
-        return [(NO_VERSION if v is None else v, "(none)" if v is None else v) for v in sorted(versions, key=lambda v: v or "")]
+        if chosen:
+            versions = _once_per_request(request, f"versions:{chosen}", lambda: queries.workflow_versions(chosen))
+        else:
+            # A version given without a workflow (a bookmarked URL) still filters.
+            given = request.GET.get(self.parameter_name)
+            versions = [None if given == NO_VERSION else given] if given else []
+        return [(NO_VERSION if v is None else v, "(none)" if v is None else v) for v in versions]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
         if not value:
             return queryset
         return queryset.filter(version__isnull=True) if value == NO_VERSION else queryset.filter(version=value)
+
+
+_LOCAL_INPUT = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
+
+
+def _local_datetime_field(help_text: str) -> forms.DateTimeField:
+    # A native datetime-local input: the admin's calendar widget needs JavaScript.
+    return forms.DateTimeField(
+        required=False,
+        input_formats=_LOCAL_INPUT,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
+        help_text=help_text,
+    )
+
+
+def workflow_choices() -> list[tuple[str, str]]:
+    """Every registered (name, version) as a form choice; the value is JSON so a None version survives."""
+    return [
+        (json.dumps([spec.name, spec.version]), f"{spec.name} ({spec.version})" if spec.version else spec.name)
+        for spec in registry.all()
+    ]
+
+
+class StartRunForm(forms.Form):
+    """Start a run of a registered workflow: version, JSON input, schedule, deadline, idempotency key."""
+
+    workflow = forms.ChoiceField(help_text="A workflow and version registered in this process.")
+    input = forms.CharField(
+        required=False,
+        initial="{}",
+        widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
+        help_text="JSON; leave empty for null.",
+    )
+    available_at = _local_datetime_field("Start no earlier than this. Empty: now.")
+    deadline_at = _local_datetime_field("Fail the run if it has not finished by then. Empty: no deadline.")
+    idempotency_key = forms.CharField(
+        required=False,
+        max_length=255,
+        help_text="Starting the same workflow with the same key again returns the first run.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
+        zone = timezone.get_current_timezone_name()
+        for name in ("available_at", "deadline_at"):
+            self.fields[name].help_text = f"{self.fields[name].help_text} Times are in {zone}."
+
+    def clean_workflow(self) -> tuple[str, str | None]:
+        name, version = json.loads(self.cleaned_data["workflow"])
+        return name, version
+
+    def clean_input(self) -> Any:
+        text = self.cleaned_data["input"].strip()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
+                params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
+                code="json",
+            ) from None
+
+    def clean_idempotency_key(self) -> str | None:
+        return self.cleaned_data["idempotency_key"].strip() or None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        available, deadline = data.get("available_at"), data.get("deadline_at")
+        if available and deadline and deadline <= available:
+            self.add_error("deadline_at", "The deadline must be after the start time.")
+        return data
+
+    def start(self) -> tuple[Any, bool]:
+        """Start the run; returns (run id, created). Errors become form errors and return (None, False)."""
+        name, version = self.cleaned_data["workflow"]
+        key = self.cleaned_data["idempotency_key"]
+        existing = queries.existing_run_for_key(name, key) if key else None
+        if existing is not None:
+            return existing.id, False
+        try:
+            handle = start_run(
+                name,
+                self.cleaned_data["input"],
+                version=version,
+                available_at=self.cleaned_data["available_at"],
+                deadline_at=self.cleaned_data["deadline_at"],
+                idempotency_key=key,
+            )
+        except PayloadError as exc:
+            self.add_error("input", str(exc))
+        except UnknownWorkflowError as exc:
+            self.add_error("workflow", str(exc))
+        except (OpenWorkflowError, ValueError) as exc:
+            # start_run's ValueErrors name the argument first ("deadline_at … is already in the past").
+            self.add_error("deadline_at" if str(exc).startswith("deadline_at") else None, str(exc))
+        else:
+            return handle.id, True
+        return None, False
 
 
 def _list_action(run_action: views.RunAction) -> Any:
@@ -335,7 +450,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         """Start a run of a registered workflow (replaces the model's add form)."""
         if not self.has_add_permission(request):
             raise PermissionDenied
-        form = views.StartRunForm(request.POST or None)
+        form = StartRunForm(request.POST or None)
         if request.method == "POST" and form.is_valid():
             run_id, created = form.start()
             if run_id is not None:

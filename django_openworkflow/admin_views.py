@@ -1,8 +1,8 @@
-"""What the admin shows and does, apart from its registration: a run's page, the actions, the start form.
+"""What the admin shows and does, apart from its registration: a run's page and the actions.
 
 ``admin.py`` wires these into Django's admin; this module holds the parts
 that can be read and tested on their own: formatting, the journal rows, the
-timeline picture, the run actions and the start-a-run form. Payloads are
+timeline picture and the run actions. Payloads are
 turned into plain strings here and escaped by the templates, never marked safe.
 """
 
@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest
@@ -24,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 
 from .client import start_run
-from .errors import OpenWorkflowError, PayloadError, UnknownWorkflowError
+from .errors import OpenWorkflowError
 from .models import (
     CLAIMABLE_STATUSES,
     RunStatus,
@@ -33,9 +32,8 @@ from .models import (
     StepStatus,
     WorkflowRun,
 )
-from .registry import registry
 from .store import runs as run_store
-from .store.queries import display_status, existing_run_for_key
+from .store.queries import display_status
 
 # -- formatting ---------------------------------------------------------------
 
@@ -268,11 +266,12 @@ def _planned_end(attempt: StepAttempt, now: datetime, run_end: datetime | None) 
 def _bar_css(attempt: StepAttempt) -> str:
     if attempt.kind == StepKind.SLEEP:
         return "owf-bar-sleep"
-    if attempt.kind == StepKind.WORKFLOW:
+    if attempt.kind != StepKind.RUN:
+        # Every other kind waits on something outside the run: a child run, a signal, an event.
         return "owf-bar-failed owf-bar-wait" if attempt.status == StepStatus.FAILED else "owf-bar-wait"
-    return {StepStatus.COMPLETED: "owf-bar-completed", StepStatus.FAILED: "owf-bar-failed"}.get(
-        attempt.status, "owf-bar-running"
-    )
+    if attempt.status == StepStatus.COMPLETED:
+        return "owf-bar-completed"
+    return "owf-bar-failed" if attempt.status == StepStatus.FAILED else "owf-bar-running"
 
 
 def build_timeline(run: WorkflowRun, rows: list[JournalRow], now: datetime) -> Timeline | None:
@@ -364,7 +363,9 @@ ACTIONS: dict[str, RunAction] = {
             "retry_now", "Retry now", "change",
             "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
             "Made due now", "it was not sleeping, backing off or scheduled",
-            offered=lambda run: run.status in CLAIMABLE_STATUSES and run.worker_id is None,
+            offered=lambda run: run.status in CLAIMABLE_STATUSES
+            and run.worker_id is None
+            and run.available_at > timezone.now(),
             apply=lambda run: run_store.wake_run(run.id),
         ),
         RunAction(
@@ -426,103 +427,3 @@ def perform_action(
         count = sum(1 for _, why in skipped if why == reason)
         messages.warning(request, f"{action.label}: skipped {plural(count)} ({ids}): {reason}.")
     return [result for _, result in changed]
-
-
-# -- the start form -----------------------------------------------------------
-
-_LOCAL_INPUT = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
-
-
-def _local_datetime_field(help_text: str) -> forms.DateTimeField:
-    # A native datetime-local input: the admin's calendar widget needs JavaScript.
-    return forms.DateTimeField(
-        required=False,
-        input_formats=_LOCAL_INPUT,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
-        help_text=help_text,
-    )
-
-
-def workflow_choices() -> list[tuple[str, str]]:
-    """Every registered (name, version) as a form choice; the value is JSON so a None version survives."""
-    return [
-        (json.dumps([spec.name, spec.version]), f"{spec.name} ({spec.version})" if spec.version else spec.name)
-        for spec in registry.all()
-    ]
-
-
-class StartRunForm(forms.Form):
-    """Start a run of a registered workflow: version, JSON input, schedule, deadline, idempotency key."""
-
-    workflow = forms.ChoiceField(help_text="A workflow and version registered in this process.")
-    input = forms.CharField(
-        required=False,
-        initial="{}",
-        widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
-        help_text="JSON; leave empty for null.",
-    )
-    available_at = _local_datetime_field("Start no earlier than this (server time zone). Empty: now.")
-    deadline_at = _local_datetime_field("Fail the run if it has not finished by then. Empty: no deadline.")
-    idempotency_key = forms.CharField(
-        required=False,
-        max_length=255,
-        help_text="Starting the same workflow with the same key again returns the first run.",
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
-
-    def clean_workflow(self) -> tuple[str, str | None]:
-        name, version = json.loads(self.cleaned_data["workflow"])
-        return name, version
-
-    def clean_input(self) -> Any:
-        text = self.cleaned_data["input"].strip()
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
-                params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
-                code="json",
-            ) from None
-
-    def clean_idempotency_key(self) -> str | None:
-        return self.cleaned_data["idempotency_key"].strip() or None
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        available, deadline = data.get("available_at"), data.get("deadline_at")
-        if available and deadline and deadline <= available:
-            self.add_error("deadline_at", "The deadline must be after the start time.")
-        return data
-
-    def start(self) -> tuple[Any, bool]:
-        """Start the run; returns (run id, created). Errors become form errors and return (None, False)."""
-        name, version = self.cleaned_data["workflow"]
-        key = self.cleaned_data["idempotency_key"]
-        existing = existing_run_for_key(name, key) if key else None
-        if existing is not None:
-            return existing.id, False
-        try:
-            handle = start_run(
-                name,
-                self.cleaned_data["input"],
-                version=version,
-                available_at=self.cleaned_data["available_at"],
-                deadline_at=self.cleaned_data["deadline_at"],
-                idempotency_key=key,
-            )
-        except PayloadError as exc:
-            self.add_error("input", str(exc))
-        except UnknownWorkflowError as exc:
-            self.add_error("workflow", str(exc))
-        except (OpenWorkflowError, ValueError) as exc:
-            # start_run's ValueErrors name the argument first ("deadline_at … is already in the past").
-            self.add_error("deadline_at" if str(exc).startswith("deadline_at") else None, str(exc))
-        else:
-            return handle.id, True
-        return None, False

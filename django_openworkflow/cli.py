@@ -20,7 +20,7 @@ from django.utils import timezone
 from .admin_views import elapsed, format_duration, format_time, wake_hint
 from .client import RunHandle, start_run
 from .errors import OpenWorkflowError, ResultTimeout, WorkflowCanceled, WorkflowFailed
-from .models import RunStatus, StepAttempt, WorkflowRun
+from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
 from .store import queries
 from .store import runs as run_store
 
@@ -62,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--version", default=None, help="the workflow version (default: the highest registered)")
     start.add_argument("--idempotency-key", default=None, metavar="KEY", help="start at most one run with this key")
     start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
-    start.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="with --wait: give up after this long")
+    start.add_argument(
+        "--timeout", type=float, default=None, metavar="SECONDS", help="with --wait: give up after this long"
+    )
 
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a pending or running run")
     cancel.add_argument("run_id", metavar="RUN_ID")
@@ -100,10 +102,11 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     numeric = [bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
     cells = [[str(h).upper() for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, numeric)).rstrip()
-        for row in cells
-    )
+    lines = []
+    for row in cells:
+        padded = (c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, numeric, strict=True))
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
 
 
 def resolve_run(value: str) -> WorkflowRun:
@@ -161,6 +164,15 @@ def _attempt_dict(attempt: StepAttempt, number: int) -> dict[str, Any]:
         "context": attempt.context,
         "child_run_id": str(attempt.child_workflow_run_id) if attempt.child_workflow_run_id else None,
     }
+
+
+def _attempt_result(attempt: StepAttempt) -> str:
+    """What the journal table shows of an attempt: its error, or its output once completed."""
+    if attempt.error:
+        return _error_line(attempt.error)
+    if attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
+        return _compact_json(attempt.output)
+    return ""
 
 
 def _error_line(error: Any) -> str:
@@ -258,9 +270,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
                         format_time(attempt.started_at, precise=True, day_of=day),
                         format_time(attempt.finished_at, precise=True, day_of=day) or "-",
                         format_duration(elapsed(attempt.started_at, attempt.finished_at, run_end or now)),
-                        _error_line(attempt.error) if attempt.error else (
-                            _compact_json(attempt.output) if attempt.status == "completed" and attempt.kind != "sleep" else ""
-                        ),
+                        _attempt_result(attempt),
                     )
                     for index, (attempt, number) in enumerate(numbered, start=1)
                 ],
@@ -334,7 +344,7 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     if options["from_failed_step"]:
         if not run_store.retry_failed_run(run.id):
             raise CommandError(f"run {run.id} is {shown}, not failed: nothing to retry from a failed step")
-        message, status = f"Run {run.id} is pending again; it resumes at its failed step.", RunStatus.PENDING
+        message, status = f"Run {run.id} is pending again; it resumes at its failed step.", str(RunStatus.PENDING)
     else:
         if not run_store.wake_run(run.id):
             advice = " (use --from-failed-step for a failed run)" if run.status == RunStatus.FAILED else ""

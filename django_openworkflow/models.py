@@ -105,6 +105,8 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "created_at"], name="owf_run_status_idx"),
             models.Index(fields=["workflow_name", "created_at"], name="owf_run_name_idx"),
             models.Index(fields=["created_at"], name="owf_run_created_idx"),
+            # The admin's status counts (parked = running with no worker) as an index-only scan.
+            models.Index(fields=["status", "worker_id"], name="owf_run_status_worker_idx"),
         ]
 
     def __str__(self) -> str:

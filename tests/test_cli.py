@@ -34,7 +34,12 @@ def as_json(*args: str) -> Any:
 
 
 def make_run(**fields: Any) -> WorkflowRun:
-    values: dict[str, Any] = {"workflow_name": "three-steps", "status": "pending", "input": {"start": 2}, "available_at": timezone.now()}
+    values: dict[str, Any] = {
+        "workflow_name": "three-steps",
+        "status": "pending",
+        "input": {"start": 2},
+        "available_at": timezone.now(),
+    }
     values.update(fields)
     return WorkflowRun.objects.create(**values)
 
@@ -45,11 +50,17 @@ def some_runs() -> dict[str, WorkflowRun]:
         "pending": make_run(),
         "parked": make_run(workflow_name="sleeper", status="running", available_at=now + timedelta(minutes=5)),
         "running": make_run(status="running", worker_id="w-1", started_at=now),
-        "completed": make_run(status="completed", output={"result": 21}, started_at=now, finished_at=now + timedelta(seconds=1)),
+        "completed": make_run(
+            status="completed", output={"result": 21}, started_at=now, finished_at=now + timedelta(seconds=1)
+        ),
         "failed": make_run(
             workflow_name="always-fails",
             status="failed",
-            error={"type": "ValueError", "message": "kaboom", "traceback": "Traceback (most recent call last):\nValueError: kaboom"},
+            error={
+                "type": "ValueError",
+                "message": "kaboom",
+                "traceback": "Traceback (most recent call last):\nValueError: kaboom",
+            },
         ),
     }
 
@@ -117,7 +128,12 @@ def test_show_prints_the_run_and_its_journal() -> None:
     start = timezone.now()
     for step, status in (("boom", "failed"), ("boom", "failed"), ("cleanup", "completed")):
         StepAttempt.objects.create(
-            workflow_run=run, step_name=step, kind="run", status=status, started_at=start, finished_at=start,
+            workflow_run=run,
+            step_name=step,
+            kind="run",
+            status=status,
+            started_at=start,
+            finished_at=start,
             output="done" if status == "completed" else None,
             error={"type": "ValueError", "message": "kaboom"} if status == "failed" else None,
         )
@@ -125,7 +141,7 @@ def test_show_prints_the_run_and_its_journal() -> None:
     assert f"Run {run.id}" in text and "always-fails" in text
     assert "error            ValueError: kaboom" in text
     assert "Journal: 3 step attempts" in text
-    table = text[text.index("Journal"):].splitlines()
+    table = text[text.index("Journal") :].splitlines()
     assert table[1].split()[:5] == ["#", "STEP", "KIND", "STATUS", "ATTEMPT"]
     assert table[2].split()[:5] == ["1", "boom", "run", "failed", "1"]
     assert table[3].split()[:5] == ["2", "boom", "run", "failed", "2"]
@@ -299,7 +315,14 @@ def test_stats() -> None:
     }
     data = as_json("stats")
     assert data[2] == {
-        "workflow": "three-steps", "pending": 1, "running": 1, "parked": 0, "completed": 2, "failed": 0, "canceled": 0, "total": 4
+        "workflow": "three-steps",
+        "pending": 1,
+        "running": 1,
+        "parked": 0,
+        "completed": 2,
+        "failed": 0,
+        "canceled": 0,
+        "total": 4,
     }
 
 
@@ -325,7 +348,12 @@ def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
     env = dict(os.environ, OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]))
     proc = subprocess.run(
         [sys.executable, "-m", "django", "workflows", "--settings=tests.settings", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode == 1
     assert proc.stdout == ""

@@ -46,3 +46,19 @@ def test_retry_failed_run_reruns_the_failed_step_and_keeps_completed_ones(run_wo
 def test_retry_failed_run_refuses_other_states():
     handle = three_steps.run()
     assert runs.retry_failed_run(handle.id) is False
+
+
+def test_cancel_closes_open_sleeps_and_wakes_nothing_more(run_worker):
+    handle = sleeper.run({"duration": "1h"})
+    run_worker()
+    assert runs.cancel_run(handle.id) is True
+    nap = StepAttempt.objects.get(workflow_run_id=handle.id, kind="sleep")
+    assert nap.status == "failed" and nap.error["type"] == "Canceled" and nap.finished_at is not None
+
+
+def test_cancel_runs_in_bulk_counts_only_unfinished_ones(run_worker):
+    done = three_steps.run({})
+    run_worker()
+    pending = [three_steps.run({}) for _ in range(3)]
+    assert runs.cancel_runs([done.id, *(h.id for h in pending)]) == 3
+    assert {h.status() for h in pending} == {"canceled"} and done.status() == "completed"

@@ -59,26 +59,37 @@ def get_run(run_id: Any) -> WorkflowRun | None:
 def cancel_run(run_id: Any) -> bool:
     """Cancel a run that has not finished; False if it already had.
 
-    A parent waiting on the run is woken so that its wait step fails.
+    Its open steps are closed, and a parent waiting on it is woken so that
+    its wait step fails.
     """
+    return cancel_runs([run_id]) == 1
+
+
+def cancel_runs(run_ids: list[Any]) -> int:
+    """Cancel many runs in one transaction (the admin's "select all"); returns how many."""
     using = alias()
     now = fetch_db_now(using)
     with transaction.atomic(using=using):
-        canceled = (
+        targets = list(
             WorkflowRun.objects.using(using)
-            .filter(id=run_id, status__in=CLAIMABLE_STATUSES)
-            .update(status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now)
+            .select_for_update()
+            .filter(id__in=run_ids, status__in=CLAIMABLE_STATUSES)
+            .values_list("id", "parent_step_attempt_id")
         )
-        if canceled:
-            parent_step = (
-                WorkflowRun.objects.using(using)
-                .filter(id=run_id)
-                .values_list("parent_step_attempt_id", flat=True)
-                .first()
-            )
+        ids = [run_id for run_id, _ in targets]
+        WorkflowRun.objects.using(using).filter(id__in=ids).update(
+            status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now
+        )
+        # A sleep or wait in progress ends with the run, so the journal shows no
+        # step "running" forever; a step a worker is executing is closed too
+        # (that worker's own write is fenced out).
+        StepAttempt.objects.using(using).filter(workflow_run_id__in=ids, status=StepStatus.RUNNING).update(
+            status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
+        )
+        for _, parent_step in targets:
             if parent_step is not None:
                 wake_parent(parent_step, now)
-    return bool(canceled)
+    return len(ids)
 
 
 def wake_run(run_id: Any) -> bool:
