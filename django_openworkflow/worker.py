@@ -214,6 +214,8 @@ class Worker:
             renewed = max(claimed.claimed_monotonic, self._leases_renewed_at)
             return time.monotonic() < renewed + renewal_window
 
+        if claimed.fresh:
+            logger.info("run %s (%s) started", run.id, run.workflow_name)
         try:
             result = execute_slice(claimed, lease_valid)
         except DatabaseError as exc:
