@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ChaosAppConfig(AppConfig):
+    name = "bench.chaosapp"
+    label = "chaosapp"
