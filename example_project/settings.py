@@ -90,7 +90,21 @@ STATIC_URL = "static/"
 X_FRAME_OPTIONS = "SAMEORIGIN"
 SILENCED_SYSTEM_CHECKS = ["security.W019"]
 
-OPENWORKFLOW = {"POLL_INTERVAL": "50ms"}
+OPENWORKFLOW = {
+    "POLL_INTERVAL": "50ms",
+    # Run workflows on Celery workers instead of `manage.py runworkflows`
+    # (pip install "django-openworkflow[celery]" redis; see example_project/celery.py):
+    # "DISPATCH": "celery",
+}
+
+# Celery: used only with "DISPATCH": "celery". Redis as the broker.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/0")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# The sweep sends tasks for runs whose message was lost or never scheduled
+# (a crashed worker's runs, long sleeps): it bounds how late they can be.
+CELERY_BEAT_SCHEDULE = {
+    "openworkflow-sweep": {"task": "django_openworkflow.sweep", "schedule": 10.0},
+}
 
 LOGGING = {
     "version": 1,

@@ -13,7 +13,7 @@ from example_project.demo.workflows import onboard_user
 START_FORM = engines["django"].from_string(
     '<form method="post">{% csrf_token %}'
     '<input name="email" value="ada@example.com"> <input name="delay" value="2s"> '
-    '<button>Start onboard-user</button></form>'
+    "<button>Start onboard-user</button></form>"
 )
 
 
@@ -24,7 +24,11 @@ def start(request: HttpRequest) -> HttpResponse:
     # The run is inserted in this transaction: if the view fails, no run exists.
     with transaction.atomic():
         handle = onboard_user.run(
-            {"user_id": 42, "email": request.POST.get("email", "ada@example.com"), "delay": request.POST.get("delay", "2s")}
+            {
+                "user_id": 42,
+                "email": request.POST.get("email", "ada@example.com"),
+                "delay": request.POST.get("delay", "2s"),
+            }
         )
     return redirect(reverse("admin:django_openworkflow_workflowrun_change", args=[handle.id]))
 

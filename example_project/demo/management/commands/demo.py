@@ -36,13 +36,17 @@ class Command(BaseCommand):
     help = "Start one onboard-user run, execute it with an in-process worker, and print its journal."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--delay", type=_duration, default="2s", help="how long the workflow sleeps between e-mails (default 2s)")
+        parser.add_argument(
+            "--delay", type=_duration, default="2s", help="how long the workflow sleeps between e-mails (default 2s)"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         handle = onboard_user.run({"user_id": 42, "email": "ada@example.com", "delay": options["delay"]})
         self.stdout.write(f"started run {handle.id}; working it in this process (Ctrl-C stops)...")
 
-        Worker(poll_interval="50ms").run(until=lambda: handle.status() in FINISHED_STATUSES, install_signal_handlers=True)
+        Worker(poll_interval="50ms").run(
+            until=lambda: handle.status() in FINISHED_STATUSES, install_signal_handlers=True
+        )
 
         run = handle.fetch()
         self.stdout.write(f"\nstatus: {run.status}")
@@ -66,12 +70,16 @@ class Command(BaseCommand):
                 a.status,
                 _time(a.started_at),
                 _time(a.finished_at),
-                f"{(a.finished_at - a.started_at).total_seconds() * 1000:.1f}" if a.started_at and a.finished_at else "-",
+                f"{(a.finished_at - a.started_at).total_seconds() * 1000:.1f}"
+                if a.started_at and a.finished_at
+                else "-",
                 _clip(a.output) if a.error is None else "error: " + _clip(a.error.get("message")),
             )
             for a in attempts
         ]
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
         for row in [header, tuple("-" * w for w in widths), *rows]:
-            cells = [str(c).rjust(w) if i == 5 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+            cells = [
+                str(c).rjust(w) if i == 5 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            ]
             self.stdout.write("  ".join(cells).rstrip())
