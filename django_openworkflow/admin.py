@@ -235,8 +235,16 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     # Most telling first: on a narrow screen the last columns scroll out of view.
     list_display = (
-        "run_id", "workflow", "version", "status_badge", "duration", "attempts",
-        "created", "started", "finished", "worker",
+        "run_id",
+        "workflow",
+        "version",
+        "status_badge",
+        "duration",
+        "attempts",
+        "created",
+        "started",
+        "finished",
+        "worker",
     )
     list_display_links = ("run_id",)
     list_filter = (StatusFilter, WorkflowNameFilter, VersionFilter, ("created_at", admin.DateFieldListFilter))

@@ -244,8 +244,35 @@ class Timeline:
 
 # Tick spacing candidates in seconds: the first that gives at most 6 ticks wins.
 _TICK_STEPS = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30,
-    60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    172800,
+    604800,
 )
 MAX_TIMELINE_ROWS = 60
 
@@ -353,32 +380,44 @@ ACTIONS: dict[str, RunAction] = {
     action.name: action
     for action in (
         RunAction(
-            "cancel", "Cancel", "change",
+            "cancel",
+            "Cancel",
+            "change",
             "Cancel {runs}? A worker executing a run stops at its next step and writes nothing more.",
-            "Canceled", "it had already finished",
+            "Canceled",
+            "it had already finished",
             offered=lambda run: run.status in CLAIMABLE_STATUSES,
             apply=lambda run: run_store.cancel_run(run.id),
         ),
         RunAction(
-            "retry_now", "Retry now", "change",
+            "retry_now",
+            "Retry now",
+            "change",
             "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
-            "Made due now", "it was not sleeping, backing off or scheduled",
-            offered=lambda run: run.status in CLAIMABLE_STATUSES
-            and run.worker_id is None
-            and run.available_at > timezone.now(),
+            "Made due now",
+            "it was not sleeping, backing off or scheduled",
+            offered=lambda run: (
+                run.status in CLAIMABLE_STATUSES and run.worker_id is None and run.available_at > timezone.now()
+            ),
             apply=lambda run: run_store.wake_run(run.id),
         ),
         RunAction(
-            "retry_failed", "Retry from failed step", "change",
+            "retry_failed",
+            "Retry from failed step",
+            "change",
             "Retry {runs} from the failed step? Completed steps keep their outputs and are not run again.",
-            "Sent back to pending", "it had not failed",
+            "Sent back to pending",
+            "it had not failed",
             offered=lambda run: run.status == RunStatus.FAILED,
             apply=lambda run: run_store.retry_failed_run(run.id),
         ),
         RunAction(
-            "rerun", "Re-run with same input", "add",
+            "rerun",
+            "Re-run with same input",
+            "add",
             "Start a new run of the same workflow and version with the same input as {runs}?",
-            "Started a new run for", "it could not be started again",
+            "Started a new run for",
+            "it could not be started again",
             offered=lambda run: True,
             apply=_rerun,
             creates_runs=True,

@@ -16,6 +16,9 @@ class SimpleOpenWorkflowConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers system checks)
+        from .dispatch import checks as dispatch_checks  # registers the dispatch checks
+
+        dispatch_checks.load_dispatcher()  # with DISPATCH = "celery": registers the Celery tasks
 
 
 class OpenWorkflowConfig(SimpleOpenWorkflowConfig):

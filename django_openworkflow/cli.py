@@ -294,8 +294,12 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     except (OpenWorkflowError, ValueError) as exc:
         raise CommandError(str(exc)) from None
     run = handle.fetch()
-    result: dict[str, Any] = {"id": str(run.id), "workflow": run.workflow_name, "version": run.version,
-                              "created": existing is None}
+    result: dict[str, Any] = {
+        "id": str(run.id),
+        "workflow": run.workflow_name,
+        "version": run.version,
+        "created": existing is None,
+    }
     if not options["wait"]:
         result["status"] = run.status
         if options["json"]:

@@ -49,8 +49,9 @@ class SliceResult:
     outcome: Outcome
     seconds: float
     detail: str = ""
-    # When a parked, retrying or rescheduled run is next due (for dispatchers
-    # that schedule a message for it); None otherwise.
+    # At the latest, when a parked, retrying or rescheduled run is next due
+    # (for dispatchers that schedule a message for it); None otherwise. It may
+    # be due sooner: a wait whose child already finished is due at once.
     wake_at: datetime | None = None
 
 

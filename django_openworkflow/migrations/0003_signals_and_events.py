@@ -6,75 +6,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_openworkflow', '0002_notify_triggers'),
+        ("django_openworkflow", "0002_notify_triggers"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('event_type', models.CharField(max_length=255)),
-                ('payload', models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('woke', models.PositiveIntegerField(default=0, help_text='How many waiting runs it woke.')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("event_type", models.CharField(max_length=255)),
+                (
+                    "payload",
+                    models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True),
+                ),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("woke", models.PositiveIntegerField(default=0, help_text="How many waiting runs it woke.")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'db_table': 'openworkflow_event',
-                'ordering': ['-id'],
+                "db_table": "openworkflow_event",
+                "ordering": ["-id"],
             },
         ),
         migrations.CreateModel(
-            name='Signal',
+            name="Signal",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(max_length=255)),
-                ('data', models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True)),
-                ('idempotency_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('consumed_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("name", models.CharField(max_length=255)),
+                (
+                    "data",
+                    models.JSONField(blank=True, encoder=django.core.serializers.json.DjangoJSONEncoder, null=True),
+                ),
+                ("idempotency_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("consumed_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'db_table': 'openworkflow_signal',
-                'ordering': ['id'],
+                "db_table": "openworkflow_signal",
+                "ordering": ["id"],
             },
         ),
         migrations.AlterField(
-            model_name='stepattempt',
-            name='kind',
-            field=models.CharField(choices=[('run', 'Run'), ('sleep', 'Sleep'), ('workflow', 'Child workflow'), ('signal', 'Wait for signal'), ('event', 'Wait for event')], max_length=16),
+            model_name="stepattempt",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("run", "Run"),
+                    ("sleep", "Sleep"),
+                    ("workflow", "Child workflow"),
+                    ("signal", "Wait for signal"),
+                    ("event", "Wait for event"),
+                ],
+                max_length=16,
+            ),
         ),
         migrations.AddIndex(
-            model_name='stepattempt',
-            index=models.Index(condition=models.Q(('status', 'running')), fields=['kind'], name='owf_step_open_idx'),
+            model_name="stepattempt",
+            index=models.Index(condition=models.Q(("status", "running")), fields=["kind"], name="owf_step_open_idx"),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['event_type', 'created_at'], name='owf_event_type_idx'),
+            model_name="event",
+            index=models.Index(fields=["event_type", "created_at"], name="owf_event_type_idx"),
         ),
         migrations.AddConstraint(
-            model_name='event',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False)), fields=('event_type', 'idempotency_key'), name='owf_event_idempotency_key_uniq'),
+            model_name="event",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=("event_type", "idempotency_key"),
+                name="owf_event_idempotency_key_uniq",
+            ),
         ),
         migrations.AddField(
-            model_name='signal',
-            name='consumed_by',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='django_openworkflow.stepattempt'),
+            model_name="signal",
+            name="consumed_by",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="django_openworkflow.stepattempt",
+            ),
         ),
         migrations.AddField(
-            model_name='signal',
-            name='workflow_run',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='signals', to='django_openworkflow.workflowrun'),
+            model_name="signal",
+            name="workflow_run",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="signals",
+                to="django_openworkflow.workflowrun",
+            ),
         ),
         migrations.AddIndex(
-            model_name='signal',
-            index=models.Index(fields=['workflow_run', 'name', 'id'], name='owf_signal_run_name_idx'),
+            model_name="signal",
+            index=models.Index(fields=["workflow_run", "name", "id"], name="owf_signal_run_name_idx"),
         ),
         migrations.AddConstraint(
-            model_name='signal',
-            constraint=models.UniqueConstraint(condition=models.Q(('idempotency_key__isnull', False)), fields=('workflow_run', 'name', 'idempotency_key'), name='owf_signal_idempotency_key_uniq'),
+            model_name="signal",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("idempotency_key__isnull", False)),
+                fields=("workflow_run", "name", "idempotency_key"),
+                name="owf_signal_idempotency_key_uniq",
+            ),
         ),
     ]

@@ -4,14 +4,13 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_openworkflow', '0003_signals_and_events'),
+        ("django_openworkflow", "0003_signals_and_events"),
     ]
 
     operations = [
         migrations.AddIndex(
-            model_name='workflowrun',
-            index=models.Index(fields=['status', 'worker_id'], name='owf_run_status_worker_idx'),
+            model_name="workflowrun",
+            index=models.Index(fields=["status", "worker_id"], name="owf_run_status_worker_idx"),
         ),
     ]

@@ -87,6 +87,10 @@ def claim_due_runs(worker_id: str, limit: int, lease: timedelta) -> list[Claimed
 def claim_run(run_id: Any, worker_id: str, lease: timedelta) -> ClaimedRun | None:
     """Claim one run by id if it is due (for dispatchers that name the run)."""
     using = alias()
+    # A duplicate or early message is common under Celery: answer it with a
+    # plain read, without taking SQLite's write lock or a row lock.
+    if not due_runs(using, fetch_db_now(using)).filter(id=run_id).exists():
+        return None
     with write_lock(using), transaction.atomic(using=using):
         now = fetch_db_now(using)
         candidate = due_runs(using, now).filter(id=run_id)

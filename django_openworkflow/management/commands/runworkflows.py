@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
@@ -29,9 +30,17 @@ class Command(BaseCommand):
         parser.add_argument("--lease", type=_duration, default=None, help="lease per claimed run, e.g. 30s")
         parser.add_argument("--poll", type=_duration, default=None, help="idle poll interval, e.g. 100ms")
         parser.add_argument("--burst", action="store_true", help="exit once no run is due and none is in flight")
+        parser.add_argument(
+            "--dispatch-only",
+            action="store_true",
+            help="with DISPATCH='celery': execute nothing, send Celery tasks for due runs every --poll (default 1s)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(int(options["verbosity"]))
+        if options["dispatch_only"]:
+            self._dispatch_only(options["poll"])
+            return
         try:
             worker = Worker(
                 concurrency=options["concurrency"],
@@ -53,6 +62,16 @@ class Command(BaseCommand):
             served,
         )
         worker.run()
+
+    def _dispatch_only(self, poll: str | None) -> None:
+        from ...dispatch.sweeper import SweepLoop
+
+        try:
+            loop = SweepLoop(interval=parse_duration(poll or "1s").total_seconds())
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from None
+        logging.getLogger("django_openworkflow.dispatch").info("sweeping due runs to Celery every %ss", loop.interval)
+        loop.run()
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_openworkflow")

@@ -1,0 +1,341 @@
+"""Celery dispatch: a Celery task claims one run by id and executes one slice of it.
+
+The database decides; Celery is only transport. A message names a run, and
+the task claims it only if it is due (fenced, the same lease rules as
+``runworkflows``), so a duplicate, late or early message is harmless and a
+lost one only delays the run until :func:`sweep` sends another.
+
+This is the only module of the package that imports Celery. It is imported
+when ``OPENWORKFLOW["DISPATCH"] == "celery"``: by ``start_run`` on the sending
+side and at startup (``dispatch/checks.py``) so Celery workers know the tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from celery import Task, shared_task  # type: ignore[import-untyped]
+from django.db import DatabaseError, connections, transaction
+
+from ..conf import owf_settings
+from ..engine.execute import Outcome, SliceResult, execute_slice
+from ..models import FINISHED_STATUSES, RunStatus, WorkflowRun
+from ..store import claims
+from ..store.claims import ClaimedRun
+from ..store.db import alias, fetch_db_now
+from ..store.journal import LeaseLost, commit
+from ..worker import recycle_connections
+
+logger = logging.getLogger("django_openworkflow.dispatch")
+
+EXECUTE_RUN = "django_openworkflow.execute_run"
+SWEEP = "django_openworkflow.sweep"
+
+# A parked run due later than this gets no ETA message: Celery workers hold
+# ETA messages in memory, and brokers with a visibility timeout (Redis, SQS:
+# one hour by default) deliver them again once it passes. The sweep
+# dispatches such runs when they come due.
+ETA_HORIZON = timedelta(minutes=15)
+
+# A sweep sends for a run due at a given time at most once per this interval
+# (per process); the run's own message is likely still queued.
+SWEEP_RESEND_AFTER = timedelta(seconds=30)
+_recently_swept: dict[tuple[Any, datetime], float] = {}
+_recently_swept_lock = threading.Lock()
+
+# Claims that fail with a database error are retried this often, then left to the sweep.
+_CLAIM_RETRIES = 5
+
+
+class WorkflowTask(Task):
+    """Base of the workflow tasks: routed to ``OPENWORKFLOW["CELERY_QUEUE"]``.
+
+    A property rather than a class attribute, so the setting is read when
+    a message is first sent (also by Celery beat, which sends by name).
+    """
+
+    @property
+    def queue(self) -> str:
+        return owf_settings.celery_queue
+
+
+def send_execute_run(run_id: Any, countdown: float | None = None, due_at: datetime | None = None) -> bool:
+    """Send an ``execute_run`` message for ``run_id``; False (and a warning) if the broker refused it.
+
+    Never raises: the run is in the database, so a message that could not
+    be sent only delays it until the sweep finds it.
+    """
+    try:
+        execute_run.apply_async(
+            args=[str(run_id)],
+            kwargs={"due_at": due_at.isoformat()} if due_at is not None else {},
+            countdown=countdown,
+            queue=owf_settings.celery_queue,
+        )
+    except Exception as exc:  # any broker failure: the database still has the run
+        logger.warning("run %s: could not send its Celery task (%s); the sweep will dispatch it", run_id, exc)
+        return False
+    return True
+
+
+def dispatch_on_commit(run_id: Any) -> None:
+    """Send an ``execute_run`` message once the current transaction commits (at once outside one).
+
+    Never before the commit: a worker must find the run when the message
+    arrives, and a rolled-back start sends nothing.
+    """
+    transaction.on_commit(lambda: send_execute_run(run_id), using=alias())
+
+
+def sweep(limit: int = 1000) -> int:
+    """Send ``execute_run`` for up to ``limit`` runs that are due now, oldest first; returns how many.
+
+    Due means new, woken, retry due, or with an expired lease (its worker
+    died): runs whose message was lost, delayed, or never scheduled (parks
+    beyond ``ETA_HORIZON``). Read-only and safe to run on several machines at
+    once: a duplicate message fails its claim and does nothing. A process
+    does not send again for a run that is still due at the same time within
+    ``SWEEP_RESEND_AFTER``, so a backlog of queued runs is not flooded with
+    duplicates by frequent sweeps.
+    """
+    using = alias()
+    due = claims.due_runs(using, fetch_db_now(using)).order_by("available_at")
+    rows = list(due.values_list("id", "available_at")[:limit])
+    started = time.monotonic()
+    with _recently_swept_lock:
+        for key, sent_at in list(_recently_swept.items()):
+            if started - sent_at > SWEEP_RESEND_AFTER.total_seconds():
+                del _recently_swept[key]
+        rows = [row for row in rows if row not in _recently_swept]
+    sent = 0
+    for run_id, available_at in rows:
+        if not send_execute_run(run_id):
+            break  # the broker is down: the next sweep tries again
+        with _recently_swept_lock:
+            _recently_swept[(run_id, available_at)] = started
+        sent += 1
+    if sent:
+        logger.info("sweep: dispatched %d due run(s)", sent)
+    return sent
+
+
+@shared_task(name=EXECUTE_RUN, base=WorkflowTask, bind=True, acks_late=True, ignore_result=True)
+def execute_run(self: Task, run_id: str, due_at: str | None = None) -> str:
+    """Claim run ``run_id`` if it is due and execute one slice of it; returns how that went.
+
+    ``due_at`` is the wake time a delayed message was sent for; if the
+    message arrives before the database clock reaches it, it is sent again
+    for the remaining time.
+    """
+    # Connections that broke or aged out in an earlier task are replaced.
+    # (Celery's Django fixup also closes every connection around each task.)
+    recycle_connections()
+    try:
+        return _execute_run(self, run_id, due_at)
+    finally:
+        recycle_connections()
+
+
+@shared_task(name=SWEEP, base=WorkflowTask, ignore_result=True)
+def sweep_task(limit: int = 1000) -> int:
+    """Celery beat entry point for :func:`sweep`."""
+    try:
+        return sweep(limit)
+    finally:
+        recycle_connections()
+
+
+def _worker_id() -> str:
+    # One id per task execution, not per process: two threads of one process
+    # must never share a lease, or fencing could not tell them apart.
+    return f"celery:{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _execute_run(task: Task, run_id: str, due_at: str | None) -> str:
+    lease = owf_settings.lease
+    worker_id = _worker_id()
+    try:
+        claimed = claims.claim_run(run_id, worker_id, lease)
+    except DatabaseError as exc:
+        retries = task.request.retries
+        if retries >= _CLAIM_RETRIES:
+            logger.warning("run %s: could not claim it (%s); leaving it to the sweep", run_id, exc)
+            return "claim-failed"
+        delay = min(0.5 * 2**retries, 10.0)
+        logger.warning("run %s: could not claim it (%s); retrying in %.1fs", run_id, exc, delay)
+        raise task.retry(countdown=delay) from exc
+    if claimed is None:
+        logger.debug("run %s: not due, finished, or held by another worker: nothing to do", run_id)
+        if due_at is not None:
+            _send_again_if_early(run_id, datetime.fromisoformat(due_at))
+        return "not-claimed"
+    run = claimed.run
+    with _Heartbeat(claimed, lease) as heartbeat:
+        try:
+            result = execute_slice(claimed, heartbeat.lease_valid)
+        except DatabaseError as exc:
+            logger.warning("run %s (%s): database error, releasing it: %s", run.id, run.workflow_name, exc)
+            _release(claimed)
+            return "released"
+        except Exception:
+            logger.exception("run %s (%s): engine error, releasing it", run.id, run.workflow_name)
+            _release(claimed)
+            return "released"
+    _log(result)
+    try:
+        _dispatch_follow_ups(result)
+    except DatabaseError as exc:
+        logger.warning("run %s: could not dispatch what follows its slice (%s); the sweep will", run.id, exc)
+    return str(result.outcome)
+
+
+def _log(result: SliceResult) -> None:
+    level = logging.INFO if result.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
+    if result.outcome == Outcome.LEASE_LOST:
+        level = logging.WARNING
+    logger.log(
+        level,
+        "run %s (%s) %s in %.1f ms%s",
+        result.run_id,
+        result.workflow_name,
+        result.outcome,
+        result.seconds * 1000,
+        f": {result.detail}" if result.detail and result.outcome != Outcome.COMPLETED else "",
+    )
+
+
+def _dispatch_follow_ups(result: SliceResult) -> None:
+    """After a slice: wake the parent of a finished run, start new children, schedule the next slice.
+
+    Reads the run's row rather than trusting ``result.wake_at``: a parent
+    that parks on a child that has already finished is made due at once by
+    the same commit, and only the row says so.
+    """
+    using = alias()
+    row = (
+        WorkflowRun.objects.using(using)
+        .filter(id=result.run_id)
+        .values("status", "worker_id", "available_at", "parent_step_attempt__workflow_run_id")
+        .first()
+    )
+    if row is None:
+        return
+    if row["status"] in FINISHED_STATUSES:
+        parent = row["parent_step_attempt__workflow_run_id"]
+        if parent is not None:
+            # Due only if it is parked on this very child; otherwise the claim fails quietly.
+            send_execute_run(parent)
+        return
+    now = fetch_db_now(using)
+    if result.outcome == Outcome.PARKED:
+        # A run that parks may just have started children (run_workflow).
+        children = claims.due_runs(using, now).filter(parent_step_attempt__workflow_run_id=result.run_id)
+        for child in children.values_list("id", flat=True):
+            send_execute_run(child)
+    if row["status"] == RunStatus.RUNNING and row["worker_id"] is None:
+        _schedule(result.run_id, row["available_at"], now)
+
+
+def _schedule(run_id: Any, available_at: datetime, now: datetime) -> None:
+    """Send a message that arrives when the parked run is due (if that is within ``ETA_HORIZON``)."""
+    # A countdown measured on the database clock, not an ETA: Celery applies
+    # it on the sender's clock, so a skew between the two clocks cancels out.
+    delay = (available_at - now).total_seconds()
+    if delay > ETA_HORIZON.total_seconds():
+        logger.debug("run %s: due at %s, beyond the ETA horizon; the sweep will dispatch it", run_id, available_at)
+        return
+    if delay <= 0:
+        send_execute_run(run_id)
+    else:
+        send_execute_run(run_id, countdown=delay, due_at=available_at)
+
+
+def _send_again_if_early(run_id: str, due_at: datetime) -> None:
+    """A delayed message arrived before its run came due (clock skew): send it again for the rest.
+
+    Only while the run is still parked until that very time, so a stale
+    message from an earlier park, or a duplicate, ends here.
+    """
+    using = alias()
+    available_at = (
+        WorkflowRun.objects.using(using)
+        .filter(id=run_id, status=RunStatus.RUNNING, worker_id__isnull=True)
+        .values_list("available_at", flat=True)
+        .first()
+    )
+    if available_at is None or available_at != due_at:
+        return
+    now = fetch_db_now(using)
+    if available_at > now:
+        _schedule(run_id, available_at, now)
+
+
+def _release(claimed: ClaimedRun) -> None:
+    """Hand a run back after an infrastructure error and send it again shortly."""
+    recycle_connections()
+    try:
+        now = fetch_db_now()
+        commit(
+            claimed.run.id,
+            claimed.worker_id,
+            now,
+            run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)},
+        )
+    except (Exception, LeaseLost):
+        # Its lease will expire instead, and the sweep will find it.
+        logger.debug("could not release run %s", claimed.run.id, exc_info=True)
+        return
+    send_execute_run(claimed.run.id, countdown=1.0)
+
+
+class _Heartbeat:
+    """Extends the lease of one claimed run while its slice executes, on its own thread.
+
+    ``lease_valid`` tells the engine whether the lease is still known to be
+    held, so no step starts after heartbeats have been failing.
+    """
+
+    def __init__(self, claimed: ClaimedRun, lease: timedelta) -> None:
+        self.claimed = claimed
+        self.lease = lease
+        self.renewed_at = claimed.claimed_monotonic
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"owf-heartbeat-{claimed.run.id}", daemon=True)
+
+    def lease_valid(self) -> bool:
+        return time.monotonic() < self.renewed_at + self.lease.total_seconds() * 0.9
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        interval = self.lease.total_seconds() / 3
+        try:
+            while not self._stop.wait(interval):
+                started = time.monotonic()
+                try:
+                    held = claims.extend_leases(self.claimed.worker_id, self.lease, [self.claimed.run.id])
+                except DatabaseError as exc:
+                    logger.warning("run %s: heartbeat failed: %s", self.claimed.run.id, exc)
+                    recycle_connections()
+                    continue
+                if not held:
+                    return  # canceled or taken over: the slice's next write finds out
+                self.renewed_at = started
+        finally:
+            connections.close_all()  # this thread's connection, if it opened one

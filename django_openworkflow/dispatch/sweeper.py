@@ -1,0 +1,55 @@
+"""``runworkflows --dispatch-only``: send Celery tasks for due runs, in a loop, until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DatabaseError, connections
+
+from ..conf import owf_settings
+from ..worker import recycle_connections
+
+logger = logging.getLogger("django_openworkflow.dispatch")
+
+
+class SweepLoop:
+    """Runs :func:`dispatch.celery.sweep` every ``interval`` seconds (at once while a backlog remains).
+
+    Safe on several machines at once: the sweep only reads, and claims are fenced.
+    """
+
+    def __init__(self, interval: float = 1.0, batch: int = 1000) -> None:
+        if owf_settings.dispatch != "celery":
+            raise ImproperlyConfigured("--dispatch-only needs OPENWORKFLOW['DISPATCH'] = 'celery'")
+        try:
+            from .celery import sweep
+        except ImportError as exc:
+            raise ImproperlyConfigured(f"--dispatch-only needs Celery: {exc}") from None
+        self._sweep = sweep
+        self.interval = interval
+        self.batch = batch
+        self._stop = threading.Event()
+
+    def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+        self._stop.set()
+
+    def run(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        try:
+            while not self._stop.is_set():
+                try:
+                    sent = self._sweep(limit=self.batch)
+                except DatabaseError as exc:
+                    logger.warning("sweep failed: %s", exc)
+                    recycle_connections()
+                    sent = 0
+                if sent < self.batch:
+                    self._stop.wait(self.interval)
+        finally:
+            connections.close_all()
