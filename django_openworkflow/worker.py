@@ -27,8 +27,6 @@ from .durations import Duration, parse_duration
 from .engine.execute import Outcome, execute_slice
 from .store import claims
 from .store.claims import ClaimedRun
-from .store.db import fetch_db_now
-from .store.journal import LeaseLost, commit
 from .store.notify import DUE_CHANNEL, Listener, can_listen
 
 logger = logging.getLogger("django_openworkflow.worker")
@@ -242,17 +240,7 @@ class Worker:
     def _release(self, claimed: ClaimedRun) -> None:
         """Hand a run back after an infrastructure error, so it is retried soon, not after the lease."""
         recycle_connections()
-        try:
-            now = fetch_db_now()
-            commit(
-                claimed.run.id,
-                self.worker_id,
-                now,
-                run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)},
-            )
-        except (Exception, LeaseLost):
-            # Its lease will expire instead; a slot thread must never die.
-            logger.debug("could not release run %s", claimed.run.id, exc_info=True)
+        claims.release_run(claimed)  # never raises: a slot thread must not die
 
     # -- heartbeat --
 

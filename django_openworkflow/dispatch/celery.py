@@ -29,9 +29,8 @@ from ..conf import owf_settings
 from ..engine.execute import Outcome, SliceResult, execute_slice
 from ..models import FINISHED_STATUSES, RunStatus, WorkflowRun
 from ..store import claims
-from ..store.claims import ClaimedRun
+from ..store.claims import ClaimedRun, release_run
 from ..store.db import alias, fetch_db_now
-from ..store.journal import LeaseLost, commit
 from ..worker import recycle_connections
 
 logger = logging.getLogger("django_openworkflow.dispatch")
@@ -281,19 +280,8 @@ def _send_again_if_early(run_id: str, due_at: datetime) -> None:
 def _release(claimed: ClaimedRun) -> None:
     """Hand a run back after an infrastructure error and send it again shortly."""
     recycle_connections()
-    try:
-        now = fetch_db_now()
-        commit(
-            claimed.run.id,
-            claimed.worker_id,
-            now,
-            run_fields={"worker_id": None, "available_at": now + timedelta(seconds=1)},
-        )
-    except (Exception, LeaseLost):
-        # Its lease will expire instead, and the sweep will find it.
-        logger.debug("could not release run %s", claimed.run.id, exc_info=True)
-        return
-    send_execute_run(claimed.run.id, countdown=1.0)
+    if release_run(claimed):  # otherwise its lease expires, and the sweep finds it
+        send_execute_run(claimed.run.id, countdown=1.0)
 
 
 class _Heartbeat:

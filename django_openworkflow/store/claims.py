@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -14,6 +15,9 @@ from django.db.models.functions import Coalesce
 from ..models import CLAIMABLE_STATUSES, RunStatus, WorkflowRun
 from . import pg
 from .db import alias, db_now, fetch_db_now, write_lock
+from .journal import LeaseLost, commit
+
+logger = logging.getLogger("django_openworkflow.store")
 
 
 @dataclass
@@ -127,3 +131,23 @@ def extend_leases(worker_id: str, lease: timedelta, run_ids: list[Any]) -> int:
             .filter(id__in=run_ids, worker_id=worker_id, status=RunStatus.RUNNING)
             .update(available_at=db_now(lease, using), updated_at=db_now(using=using))
         )
+
+
+def release_run(claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1)) -> bool:
+    """Hand a held run back after an infrastructure error, so it is retried soon rather than after its lease.
+
+    False when that failed too (the database is still away): the lease
+    expires instead, and nothing is lost either way.
+    """
+    try:
+        now = fetch_db_now()
+        commit(
+            claimed.run.id,
+            claimed.worker_id,
+            now,
+            run_fields={"worker_id": None, "available_at": now + retry_in},
+        )
+    except (Exception, LeaseLost):
+        logger.debug("could not release run %s", claimed.run.id, exc_info=True)
+        return False
+    return True
