@@ -10,9 +10,11 @@ still writes nothing. The generic ORM path in ``journal.commit`` and
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.db import connections
 from django.db.models import Field, Model
 
@@ -31,48 +33,70 @@ def _field(model: type[Model], name: str) -> Field[Any, Any]:
     return field
 
 
-def _assignments(model: type[Model], values: dict[str, Any], using: str, params: list[Any]) -> str:
-    """``"col" = %s::type, ...`` with each value prepared by its model field."""
-    connection = connections[using]
-    parts = []
-    for name, value in values.items():
-        field = _field(model, name)
-        parts.append(f"{_q(field.column)} = %s::{field.db_type(connection)}")
-        params.append(field.get_db_prep_save(value, connection))
-    return ", ".join(parts)
+@functools.cache
+def _column(using: str, model: type[Model], name: str) -> tuple[str, str, Field[Any, Any]]:
+    """(quoted column, SQL cast, field) of a concrete field; computed once per process."""
+    field = _field(model, name)
+    return _q(field.column), str(field.db_type(connections[using])), field
+
+
+def _param(using: str, model: type[Model], name: str, value: Any) -> Any:
+    return _column(using, model, name)[2].get_db_prep_save(value, connections[using])
+
+
+def _assignments(using: str, model: type[Model], names: tuple[str, ...]) -> str:
+    columns = (_column(using, model, name) for name in names)
+    return ", ".join(f"{column} = %s::{cast}" for column, cast, _ in columns)
 
 
 _ATTEMPT_COLUMNS = (
     "workflow_run_id", "step_name", "kind", "status", "output", "error",
     "context", "started_at", "finished_at", "created_at",
 )  # fmt: skip
+_UPDATE_COLUMNS = ("status", "output", "error", "finished_at")
 
 
-def _insert_attempts(using: str, run_id: Any, rows: list[NewAttempt], now: datetime, params: list[Any]) -> str:
-    """One ``INSERT ... SELECT ... ORDER BY`` for all new attempts, if the fence matched.
+@functools.lru_cache(maxsize=256)
+def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[bool, ...], has_insert: bool) -> str:
+    """The statement for one shape of commit; shapes repeat, so it is built once (and prepared by psycopg).
 
-    A single INSERT with an explicit order gives the rows ascending ids in
-    journal order (separate CTEs would run in no defined order).
+    ``pending_kinds`` is, per pending change, True for a new row and False
+    for an update of an existing attempt.
     """
-    connection = connections[using]
-    fields = [_field(StepAttempt, name) for name in _ATTEMPT_COLUMNS]
-    tuples = []
-    for position, new in enumerate(rows):
-        values = (
-            run_id, new.step_name, new.kind, new.status, new.output, new.error,
-            new.context, new.started_at, new.finished_at, now,
-        )  # fmt: skip
-        placeholders = []
-        for field, value in zip(fields, values, strict=True):
-            placeholders.append(f"%s::{field.db_type(connection)}")
-            params.append(field.get_db_prep_save(value, connection))
-        tuples.append(f"({', '.join(placeholders)}, {position})")
-    columns = ", ".join(_q(field.column) for field in fields)
-    return (
-        f"INSERT INTO {_q(StepAttempt._meta.db_table)} ({columns}) "
-        f"SELECT {columns} FROM (VALUES {', '.join(tuples)}) AS v ({columns}, position) "
-        f"WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')}"
-    )
+    runs, attempts = _q(WorkflowRun._meta.db_table), _q(StepAttempt._meta.db_table)
+    ctes = [
+        f"fence AS (UPDATE {runs} SET {_assignments(using, WorkflowRun, run_names)} "
+        f"WHERE {_q('id')} = %s AND {_q('worker_id')} = %s AND {_q('status')} = %s RETURNING 1)"
+    ]
+    for i, is_new in enumerate(pending_kinds):
+        if not is_new:
+            sets = _assignments(using, StepAttempt, _UPDATE_COLUMNS)
+            ctes.append(f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))")
+    new_rows = sum(pending_kinds) + has_insert
+    select_new = "NULL"
+    if new_rows:
+        # One INSERT with an explicit order gives the rows ascending ids in
+        # journal order (separate CTEs would run in no defined order).
+        specs = [_column(using, StepAttempt, name) for name in _ATTEMPT_COLUMNS]
+        row = ", ".join(f"%s::{cast}" for _, cast, _ in specs)
+        values = ", ".join(f"({row}, {position})" for position in range(new_rows))
+        columns = ", ".join(column for column, _, _ in specs)
+        ctes.append(
+            f"ins AS (INSERT INTO {attempts} ({columns}) SELECT {columns} FROM (VALUES {values}) AS v ({columns}, position) "
+            f"WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
+        )
+        # The attempt the caller waits for is the last row, hence the largest id.
+        if has_insert:
+            select_new = "(SELECT max(id) FROM ins)"
+    return f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM fence), {select_new}"
+
+
+def _attempt_row(using: str, run_id: Any, new: NewAttempt, now: datetime) -> list[Any]:
+    values = (
+        run_id, new.step_name, new.kind, new.status, new.output, new.error,
+        new.context, new.started_at, new.finished_at, now,
+    )  # fmt: skip
+    return [_param(using, StepAttempt, name, value) for name, value in zip(_ATTEMPT_COLUMNS, values, strict=True)]
 
 
 def commit(
@@ -89,40 +113,40 @@ def commit(
     Returns the id of ``insert`` (None without one), or -1 when the fence
     did not match and nothing was written.
     """
-    runs, attempts = _q(WorkflowRun._meta.db_table), _q(StepAttempt._meta.db_table)
-    params: list[Any] = []
-    sets = _assignments(WorkflowRun, {"updated_at": now, **run_fields}, using, params)
-    ctes = [
-        f"fence AS (UPDATE {runs} SET {sets} WHERE {_q('id')} = %s AND {_q('worker_id')} = %s "
-        f"AND {_q('status')} = %s RETURNING 1)"
-    ]
+    run_values = {"updated_at": now, **run_fields}
+    params = [_param(using, WorkflowRun, name, value) for name, value in run_values.items()]
     params += [run_id, worker_id, RunStatus.RUNNING.value]
     new_rows: list[NewAttempt] = []
-    for i, change in enumerate(pending):
+    for change in pending:
         if isinstance(change, NewAttempt):
             new_rows.append(change)
-            continue
-        values = {
-            "status": change.status,
-            "output": change.output,
-            "error": change.error,
-            "finished_at": change.finished_at,
-        }
-        sets = _assignments(StepAttempt, values, using, params)
-        ctes.append(f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))")
-        params.append(change.attempt_id)
+        else:
+            values = (change.status, change.output, change.error, change.finished_at)
+            params += [_param(using, StepAttempt, n, v) for n, v in zip(_UPDATE_COLUMNS, values, strict=True)]
+            params.append(change.attempt_id)
     if insert is not None:
         new_rows.append(insert)
-    select_new = "NULL"
-    if new_rows:
-        ctes.append(f"ins AS ({_insert_attempts(using, run_id, new_rows, now, params)})")
-        # The attempt the caller waits for is the last row, hence the largest id.
-        select_new = "(SELECT max(id) FROM ins)" if insert is not None else "NULL"
-    sql = f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM fence), {select_new}"
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, params)
-        held, new_id = cursor.fetchone()
+    for new in new_rows:
+        params += _attempt_row(using, run_id, new, now)
+    kinds = tuple(isinstance(change, NewAttempt) for change in pending)
+    sql = _commit_sql(using, tuple(run_values), kinds, insert is not None)
+    held, new_id = _execute(using, sql, params)
     return new_id if held else -1
+
+
+def _execute(using: str, sql: str, params: list[Any]) -> Any:
+    """Run a hot statement with server-side binding, so psycopg can prepare it.
+
+    Django's default cursor binds client-side (it quotes every value into
+    the SQL text, and nothing can be prepared). Prepared statements follow
+    the connection's ``prepare_threshold`` (``OPTIONS``), so setting it to
+    None for PgBouncer in transaction mode turns them off here too.
+    """
+    wrapper = connections[using]
+    wrapper.ensure_connection()
+    with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 def claim(using: str, worker_id: str, limit: int, lease: timedelta) -> list[WorkflowRun]:
