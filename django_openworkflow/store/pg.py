@@ -71,7 +71,9 @@ def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[boo
     for i, is_new in enumerate(pending_kinds):
         if not is_new:
             sets = _assignments(using, StepAttempt, _UPDATE_COLUMNS)
-            ctes.append(f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))")
+            ctes.append(
+                f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))"
+            )
     new_rows = sum(pending_kinds) + has_insert
     select_new = "NULL"
     if new_rows:
@@ -82,8 +84,8 @@ def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[boo
         values = ", ".join(f"({row}, {position})" for position in range(new_rows))
         columns = ", ".join(column for column, _, _ in specs)
         ctes.append(
-            f"ins AS (INSERT INTO {attempts} ({columns}) SELECT {columns} FROM (VALUES {values}) AS v ({columns}, position) "
-            f"WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
+            f"ins AS (INSERT INTO {attempts} ({columns}) SELECT {columns} "
+            f"FROM (VALUES {values}) AS v ({columns}, position) WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
         )
         # The attempt the caller waits for is the last row, hence the largest id.
         if has_insert:
