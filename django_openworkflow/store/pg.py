@@ -85,7 +85,8 @@ def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[boo
         columns = ", ".join(column for column, _, _ in specs)
         ctes.append(
             f"ins AS (INSERT INTO {attempts} ({columns}) SELECT {columns} "
-            f"FROM (VALUES {values}) AS v ({columns}, position) WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
+            f"FROM (VALUES {values}) AS v ({columns}, position) "
+            f"WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
         )
         # The attempt the caller waits for is the last row, hence the largest id.
         if has_insert:
