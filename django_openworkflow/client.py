@@ -137,6 +137,15 @@ class RunHandle:
             if finished is not None:
                 run_waiters.unregister(str(self.id), finished)
 
+    def parent(self) -> RunHandle | None:
+        """The run that started this one with ``ctx.step.run_workflow``, if any."""
+        parent_id = run_store.parent_run_id(self.id)
+        return None if parent_id is None else RunHandle(parent_id)
+
+    def children(self) -> list[RunHandle]:
+        """The runs this one started with ``ctx.step.run_workflow``, oldest first."""
+        return [RunHandle(child_id) for child_id in run_store.child_run_ids(self.id)]
+
     def signal(self, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
         """Send a signal to this run (see :func:`send_signal`)."""
         return send_signal(self.id, name, data, idempotency_key)

@@ -53,6 +53,8 @@ def test_child_result_returns_to_the_parent_and_child_starts_once(run_worker):
     assert kid.workflow_name == "test-child" and kid.status == "completed"
     wait = StepAttempt.objects.get(workflow_run_id=handle.id, kind="workflow")
     assert wait.step_name == "test-child" and wait.child_workflow_run_id == kid.id and wait.output == 42
+    assert handle.children() == [get_run(kid.id)] and get_run(kid.id).parent() == handle
+    assert handle.parent() is None and get_run(kid.id).children() == []
 
 
 def test_parent_wakes_as_soon_as_the_child_finishes(run_worker):

@@ -56,6 +56,26 @@ def get_run(run_id: Any) -> WorkflowRun | None:
     return WorkflowRun.objects.using(alias()).filter(id=run_id).first()
 
 
+def parent_run_id(run_id: Any) -> Any:
+    """The id of the run that started this one as a child, or None."""
+    return (
+        StepAttempt.objects.using(alias())
+        .filter(child_runs__id=run_id)
+        .values_list("workflow_run_id", flat=True)
+        .first()
+    )
+
+
+def child_run_ids(run_id: Any) -> list[Any]:
+    """The ids of the runs this one started as children, oldest first."""
+    return list(
+        WorkflowRun.objects.using(alias())
+        .filter(parent_step_attempt__workflow_run_id=run_id)
+        .order_by("created_at")
+        .values_list("id", flat=True)
+    )
+
+
 def cancel_run(run_id: Any) -> bool:
     """Cancel a run that has not finished; False if it already had.
 
