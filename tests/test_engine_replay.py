@@ -215,3 +215,20 @@ def test_input_that_is_not_json_raises_before_anything_is_written():
     with pytest.raises(PayloadError, match="NaN"):
         three_steps.run({"x": float("nan")})
     assert WorkflowRun.objects.count() == 0
+
+
+@workflow(name="test-secret-local")
+def secret_local(ctx):
+    def boom():
+        api_key = "sk-live-very-secret"  # noqa: F841 - a local that must not reach the journal
+        raise RuntimeError("upstream refused")
+
+    ctx.step.run("call", boom, retry_policy=__import__("django_openworkflow").RetryPolicy(maximum_attempts=1))
+
+
+def test_tracebacks_never_include_local_values(run_worker):
+    handle = secret_local.run()
+    run_worker()
+    attempt = StepAttempt.objects.get(workflow_run_id=handle.id)
+    assert "upstream refused" in attempt.error["traceback"]
+    assert "sk-live-very-secret" not in str(attempt.error) and "sk-live-very-secret" not in str(handle.fetch().error)
