@@ -29,8 +29,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from . import admin_views as views
-from .client import start_run
-from .errors import OpenWorkflowError, PayloadError, UnknownWorkflowError
+from .client import send_signal, start_run
+from .errors import OpenWorkflowError, PayloadError, RunNotFound, SignalError, UnknownWorkflowError
 from .models import WorkflowRun
 from .registry import registry
 from .store import queries
@@ -157,17 +157,7 @@ class StartRunForm(forms.Form):
         return name, version
 
     def clean_input(self) -> Any:
-        text = self.cleaned_data["input"].strip()
-        if not text:
-            return None
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(
-                "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
-                params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
-                code="json",
-            ) from None
+        return _parse_json(self.cleaned_data["input"])
 
     def clean_idempotency_key(self) -> str | None:
         return self.cleaned_data["idempotency_key"].strip() or None
@@ -205,6 +195,49 @@ class StartRunForm(forms.Form):
         else:
             return handle.id, True
         return None, False
+
+
+def _parse_json(text: str) -> Any:
+    """``text`` as JSON (empty: null); a ValidationError saying where it breaks otherwise."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(
+            "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
+            params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
+            code="json",
+        ) from None
+
+
+class SendSignalForm(forms.Form):
+    """Send a signal to one run from its page: a name, JSON data, an optional idempotency key."""
+
+    name = forms.CharField(max_length=255, help_text="The name a wait_for_signal(...) in the workflow waits for.")
+    json_data = forms.CharField(
+        label="Data",
+        required=False,
+        initial="null",
+        widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
+        help_text="JSON; leave empty for null.",
+    )
+    idempotency_key = forms.CharField(
+        required=False, max_length=255, help_text="Sending again with the same key delivers once."
+    )
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("A signal needs a name.", code="required")
+        return name
+
+    def clean_json_data(self) -> Any:
+        return _parse_json(self.cleaned_data["json_data"])
+
+    def clean_idempotency_key(self) -> str | None:
+        return self.cleaned_data["idempotency_key"].strip() or None
 
 
 def _list_action(run_action: views.RunAction) -> Any:
@@ -350,7 +383,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 "<path:object_id>/action/<str:action_name>/",
                 self.admin_site.admin_view(self.run_action_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_action",
-            )
+            ),
+            path(
+                "<path:object_id>/signal/",
+                self.admin_site.admin_view(self.send_signal_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_signal",
+            ),
         ]
         # Before the defaults: their "<path:object_id>/" catch-all would match ours.
         return own + super().get_urls()
@@ -366,17 +404,24 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        """The run page: summary, payloads, timeline and journal; read-only."""
+        """The run page: summary, payloads, timeline, journal and signals; read-only but for its forms."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         run = queries.run_with_parent(object_id)
         if run is None:
             raise Http404(f"No workflow run with id {object_id!r}.")
+        return self._run_page(request, run)
+
+    def _run_page(
+        self, request: HttpRequest, run: WorkflowRun, signal_form: SendSignalForm | None = None
+    ) -> HttpResponse:
         now = timezone.now()
         attempts = queries.journal(run.id)
         run_end = run.finished_at if run.is_finished else None
         rows = views.journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
         headline, traceback, rest = views.split_error(run.error)
+        pending_signals, consumed_signals = views.signal_rows(queries.run_signals(run.id), day_of=run.created_at)
+        can_signal = not run.is_finished and self.has_change_permission(request, run)
         parent_step = run.parent_step_attempt
         context = self._context(
             request,
@@ -408,8 +453,47 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 for action in views.ACTIONS.values()
                 if action.offered(run) and self._allowed(request, action, run)
             ],
+            pending_signals=pending_signals,
+            consumed_signals=consumed_signals,
+            signal_form=(signal_form or SendSignalForm()) if can_signal else None,
         )
         return TemplateResponse(request, "django_openworkflow/run_page.html", context)
+
+    def send_signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST from the run page's signal form: send a signal to this run (needs the change permission)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = queries.run_with_parent(object_id)
+        if run is None:
+            raise Http404(f"No workflow run with id {object_id!r}.")
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied
+        form = SendSignalForm(request.POST)
+        if not form.is_valid():
+            problems = "; ".join(
+                f"{form.fields[field].label or field if field in form.fields else 'form'}: {' '.join(map(str, errors))}"
+                for field, errors in form.errors.items()
+            )
+            self.message_user(request, f"Signal not sent: {problems}", level="error")
+            return self._run_page(request, run, signal_form=form)
+        name = form.cleaned_data["name"]
+        try:
+            delivered = send_signal(run.id, name, form.cleaned_data["json_data"], form.cleaned_data["idempotency_key"])
+        except (SignalError, RunNotFound) as exc:
+            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+        except ValueError as exc:  # PayloadError (too large) or a bad key
+            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+            return self._run_page(request, run, signal_form=form)
+        else:
+            self.log_change(request, run, f"Sent signal {name!r} (django-openworkflow)")
+            if delivered:
+                self.message_user(request, f"Signal {name!r} delivered: a waiting step took it now.")
+            else:
+                self.message_user(
+                    request,
+                    f"Signal {name!r} buffered: no step waits for it yet; the first matching wait will take it.",
+                )
+        return HttpResponseRedirect(views.run_url(run.id))
 
     def run_action_view(self, request: HttpRequest, object_id: str, action_name: str) -> HttpResponse:
         """POST from the run page's confirmation form: apply one action to one run."""

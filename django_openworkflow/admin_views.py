@@ -27,6 +27,7 @@ from .errors import OpenWorkflowError
 from .models import (
     CLAIMABLE_STATUSES,
     RunStatus,
+    Signal,
     StepAttempt,
     StepKind,
     StepStatus,
@@ -152,6 +153,7 @@ class JournalRow:
     error_traceback: str = ""
     error_rest: str = ""
     note: str = ""  # a sleep's wake time, a child run's status
+    wait: WaitInfo | None = None  # a signal or event wait: what it waits for and what arrived
 
     @property
     def status_badge(self) -> str:
@@ -175,7 +177,8 @@ def journal_rows(
         # The step's name and the engine's attempt bookkeeping are already in the row.
         headline, traceback, rest = split_error(attempt.error, hide=("step", "run_attempt"))
         output = ""
-        if attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
+        wait = wait_info(attempt, day_of) if attempt.kind in WAIT_KINDS else None
+        if wait is None and attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
             output = pretty_json(attempt.output)
         rows.append(
             JournalRow(
@@ -188,11 +191,87 @@ def journal_rows(
                 error_headline=headline,
                 error_traceback=traceback,
                 error_rest=rest,
+                wait=wait,
                 note=_attempt_note(attempt, day_of)
                 + (" (still open when the run ended)" if run_end and attempt.finished_at is None else ""),
             )
         )
     return rows
+
+
+WAIT_KINDS = (StepKind.SIGNAL, StepKind.EVENT)
+
+
+@dataclass
+class WaitInfo:
+    """A signal or event wait as the journal shows it: what it waits for, until when, what arrived."""
+
+    kind: str  # "signal" or "event"
+    name: str  # the signal's name or the event's type
+    match: str  # an event's pattern as compact JSON; empty for signals and match-all events
+    timeout: str  # when the wait gives up, formatted; empty if unknown
+    state: str  # "waiting", "arrived" or "timed out"
+    arrived: str = ""  # the signal's data or the event's payload as indented JSON
+    source: str = ""  # "signal #12", "event #3"
+
+    @property
+    def label(self) -> str:
+        """``signal "approval"``, ``event order.paid matching {"order_id":42}``."""
+        text = f'{self.kind} "{self.name}"'
+        return f"{text} matching {self.match}" if self.match else text
+
+
+def wait_info(attempt: StepAttempt, day_of: datetime | None = None) -> WaitInfo:
+    """What a ``signal`` or ``event`` attempt waits for and, once completed, what it received."""
+    context = attempt.context or {}
+    is_event = attempt.kind == StepKind.EVENT
+    name = str(context.get("event" if is_event else "signal") or attempt.step_name)
+    pattern = context.get("match") if is_event else None
+    match = json.dumps(pattern, ensure_ascii=False, separators=(",", ":"), cls=DjangoJSONEncoder) if pattern else ""
+    timeout_at = parse_datetime(str(context.get("timeout_at") or ""))
+    timeout = format_time(timeout_at, precise=True, day_of=day_of) if timeout_at else ""
+    info = WaitInfo(str(attempt.kind), name, match, timeout, "waiting")
+    if attempt.status != StepStatus.COMPLETED:
+        info.state = "waiting" if attempt.status == StepStatus.RUNNING else str(attempt.status)
+        return info
+    output = attempt.output if isinstance(attempt.output, dict) else {}
+    if output.get("timed_out"):
+        info.state = "timed out"
+        return info
+    info.state = "arrived"
+    info.arrived = pretty_json(output.get("payload" if is_event else "data"))
+    source_id = output.get("event_id" if is_event else "signal_id")
+    info.source = f"{attempt.kind} #{source_id}" if source_id is not None else ""
+    return info
+
+
+@dataclass
+class SignalRow:
+    """One of a run's signals, for the run page's signal block."""
+
+    id: int
+    name: str
+    data: str  # indented JSON, escaped by the template
+    sent: str
+    consumed: str  # when a wait took it; empty while it is buffered
+    idempotency_key: str | None
+
+
+def signal_rows(signals: Iterable[Signal], day_of: datetime | None = None) -> tuple[list[SignalRow], list[SignalRow]]:
+    """A run's signals split into (buffered, consumed), each oldest first."""
+    pending: list[SignalRow] = []
+    consumed: list[SignalRow] = []
+    for sig in sorted(signals, key=lambda s: s.id):
+        row = SignalRow(
+            id=sig.id,
+            name=sig.name,
+            data=pretty_json(sig.data),
+            sent=format_time(sig.created_at, precise=True, day_of=day_of),
+            consumed=format_time(sig.consumed_at, precise=True, day_of=day_of) if sig.consumed_by_id else "",
+            idempotency_key=sig.idempotency_key,
+        )
+        (consumed if sig.consumed_by_id else pending).append(row)
+    return pending, consumed
 
 
 def _attempt_note(attempt: StepAttempt, day_of: datetime | None) -> str:

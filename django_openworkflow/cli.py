@@ -1,4 +1,4 @@
-"""``manage.py workflows``: list, show, start, cancel, retry and count runs from a terminal.
+"""``manage.py workflows``: list, show, start, cancel, retry, signal and count runs from a terminal.
 
 The management command only builds the parser (:func:`add_arguments`) and
 calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
@@ -18,8 +18,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from .admin_views import elapsed, format_duration, format_time, wake_hint
-from .client import RunHandle, start_run
-from .errors import OpenWorkflowError, ResultTimeout, WorkflowCanceled, WorkflowFailed
+from .client import RunHandle, send_signal, start_run
+from .errors import OpenWorkflowError, ResultTimeout, RunNotFound, SignalError, WorkflowCanceled, WorkflowFailed
 from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
 from .store import queries
 from .store import runs as run_store
@@ -76,6 +76,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="send a failed run back to pending; completed steps keep their outputs",
     )
+
+    signal = sub.add_parser(
+        "signal", parents=[common], help="send a signal to a run (buffered if it does not wait yet)"
+    )
+    signal.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first 8 or more characters")
+    signal.add_argument("name", metavar="NAME", help="the signal's name, as the workflow's wait_for_signal() gives it")
+    signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
+    signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
     sub.add_parser("stats", parents=[common], help="run counts by workflow and status")
 
@@ -362,6 +370,32 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
         out.write(message)
 
 
+def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows signal RUN_ID NAME``: send a signal; says whether a waiting step took it or it is buffered."""
+    try:
+        data = json.loads(options["data"]) if options["data"] is not None else None
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"--data is not valid JSON: {exc}") from None
+    run = resolve_run(options["run_id"])
+    name = options["name"]
+    try:
+        delivered = send_signal(run.id, name, data, options["idempotency_key"])
+    except SignalError as exc:
+        raise CommandError(str(exc)) from None
+    except RunNotFound:  # deleted between the lookup and the send
+        raise CommandError(f"no workflow run with id {run.id}") from None
+    except (OpenWorkflowError, ValueError) as exc:
+        raise CommandError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    if options["json"]:
+        _print_json(
+            out, {"id": str(run.id), "signal": name, "delivered": delivered, "buffered": not delivered, "data": data}
+        )
+    elif delivered:
+        out.write(f"Signal {name!r} delivered to run {run.id}: a waiting step took it.")
+    else:
+        out.write(f"Signal {name!r} buffered for run {run.id}: the first wait for it will take it.")
+
+
 def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows stats``: how many runs of each workflow are in each status."""
     rows = queries.stats_by_workflow()
@@ -388,5 +422,6 @@ SUBCOMMANDS: dict[str, Handler] = {
     "start": start_command,
     "cancel": cancel_command,
     "retry": retry_command,
+    "signal": signal_command,
     "stats": stats_command,
 }

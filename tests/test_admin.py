@@ -20,7 +20,7 @@ from django_openworkflow.admin_views import (
     format_duration,
     journal_rows,
 )
-from django_openworkflow.models import StepAttempt, WorkflowRun
+from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
 from tests.conftest import wait_until
 from tests.testapp.workflows import always_fails, sleeper, three_steps
 
@@ -781,3 +781,182 @@ def test_format_duration(seconds: float, text: str) -> None:
 def test_timeline_of_a_run_without_steps_is_none() -> None:
     run = make_run()
     assert build_timeline(run, journal_rows([], timezone.now()), timezone.now()) is None
+
+
+# -- signals and events -------------------------------------------------------------
+
+
+def signal_url(run: WorkflowRun | Any) -> str:
+    return reverse("admin:django_openworkflow_workflowrun_signal", args=[getattr(run, "id", run)])
+
+
+def waiting_for_signal(name: str = "approval", **fields: Any) -> tuple[WorkflowRun, StepAttempt]:
+    """A parked run whose journal ends in an open wait for signal ``name``."""
+    now = timezone.now()
+    run = make_run(workflow_name="approval", status="running", started_at=now, **fields)
+    wait = make_attempt(
+        run,
+        name,
+        kind="signal",
+        status="running",
+        finished_at=None,
+        context={"signal": name, "timeout_at": (now + timedelta(hours=1)).isoformat()},
+    )
+    return run, wait
+
+
+@pytest.mark.django_db
+def test_journal_shows_what_each_wait_waits_for_its_timeout_and_what_arrived(admin_client: Any) -> None:
+    now = timezone.now()
+    timeout = now + timedelta(days=7)
+    run = make_run(status="running", started_at=now)
+    ctx = {"timeout_at": timeout.isoformat()}
+    make_attempt(run, "got", kind="signal", context={"signal": "approval", **ctx}, output={"signal_id": 7, "data": XSS})
+    make_attempt(run, "late", kind="signal", context={"signal": "second-look", **ctx}, output={"timed_out": True})
+    make_attempt(
+        run,
+        "paid",
+        kind="event",
+        context={"event": "order.paid", "match": {"order_id": 42}, **ctx},
+        output={"event_id": 3, "payload": {"order_id": 42, "amount": 10}},
+    )
+    make_attempt(run, "open", kind="signal", status="running", finished_at=None, context={"signal": "more", **ctx})
+    response = admin_client.get(run_url(run))
+    html = response.content.decode()
+    waits = [row.wait for row in response.context["journal"]]
+    assert [w.label for w in waits] == [
+        'signal "approval"',
+        'signal "second-look"',
+        'event "order.paid" matching {"order_id":42}',
+        'signal "more"',
+    ]
+    assert [w.state for w in waits] == ["arrived", "timed out", "arrived", "waiting"]
+    assert [w.source for w in waits] == ["signal #7", "", "event #3", ""]
+    assert all(
+        w.timeout and w.timeout.endswith(timeout.astimezone(timezone.get_current_timezone()).strftime("%S.%f")[:-3])
+        for w in waits
+    )
+    assert "times out at" in html and "timed out: nothing arrived" in html
+    assert "&quot;order.paid&quot; matching {&quot;order_id&quot;:42}" in html
+    assert "&quot;amount&quot;: 10" in html
+    assert XSS not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # The wait's raw output is not repeated as a plain step output.
+    assert "signal_id" not in html and "timed_out" not in html
+
+
+@pytest.mark.django_db
+def test_pending_signals_block_lists_buffered_and_consumed_signals_escaped(admin_client: Any) -> None:
+    run, wait = waiting_for_signal("other")
+    done = make_attempt(run, "approval", kind="signal", context={"signal": "approval"}, output={"data": 1})
+    Signal.objects.create(workflow_run=run, name="approval", data=1, consumed_by=done, consumed_at=timezone.now())
+    Signal.objects.create(workflow_run=run, name=XSS, data={"note": XSS}, idempotency_key="k-1")
+    Signal.objects.create(workflow_run=run, name="approval", data=[2])
+    other_run = make_run()
+    Signal.objects.create(workflow_run=other_run, name="not-mine", data=None)
+    response = admin_client.get(run_url(run))
+    html = response.content.decode()
+    pending, consumed = response.context["pending_signals"], response.context["consumed_signals"]
+    assert [(s.name, s.data) for s in pending] == [
+        (XSS, '{\n  "note": "<script>alert(1)</script>"\n}'),
+        ("approval", "[\n  2\n]"),
+    ]
+    assert [s.name for s in consumed] == ["approval"] and consumed[0].consumed
+    assert "Pending signals" in html and "2 buffered, 1 consumed" in html
+    assert "buffered" in html and "consumed" in html and "k-1" in html
+    assert XSS not in html and "&lt;script&gt;" in html
+    assert "not-mine" not in html
+
+
+@pytest.mark.django_db
+def test_run_page_without_signals_says_so(admin_client: Any) -> None:
+    html = admin_client.get(run_url(make_run())).content.decode()
+    assert "No signal has been sent to this run." in html
+
+
+@pytest.mark.django_db
+def test_send_signal_to_a_waiting_run_delivers_it_now(admin_client: Any) -> None:
+    run, wait = waiting_for_signal()
+    page = admin_client.get(run_url(run)).content.decode()
+    assert signal_url(run) in page and "csrfmiddlewaretoken" in page
+    response = admin_client.post(
+        signal_url(run), {"name": "approval", "json_data": '{"by": "ada"}', "idempotency_key": ""}, follow=True
+    )
+    assert response.redirect_chain[-1][0] == run_url(run)
+    assert any("delivered" in m for m in messages_of(response)), messages_of(response)
+    wait.refresh_from_db()
+    signal = Signal.objects.get()
+    assert wait.status == "completed" and wait.output == {"signal_id": signal.id, "data": {"by": "ada"}}
+    assert signal.consumed_by_id == wait.id
+
+
+@pytest.mark.django_db
+def test_send_signal_to_a_run_not_waiting_buffers_it(admin_client: Any) -> None:
+    run = make_run()
+    response = admin_client.post(
+        signal_url(run), {"name": "approval", "json_data": "", "idempotency_key": "k"}, follow=True
+    )
+    assert any("buffered" in m for m in messages_of(response)), messages_of(response)
+    signal = Signal.objects.get()
+    assert (signal.name, signal.data, signal.idempotency_key, signal.consumed_by_id) == ("approval", None, "k", None)
+    # Sending again with the same key delivers once.
+    admin_client.post(signal_url(run), {"name": "approval", "json_data": "1", "idempotency_key": "k"})
+    assert Signal.objects.count() == 1
+    assert "approval" in admin_client.get(run_url(run)).content.decode()
+
+
+@pytest.mark.django_db
+def test_send_signal_with_bad_json_shows_the_error_and_sends_nothing(admin_client: Any) -> None:
+    run = make_run()
+    response = admin_client.post(signal_url(run), {"name": "approval", "json_data": "{nope"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Not valid JSON" in html and "line 1, column 2" in html
+    assert any("Signal not sent" in m for m in messages_of(response))
+    assert "{nope" in html  # the form keeps what was typed
+    response = admin_client.post(signal_url(run), {"name": "  ", "json_data": "1"})
+    assert response.status_code == 200 and any("Signal not sent" in m for m in messages_of(response))
+    assert not Signal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_send_signal_to_a_finished_run_is_an_error_and_the_form_is_not_offered(admin_client: Any) -> None:
+    run = make_run(status="completed", finished_at=timezone.now())
+    assert signal_url(run) not in admin_client.get(run_url(run)).content.decode()
+    response = admin_client.post(signal_url(run), {"name": "approval", "json_data": "1"}, follow=True)
+    assert any("not sent" in m and "completed" in m for m in messages_of(response)), messages_of(response)
+    assert not Signal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_send_signal_needs_post_a_known_run_and_the_change_permission(staff_client: Any) -> None:
+    run = make_run()
+    client = staff_client("view")
+    assert signal_url(run) not in client.get(run_url(run)).content.decode()
+    assert client.post(signal_url(run), {"name": "approval", "json_data": "1"}).status_code == 403
+    assert client.get(signal_url(run)).status_code == 405
+    assert not Signal.objects.exists()
+
+
+@pytest.mark.django_db
+def test_send_signal_with_change_permission(staff_client: Any) -> None:
+    run = make_run()
+    client = staff_client("view", "change")
+    assert signal_url(run) in client.get(run_url(run)).content.decode()
+    assert client.post(signal_url(run), {"name": "approval", "json_data": "1"}).status_code == 302
+    assert Signal.objects.get().data == 1
+    assert client.post(signal_url(uuid.uuid4()), {"name": "approval"}).status_code == 404
+
+
+@pytest.mark.django_db
+def test_run_page_with_waits_and_signals_issues_a_constant_number_of_queries(admin_client: Any) -> None:
+    small, _ = waiting_for_signal()
+    big, _ = waiting_for_signal()
+    for i in range(30):
+        kind = "signal" if i % 2 else "event"
+        make_attempt(big, f"wait-{i}", kind=kind, context={kind: f"n{i}", "match": {"i": i}}, output={"data": i})
+        Signal.objects.create(workflow_run=big, name=f"s{i}", data={"i": i})
+    with CaptureQueriesContext(connection) as few:
+        admin_client.get(run_url(small))
+    with CaptureQueriesContext(connection) as many:
+        admin_client.get(run_url(big))
+    assert len(few) == len(many) <= 7

@@ -17,7 +17,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from django_openworkflow.models import StepAttempt, WorkflowRun
+from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
 from tests.testapp.workflows import always_fails
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -342,6 +342,11 @@ def test_stats_without_runs() -> None:
         (["start", "three-steps", "--input", "{"], "CommandError: --input is not valid JSON: Expecting property name"),
         (["show", str(uuid.UUID(int=1))], "CommandError: no workflow run with id 00000000-0000-0000-0000-000000000001"),
         (["start", "nope"], "CommandError: no workflow named 'nope' is registered"),
+        (
+            ["signal", str(uuid.UUID(int=3)), "go"],
+            "CommandError: no workflow run with id 00000000-0000-0000-0000-000000000003",
+        ),
+        (["signal", str(uuid.UUID(int=3)), "go", "--data", "[1,"], "CommandError: --data is not valid JSON"),
     ],
 )
 def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
@@ -358,3 +363,64 @@ def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.strip().startswith(line) and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+# -- signal ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_signal_to_a_run_not_waiting_is_buffered() -> None:
+    run = make_run(workflow_name="approval")
+    out = workflows("signal", str(run.id), "approval", "--data", '{"by": "ada"}')
+    assert out.strip() == f"Signal 'approval' buffered for run {run.id}: the first wait for it will take it."
+    signal = Signal.objects.get()
+    assert (signal.name, signal.data, signal.consumed_by_id) == ("approval", {"by": "ada"}, None)
+
+
+@pytest.mark.django_db
+def test_signal_to_a_waiting_run_is_delivered_json_and_short_id() -> None:
+    now = timezone.now()
+    run = make_run(workflow_name="approval", status="running", started_at=now)
+    wait = StepAttempt.objects.create(
+        workflow_run=run,
+        step_name="approval",
+        kind="signal",
+        status="running",
+        started_at=now,
+        context={"signal": "approval", "timeout_at": (now + timedelta(hours=1)).isoformat()},
+    )
+    result = as_json("signal", str(run.id)[:8], "approval", "--data", "[1, 2]", "--idempotency-key", "k")
+    assert result == {"id": str(run.id), "signal": "approval", "delivered": True, "buffered": False, "data": [1, 2]}
+    wait.refresh_from_db()
+    assert wait.status == "completed" and wait.output["data"] == [1, 2]
+    # The same key again delivers nothing more.
+    assert as_json("signal", str(run.id), "approval", "--idempotency-key", "k")["delivered"] is False
+    assert Signal.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_signal_without_data_sends_null() -> None:
+    run = make_run()
+    assert "buffered" in workflows("signal", str(run.id), "go")
+    assert Signal.objects.get().data is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["signal", str(uuid.UUID(int=2)), "approval"], "no workflow run with id 00000000-0000-0000-0000-000000000002"),
+        (["signal", "nope", "approval"], "'nope' is not a workflow run id"),
+        (["signal", "RUN", "approval", "--data", "{"], "--data is not valid JSON: Expecting property name"),
+        (["signal", "DONE", "approval"], "is completed; signals can only be sent to unfinished runs"),
+        (["signal", "RUN", "approval", "--idempotency-key", ""], "idempotency_key must be a non-empty string"),
+    ],
+)
+def test_signal_errors(args: list[str], message: str) -> None:
+    run = make_run()
+    done = make_run(status="completed", finished_at=timezone.now())
+    args = [{"RUN": str(run.id), "DONE": str(done.id)}.get(a, a) for a in args]
+    with pytest.raises(CommandError) as excinfo:
+        workflows(*args)
+    assert message in str(excinfo.value) and "\n" not in str(excinfo.value)
+    assert not Signal.objects.exists()

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
-from ..models import RunStatus, StepAttempt, WorkflowRun
+from ..models import RunStatus, Signal, StepAttempt, WorkflowRun
 from .db import alias
 
 PARKED = "parked"
@@ -179,3 +179,16 @@ def journal(run_id: Any) -> list[StepAttempt]:
 def existing_run_for_key(workflow_name: str, idempotency_key: str) -> WorkflowRun | None:
     """The run an idempotent start with this key would return instead of starting one."""
     return runs().defer(*PAYLOAD_FIELDS).filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()
+
+
+def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
+    """A run's signals, oldest first: buffered ones and consumed ones (one query, at most ``limit``).
+
+    Buffered signals (``consumed_by`` NULL) come first, so a long history of
+    consumed ones never pushes a pending one off the page.
+    """
+    return list(
+        Signal.objects.using(alias())
+        .filter(workflow_run_id=run_id)
+        .order_by(F("consumed_by_id").asc(nulls_first=True), "id")[:limit]
+    )

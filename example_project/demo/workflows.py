@@ -64,3 +64,42 @@ def onboard_user(ctx: Any) -> dict[str, Any]:
     # A child workflow: started exactly once, and this run wakes as soon as it finishes.
     review = ctx.step.run_workflow(review_account, {"user_id": user_id}, timeout="1h")
     return {"user_id": account["user_id"], "emails_sent": [welcome_id, tips_id], "review": review}
+
+
+# -- an approval flow: a human decides, the run waits without holding a worker ----
+
+
+def file_claim(claim: dict[str, Any]) -> dict[str, Any]:
+    # Pretend to store the claim and notify the manager (with a link that sends the signal).
+    return {"claim_id": f"EXP-{uuid.uuid4().hex[:8]}", "amount": claim["amount"], "employee": claim["employee"]}
+
+
+def pay_claim(claim: dict[str, Any], approver: str) -> dict[str, Any]:
+    return {"claim_id": claim["claim_id"], "paid": claim["amount"], "approved_by": approver}
+
+
+def escalate_claim(claim: dict[str, Any], reason: str) -> dict[str, Any]:
+    return {"claim_id": claim["claim_id"], "escalated_to": "finance", "reason": reason}
+
+
+@workflow(name="expense-approval", version="v1")
+def expense_approval(ctx: Any) -> dict[str, Any]:
+    """File an expense claim, wait up to 7 days for the manager, then pay, reject or escalate.
+
+    Send the decision from anywhere, before or after the run reaches its wait
+    (a signal sent early is buffered, never lost)::
+
+        handle.signal("manager-decision", {"approved": True, "by": "grace"})
+        # or: manage.py workflows signal RUN_ID manager-decision --data '{"approved": true, "by": "grace"}'
+        # or: the "Send a signal" form on the run's admin page
+    """
+    claim = ctx.step.run("file-claim", lambda: file_claim(ctx.input))
+
+    # Parks the run (no worker slot held) until the signal arrives; None after the timeout.
+    decision = ctx.step.wait_for_signal("manager-decision", timeout=ctx.input.get("timeout", "7d"))
+
+    if decision is None:
+        return ctx.step.run("escalate", lambda: escalate_claim(claim, "no decision within the timeout"))
+    if not decision.get("approved"):
+        return {"claim_id": claim["claim_id"], "rejected_by": decision.get("by"), "reason": decision.get("reason")}
+    return ctx.step.run("pay", lambda: pay_claim(claim, decision.get("by", "manager")))

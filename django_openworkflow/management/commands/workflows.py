@@ -11,7 +11,7 @@ from ... import cli
 
 class Command(BaseCommand):
     help = (
-        "List, show, start, cancel and retry workflow runs, and count them by status. "
+        "List, show, start, cancel, retry and signal workflow runs, and count them by status. "
         "Every subcommand takes --json for scripts."
     )
 
