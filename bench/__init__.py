@@ -1,0 +1,1 @@
+"""Benchmarks for django-openworkflow (not tests). See bench/README.md."""

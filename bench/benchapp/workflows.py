@@ -1,0 +1,41 @@
+"""The benchmark workflows: trivial steps, so the engine's own cost is what is measured.
+
+Each step returns a small value that the next step consumes (like the peers'
+benchmarks in ../shared/bench-peers).
+"""
+
+from django_openworkflow import workflow
+
+
+@workflow(name="bench-1")
+def bench_1(ctx):
+    return ctx.step.run("s1", lambda: {"v": (ctx.input or 0) + 1})["v"]
+
+
+@workflow(name="bench-3")
+def bench_3(ctx):
+    a = ctx.step.run("s1", lambda: {"v": (ctx.input or 0) + 1})
+    b = ctx.step.run("s2", lambda: {"v": a["v"] + 1})
+    c = ctx.step.run("s3", lambda: {"v": b["v"] + 1})
+    return c["v"]
+
+
+@workflow(name="bench-4")
+def bench_4(ctx):
+    a = ctx.step.run("s1", lambda: (ctx.input or 0) + 1)
+    b = ctx.step.run("s2", lambda: a + 1)
+    c = ctx.step.run("s3", lambda: {"v": b + 1})
+    d = ctx.step.run("s4", lambda: c["v"] + 1)
+    return d
+
+
+@workflow(name="bench-long")
+def bench_long(ctx):
+    """``input["steps"]`` steps, each consuming the previous one's output (replay scaling)."""
+    value = 0
+    for _ in range(int(ctx.input["steps"])):
+        value = ctx.step.run("step", lambda v=value: v + 1)  # auto-indexed: step, step:1, ...
+    return value
+
+
+STEPS = {"bench-1": 1, "bench-3": 3, "bench-4": 4}

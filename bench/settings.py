@@ -1,0 +1,72 @@
+"""Django settings for the benchmarks (``python bench/run.py`` and its subprocesses).
+
+The database is picked by ``BENCH_DB`` (set by ``bench/run.py --db``):
+
+* ``postgres`` (default): ``BENCH_DATABASE_URL``, default
+  ``postgres://postgres@127.0.0.1:5432/bench_django``.
+* ``sqlite``: ``bench/bench.sqlite3`` with the settings the design recommends
+  for several processes sharing one file (WAL, busy timeout, IMMEDIATE).
+"""
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent
+env = environ.Env()
+
+SECRET_KEY = "bench-only-not-secret"
+DEBUG = False  # DEBUG=True keeps every query in memory: it would distort memory and speed.
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ALLOWED_HOSTS: list[str] = []
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "django.contrib.auth",
+    "django_openworkflow",
+    "bench.benchapp",
+]
+
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/bench_django"
+SQLITE_PATH = Path(os.environ.get("BENCH_SQLITE_PATH", BASE_DIR / "bench.sqlite3"))
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+BENCH_DB = os.environ.get("BENCH_DB", "postgres")
+if BENCH_DB == "sqlite":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(SQLITE_PATH),
+            "OPTIONS": SQLITE_OPTIONS,
+        }
+    }
+elif BENCH_DB == "postgres":
+    DATABASES = {"default": env.db_url("BENCH_DATABASE_URL", default=DEFAULT_DATABASE_URL)}
+    # Lets the orchestrator tell its own connections from the worker's in pg_stat_activity.
+    DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get("BENCH_APP_NAME", "owf-bench")
+else:
+    raise RuntimeError(f"BENCH_DB must be 'postgres' or 'sqlite', got {BENCH_DB!r}")
+
+OPENWORKFLOW = {
+    "POLL_INTERVAL": "100ms",
+    # bench-long runs 1,000 steps; keep the per-run cap out of the way.
+    "MAX_STEP_ATTEMPTS": 5000,
+}
+
+# Quiet: warnings and errors only (a per-run INFO line would cost time and fill the logs).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "django_openworkflow": {"handlers": [], "level": os.environ.get("BENCH_LOG_LEVEL", "WARNING")},
+    },
+}
