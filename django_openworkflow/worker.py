@@ -24,7 +24,7 @@ from django.db import DatabaseError, connections
 
 from .conf import owf_settings
 from .durations import Duration, parse_duration
-from .engine.execute import Outcome, execute_slice
+from .engine.execute import execute_slice
 from .store import claims
 from .store.claims import ClaimedRun
 from .store.notify import DUE_CHANNEL, Listener, can_listen
@@ -224,18 +224,7 @@ class Worker:
             logger.exception("run %s (%s): engine error, releasing it", run.id, run.workflow_name)
             self._release(claimed)
             return
-        level = logging.INFO if result.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
-        if result.outcome == Outcome.LEASE_LOST:
-            level = logging.WARNING
-        logger.log(
-            level,
-            "run %s (%s) %s in %.1f ms%s",
-            run.id,
-            run.workflow_name,
-            result.outcome,
-            result.seconds * 1000,
-            f": {result.detail}" if result.detail and result.outcome != Outcome.COMPLETED else "",
-        )
+        result.log(logger)
 
     def _release(self, claimed: ClaimedRun) -> None:
         """Hand a run back after an infrastructure error, so it is retried soon, not after the lease."""

@@ -188,27 +188,12 @@ def _execute_run(task: Task, run_id: str, due_at: str | None) -> str:
             logger.exception("run %s (%s): engine error, releasing it", run.id, run.workflow_name)
             _release(claimed)
             return "released"
-    _log(result)
+    result.log(logger)
     try:
         _dispatch_follow_ups(result)
     except DatabaseError as exc:
         logger.warning("run %s: could not dispatch what follows its slice (%s); the sweep will", run.id, exc)
     return str(result.outcome)
-
-
-def _log(result: SliceResult) -> None:
-    level = logging.INFO if result.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
-    if result.outcome == Outcome.LEASE_LOST:
-        level = logging.WARNING
-    logger.log(
-        level,
-        "run %s (%s) %s in %.1f ms%s",
-        result.run_id,
-        result.workflow_name,
-        result.outcome,
-        result.seconds * 1000,
-        f": {result.detail}" if result.detail and result.outcome != Outcome.COMPLETED else "",
-    )
 
 
 def _dispatch_follow_ups(result: SliceResult) -> None:

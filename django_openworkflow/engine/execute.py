@@ -54,6 +54,22 @@ class SliceResult:
     # be due sooner: a wait whose child already finished is due at once.
     wake_at: datetime | None = None
 
+    def log(self, logger: logging.Logger) -> None:
+        """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost."""
+        level = logging.INFO if self.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
+        if self.outcome == Outcome.LEASE_LOST:
+            level = logging.WARNING
+        detail = f": {self.detail}" if self.detail and self.outcome != Outcome.COMPLETED else ""
+        logger.log(
+            level,
+            "run %s (%s) %s in %.1f ms%s",
+            self.run_id,
+            self.workflow_name,
+            self.outcome,
+            self.seconds * 1000,
+            detail,
+        )
+
 
 def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
     """Run the claimed run's workflow function from the top, replaying its journal.
