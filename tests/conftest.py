@@ -72,6 +72,11 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
+def is_parked(handle: object) -> bool:
+    """Parked (running, no worker), read in ONE query: a pending run has no worker either."""
+    return bool(handle.fetch().is_parked)  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def run_worker() -> Callable[..., None]:
     """Run an in-process Worker until ``until()`` is true (or burst work is done)."""

@@ -8,6 +8,7 @@ import pytest
 
 from django_openworkflow import PayloadError, StepFailed, StepUsageError, workflow
 from django_openworkflow.models import RunStatus, StepAttempt, WorkflowRun
+from tests.conftest import is_parked
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import always_fails, bad_output, non_retryable, sleeper, three_steps
 
@@ -178,7 +179,7 @@ def test_user_code_can_catch_step_failed(run_worker):
 
 def test_except_exception_does_not_swallow_suspension(run_worker):
     handle = swallow.run()
-    run_worker(until=lambda: handle.fetch().worker_id is None and handle.status() == "running")
+    run_worker(until=lambda: is_parked(handle))
     assert handle.status() == "running"
 
 

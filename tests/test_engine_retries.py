@@ -12,6 +12,7 @@ from django_openworkflow import RetryAfter, RetryPolicy, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import claims
+from tests.conftest import is_parked
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import record, sleeper, three_steps
 
@@ -199,7 +200,7 @@ def test_deadline_is_checked_before_each_step(run_worker):
 
 def test_cancel_parked_run_is_never_resumed(run_worker):
     handle = sleeper.run({"duration": "50ms"})
-    run_worker(until=lambda: handle.fetch().worker_id is None and handle.status() == "running")
+    run_worker(until=lambda: is_parked(handle))
     assert handle.cancel() is True
     run_worker()
     assert handle.status() == "canceled"

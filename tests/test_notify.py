@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 from django_openworkflow.store.runs import wake_run
 from django_openworkflow.worker import Worker
-from tests.conftest import wait_until
+from tests.conftest import is_parked, wait_until
 from tests.testapp.workflows import sleeper, three_steps
 
 pytestmark = [
@@ -45,6 +45,6 @@ def test_notification_is_sent_only_on_commit(slow_polling_worker):
 
 def test_retry_now_wakes_workers(slow_polling_worker):
     handle = sleeper.run({"duration": "1h"})
-    wait_until(lambda: handle.fetch().worker_id is None and handle.status() == "running", timeout=15)
-    wake_run(handle.id)  # "retry now" notifies
+    wait_until(lambda: is_parked(handle), timeout=15)
+    assert wake_run(handle.id) is True  # "retry now" notifies
     assert handle.result(timeout=15) == "ok"
