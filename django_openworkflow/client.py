@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,7 +23,7 @@ from .store.db import fetch_db_now
 from .store.notify import run_waiters
 
 
-def _as_datetime(value: datetime | Duration | None, what: str) -> datetime | None:
+def _as_datetime(value: datetime | Duration | None, what: str, db_clock: Callable[[], datetime]) -> datetime | None:
     """A datetime as given, or a duration from now (database clock)."""
     if value is None:
         return None
@@ -29,7 +31,7 @@ def _as_datetime(value: datetime | Duration | None, what: str) -> datetime | Non
         if timezone.is_naive(value):
             raise ValueError(f"{what} must be timezone-aware, got naive {value!r}")
         return value
-    return fetch_db_now() + parse_duration(value)
+    return db_clock() + parse_duration(value)
 
 
 def start_run(
@@ -54,9 +56,10 @@ def start_run(
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
-    available = _as_datetime(available_at, "available_at")
-    deadline = _as_datetime(deadline_at, "deadline_at")
-    if deadline is not None and deadline <= fetch_db_now():
+    db_clock = functools.cache(fetch_db_now)  # read the database clock at most once per start
+    available = _as_datetime(available_at, "available_at", db_clock)
+    deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
+    if deadline is not None and deadline <= db_clock():
         raise ValueError(f"deadline_at {deadline.isoformat()} is already in the past")
     run, created = run_store.insert_run(
         workflow_name=workflow_name,

@@ -93,6 +93,12 @@ def error_from_exception(exc: BaseException, step: str | None = None) -> dict[st
     return error
 
 
+def retry_decision(exc: Exception) -> tuple[bool, timedelta | None]:
+    """Whether a step's exception may be retried, and after what fixed delay (``RetryAfter``)."""
+    retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
+    return retryable, exc.delay if isinstance(exc, RetryAfter) else None
+
+
 def engine_error(kind: str, message: str, step: str | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"type": kind, "message": message}
     if step is not None:
@@ -205,36 +211,30 @@ class Slice:
         if isinstance(change, NewAttempt):
             self.history.count += 1
 
-    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> int | None:
-        """Commit pending attempt changes plus this write (see ``journal.commit``), fenced."""
+    def _journal(self, call: Callable[..., T], **options: Any) -> T:
+        """Make one fenced journal write; the buffered attempt changes are committed with it."""
         with store_errors():
-            attempt_id = journal.commit(
-                self.run.id, self.worker_id, self.now(), pending=self.pending, insert=insert, **options
-            )
+            result = call(self.run.id, self.worker_id, self.now(), pending=self.pending, **options)
         self.pending = []
+        return result
+
+    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> int | None:
+        """Commit pending attempt changes plus this write (see ``journal.commit``)."""
+        attempt_id = self._journal(journal.commit, insert=insert, **options)
         if insert is not None:
             self.history.count += 1
         return attempt_id
 
     def wait_for_delivery(self, **options: Any) -> Any:
         """Record or re-arm a signal/event wait and park (see ``journal.wait_for_delivery``)."""
-        with store_errors():
-            attempt_id, signal = journal.wait_for_delivery(
-                self.run.id, self.worker_id, self.now(), pending=self.pending, **options
-            )
-        self.pending = []
+        attempt_id, signal = self._journal(journal.wait_for_delivery, **options)
         if attempt_id is not None:
             self.history.count += 1
         return signal
 
     def expire_wait(self, attempt_id: int) -> Any:
         """Journal a wait's timeout; returns a delivery that beat it, or None."""
-        with store_errors():
-            output = journal.expire_wait(
-                self.run.id, self.worker_id, self.now(), pending=self.pending, attempt_id=attempt_id
-            )
-        self.pending = []
-        return output
+        return self._journal(journal.expire_wait, attempt_id=attempt_id)
 
     # -- checks shared by every step kind --
 
@@ -355,10 +355,8 @@ class StepApi:
             value = fn()
         except Exception as exc:
             s.in_step = None
-            retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
-            delay = exc.delay if isinstance(exc, RetryAfter) else None
-            error = error_from_exception(exc, step=key)
-            self._fail_attempt(key, attempt_id, started, error, retryable, policy, delay)
+            retryable, delay = retry_decision(exc)
+            self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), retryable, policy, delay)
         finally:
             s.in_step = None
         try:
@@ -395,8 +393,9 @@ class StepApi:
         except Exception as exc:
             # Rolled back: neither fn's writes nor the journal entry happened.
             s.in_step = None
-            retryable = not isinstance(exc, (NonRetryableError, StepUsageError, PayloadError))
-            delay = exc.delay if isinstance(exc, RetryAfter) else None
+            retryable, delay = retry_decision(exc)
+            # Here the output's encoding failed inside the transaction too: no retry fixes that.
+            retryable = retryable and not isinstance(exc, PayloadError)
             self._fail_attempt(key, None, started, error_from_exception(exc, step=key), retryable, policy, delay)
         finally:
             s.in_step = None

@@ -84,7 +84,6 @@ def commit(
                 workflow_name=start_child.workflow_name,
                 version=start_child.version,
                 input=start_child.input,
-                deadline_at=start_child.deadline_at,
                 available_at=now,
                 parent_step_attempt=attempt,
             )

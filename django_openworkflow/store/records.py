@@ -39,4 +39,3 @@ class ChildStart:
     workflow_name: str
     version: str | None
     input: Any
-    deadline_at: datetime | None = None
