@@ -6,11 +6,11 @@ import signal
 
 import pytest
 
-from django_openworkflow import RetryPolicy, workflow
-from django_openworkflow.models import StepAttempt
+from django_openworkflow import RetryPolicy, send_signal, workflow
+from django_openworkflow.models import Signal, StepAttempt
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
-from tests.testapp.workflows import atomic_write, record
+from tests.testapp.workflows import approval, atomic_write, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 failures_left: list[int] = []
@@ -53,3 +53,20 @@ def test_killed_worker_inside_an_atomic_step_leaves_no_write(workers, tmp_path):
     workers.start("--lease", "1s", "--poll", "20ms")
     assert handle.result(timeout=30) == "written"
     assert SideEffect.objects.filter(run_id=handle.id, step="write").count() == 1
+
+
+@workflow(name="test-atomic-signals-another-run")
+def atomic_signals_another_run(ctx):
+    # The step's own code calls back into the store (which takes the SQLite
+    # write lock the atomic step already holds): the lock must be re-entrant.
+    return ctx.step.run(
+        "notify", lambda: send_signal(ctx.input["other"], "approval", "from an atomic step"), atomic=True
+    )
+
+
+def test_atomic_step_may_call_into_the_store(run_worker):
+    other = approval.run({}, available_at="1h")  # stays pending: the signal is buffered
+    handle = atomic_signals_another_run.run({"other": str(other.id)})
+    run_worker(until=lambda: handle.status() == "completed", timeout=20)
+    assert handle.result() is False  # buffered for the other run's wait
+    assert Signal.objects.get().workflow_run_id == other.id

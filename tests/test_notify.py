@@ -7,10 +7,12 @@ import threading
 import pytest
 from django.db import connection, transaction
 
+from django_openworkflow import workflow
 from django_openworkflow.store.runs import wake_run
 from django_openworkflow.worker import Worker
 from tests.conftest import is_parked, wait_until
-from tests.testapp.workflows import sleeper, three_steps
+from tests.testapp.models import SideEffect
+from tests.testapp.workflows import executions, record, sleeper, three_steps
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -48,3 +50,47 @@ def test_retry_now_wakes_workers(slow_polling_worker):
     wait_until(lambda: is_parked(handle), timeout=15)
     assert wake_run(handle.id) is True  # "retry now" notifies
     assert handle.result(timeout=15) == "ok"
+
+
+def terminate(sql_filter: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            f"WHERE datname = current_database() AND pid <> pg_backend_pid() AND {sql_filter}"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_listener_reconnects_after_its_connection_drops(slow_polling_worker):
+    assert three_steps.run().result(timeout=15) == {"result": 11}  # the worker is up and listening
+    assert terminate("query LIKE 'LISTEN%'") >= 1
+    # With a 60 s poll, only a listener that came back can pick this up quickly.
+    assert three_steps.run().result(timeout=15) == {"result": 11}
+
+
+@workflow(name="test-drops-its-connection")
+def drops_its_connection(ctx):
+    def kill_own_connection():
+        record(ctx, "kill")
+        if executions(ctx, "kill") == 1:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return "survived"
+
+    ctx.step.run("first", lambda: 1)
+    return ctx.step.run("kill", kill_own_connection)
+
+
+def test_worker_releases_a_run_after_a_database_error():
+    # The slot's connection dies under the step; the journal write fails, and the
+    # worker hands the run back due in 1 s instead of holding it for its 30 s lease.
+    worker = Worker(poll_interval="50ms", concurrency=2, lease="30s")
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        handle = drops_its_connection.run()
+        assert handle.result(timeout=15) == "survived"
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert SideEffect.objects.filter(run_id=handle.id, step="kill").count() == 2
