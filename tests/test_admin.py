@@ -301,8 +301,9 @@ def test_run_page_shows_payloads_journal_attempt_numbers_and_timeline(admin_clie
     assert "<textarea" not in html
 
 
-@pytest.mark.django_db
-def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:
+
+def parked_in_a_sleep() -> WorkflowRun:
+    """The parked run of one_of_each(), with its open sleep in the journal."""
     run = one_of_each()["parked"]
     make_attempt(
         run,
@@ -312,6 +313,11 @@ def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:
         finished_at=None,
         context={"resume_at": run.available_at.isoformat()},
     )
+    return run
+
+@pytest.mark.django_db
+def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:
+    run = parked_in_a_sleep()
     html = admin_client.get(run_url(run)).content.decode()
     assert re.search(r"wakes in 4 m( \d+ s)?", html)
     assert "owf-bar-sleep" in html and "owf-tl-now" in html
@@ -443,15 +449,7 @@ def test_cancel_from_the_run_page(admin_client: Any) -> None:
 
 @pytest.mark.django_db
 def test_retry_now_makes_a_parked_run_due(admin_client: Any) -> None:
-    run = one_of_each()["parked"]
-    make_attempt(
-        run,
-        "nap",
-        kind="sleep",
-        status="running",
-        finished_at=None,
-        context={"resume_at": run.available_at.isoformat()},
-    )
+    run = parked_in_a_sleep()
     response = admin_client.post(action_url(run, "retry_now"), follow=True)
     run.refresh_from_db()
     assert run.available_at <= timezone.now()
