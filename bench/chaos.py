@@ -74,7 +74,9 @@ CREATE TRIGGER chaos_check_attempt BEFORE INSERT OR UPDATE ON openworkflow_step_
 """
 
 
-TRUNCATE = "TRUNCATE openworkflow_signal, openworkflow_step_attempt, openworkflow_run, chaos_effect, chaos_violation CASCADE"
+TRUNCATE = (
+    "TRUNCATE openworkflow_signal, openworkflow_step_attempt, openworkflow_run, chaos_effect, chaos_violation CASCADE"
+)
 
 
 def self_check(cursor: object) -> bool:

@@ -789,7 +789,7 @@ class Bench:
         from django_openworkflow.engine.execute import Outcome, execute_slice
         from django_openworkflow.models import WorkflowRun
         from django_openworkflow.registry import registry
-        from django_openworkflow.store import claims
+        from django_openworkflow.store import get_backend
 
         self.reset_tables()
         spec = registry.latest("bench-long")
@@ -797,7 +797,7 @@ class Bench:
         lease = timedelta(minutes=5)
 
         def timed_slice(run_id) -> float:  # type: ignore[no-untyped-def]
-            claimed = claims.claim_run(run_id, wid, lease)
+            claimed = get_backend().claim_run(run_id, wid, lease)
             if claimed is None:
                 raise PhaseError(f"could not claim run {run_id}")
             t0 = time.perf_counter()
@@ -899,7 +899,7 @@ class Bench:
     def claims(self, finished: int, parked: int, reps: int, batch: int = 20) -> None:
         from django.db import connection, connections
 
-        from django_openworkflow.store import claims
+        from django_openworkflow.store import get_backend
 
         lease = timedelta(seconds=30)
         wid = f"bench-claims-{uuid.uuid4().hex[:8]}"
@@ -917,14 +917,14 @@ class Bench:
             idle, busy = [], []
             for _ in range(reps):
                 t0 = time.perf_counter()
-                got = claims.claim_due_runs(wid, batch, lease)
+                got = get_backend().claim(wid, batch, lease)
                 idle.append((time.perf_counter() - t0) * 1000.0)
                 if got:
                     raise PhaseError(f"idle claim returned {len(got)} runs")
             for _ in range(reps):
                 insert(batch, "pending", "due")
                 t0 = time.perf_counter()
-                got = claims.claim_due_runs(wid, batch, lease)
+                got = get_backend().claim(wid, batch, lease)
                 busy.append((time.perf_counter() - t0) * 1000.0)
                 if len(got) != batch:
                     raise PhaseError(f"claim returned {len(got)} of {batch} due runs")

@@ -29,12 +29,12 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from . import admin_views as views
+from . import formatting as fmt
 from .client import send_signal, start_run
 from .errors import OpenWorkflowError, PayloadError, RunNotFound, SignalError, UnknownWorkflowError
 from .models import WorkflowRun
 from .registry import registry
 from .store import queries
-from .store.db import alias
 
 CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
 
@@ -257,8 +257,8 @@ def _time(value: Any) -> str:
     return format_html(
         '<time datetime="{}" title="{}">{}</time>',
         value.isoformat(),
-        views.format_time(value, precise=True),
-        views.compact_time(value, timezone.now()),
+        fmt.format_time(value, precise=True),
+        fmt.compact_time(value, timezone.now()),
     )
 
 
@@ -300,7 +300,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- list ------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).using(alias()).defer(*queries.PAYLOAD_FIELDS)
+        return super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
@@ -340,7 +340,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="run", ordering="id")
     def run_id(self, run: WorkflowRun) -> str:
-        return format_html('<code title="{}">{}</code>', run.id, views.short_id(run.id))
+        return format_html('<code title="{}">{}</code>', run.id, fmt.short_id(run.id))
 
     @admin.display(description="workflow", ordering="workflow_name")
     def workflow(self, run: WorkflowRun) -> str:
@@ -368,7 +368,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     @admin.display(description="duration")
     def duration(self, run: WorkflowRun) -> str:
-        return views.format_duration(views.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
+        return fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
 
     # -- permissions: runs change only through actions, are never deleted here --
 
@@ -419,32 +419,32 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         attempts = queries.journal(run.id)
         run_end = run.finished_at if run.is_finished else None
         rows = views.journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
-        headline, traceback, rest = views.split_error(run.error)
+        headline, traceback, rest = fmt.split_error(run.error)
         pending_signals, consumed_signals = views.signal_rows(queries.run_signals(run.id), day_of=run.created_at)
         can_signal = not run.is_finished and self.has_change_permission(request, run)
         parent_step = run.parent_step_attempt
         context = self._context(
             request,
-            title=f"{run.workflow_name} · {views.short_id(run.id)}",
+            title=f"{run.workflow_name} · {fmt.short_id(run.id)}",
             run=run,
-            short_id=views.short_id(run.id),
+            short_id=fmt.short_id(run.id),
             status_badge=views.status_badge(run.status, run.worker_id),
-            wake_hint=views.wake_hint(run, now),
+            wake_hint=fmt.wake_hint(run, now),
             times={
-                "created": views.format_time(run.created_at),
-                "started": views.format_time(run.started_at),
-                "finished": views.format_time(run.finished_at),
-                "available": views.format_time(run.available_at),
-                "deadline": views.format_time(run.deadline_at),
-                "duration": views.format_duration(views.elapsed(run.started_at, run.finished_at, now)),
+                "created": fmt.format_time(run.created_at),
+                "started": fmt.format_time(run.started_at),
+                "finished": fmt.format_time(run.finished_at),
+                "available": fmt.format_time(run.available_at),
+                "deadline": fmt.format_time(run.deadline_at),
+                "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
             },
             parent_run=parent_step.workflow_run if parent_step is not None else None,
             parent_step=parent_step,
             children=[(a.step_name, a.child_workflow_run) for a in attempts if a.child_workflow_run is not None],
             journal=rows,
             timeline=views.build_timeline(run, rows, now),
-            input_json=views.pretty_json(run.input),
-            output_json=views.pretty_json(run.output) if run.output is not None else "",
+            input_json=fmt.pretty_json(run.input),
+            output_json=fmt.pretty_json(run.output) if run.output is not None else "",
             error_headline=headline,
             error_traceback=traceback,
             error_rest=rest,
@@ -546,10 +546,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             run_id, created = form.start()
             if run_id is not None:
-                run = WorkflowRun.objects.using(alias()).defer(*queries.PAYLOAD_FIELDS).get(id=run_id)
+                run = WorkflowRun.objects.defer(*queries.PAYLOAD_FIELDS).get(id=run_id)
                 if created:
                     self.log_addition(request, run, "Started from the admin.")
-                    self.message_user(request, f"Started run {views.short_id(run_id)} of {run.workflow_name}.")
+                    self.message_user(request, f"Started run {fmt.short_id(run_id)} of {run.workflow_name}.")
                 else:
                     self.message_user(
                         request,

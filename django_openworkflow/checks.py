@@ -6,9 +6,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core import checks
-from django.db import connections
+from django.core.exceptions import ImproperlyConfigured
 
 from .conf import DEFAULTS, owf_settings
+from .store import get_backend
 
 
 @checks.register(checks.Tags.compatibility)
@@ -36,20 +37,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
         return messages
-    conn = connections[owf_settings.database]
-    if conn.vendor == "sqlite":
-        options = conn.settings_dict.get("OPTIONS", {})
-        init = str(options.get("init_command", "")).lower()
-        if options.get("transaction_mode") != "IMMEDIATE" or "journal_mode=wal" not in init.replace(" ", ""):
-            messages.append(
-                checks.Warning(
-                    "SQLite database used by django-openworkflow is not set up for several processes",
-                    hint=(
-                        'Set OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20, '
-                        '"init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"} '
-                        "so that workers and web processes wait for the write lock instead of failing."
-                    ),
-                    id="openworkflow.W001",
-                )
-            )
+    try:
+        backend = get_backend()
+    except ImproperlyConfigured as exc:
+        messages.append(checks.Error(str(exc), id="openworkflow.E004"))
+        return messages
+    messages.extend(backend.check())
     return messages

@@ -17,12 +17,11 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from .admin_views import elapsed, format_duration, format_time, wake_hint
 from .client import RunHandle, send_signal, start_run
 from .errors import OpenWorkflowError, ResultTimeout, RunNotFound, SignalError, WorkflowCanceled, WorkflowFailed
+from .formatting import elapsed, format_duration, format_time, wake_hint
 from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
-from .store import queries
-from .store import runs as run_store
+from .store import get_backend, queries
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 
@@ -341,7 +340,7 @@ def _wait(handle: RunHandle, timeout: float | None) -> Any:
 def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows cancel RUN_ID``."""
     run = resolve_run(options["run_id"])
-    if not run_store.cancel_run(run.id):
+    if not get_backend().cancel_run(run.id):
         raise CommandError(f"run {run.id} is {run.status}: only pending or running runs can be canceled")
     if options["json"]:
         _print_json(out, {"id": str(run.id), "status": RunStatus.CANCELED})
@@ -354,11 +353,11 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     shown = queries.display_status(run.status, run.worker_id)
     if options["from_failed_step"]:
-        if not run_store.retry_failed_run(run.id):
+        if not get_backend().retry_failed_run(run.id):
             raise CommandError(f"run {run.id} is {shown}, not failed: nothing to retry from a failed step")
         message, status = f"Run {run.id} is pending again; it resumes at its failed step.", str(RunStatus.PENDING)
     else:
-        if not run_store.wake_run(run.id):
+        if not get_backend().wake_run(run.id):
             advice = " (use --from-failed-step for a failed run)" if run.status == RunStatus.FAILED else ""
             raise CommandError(
                 f"run {run.id} is {shown}: only a sleeping, backing-off or scheduled run can be retried now{advice}"

@@ -14,12 +14,11 @@ from django.utils import timezone
 from .conf import owf_settings
 from .durations import Duration, parse_duration
 from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
-from .models import RunStatus, WorkflowRun
+from .models import WorkflowRun
 from .payload import to_json_value
 from .registry import registry
-from .store import runs as run_store
-from .store import signals as signal_store
-from .store.db import fetch_db_now
+from .states import RunStatus
+from .store import get_backend
 from .store.notify import run_waiters
 
 
@@ -56,12 +55,13 @@ def start_run(
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
-    db_clock = functools.cache(fetch_db_now)  # read the database clock at most once per start
+    store = get_backend()
+    db_clock = functools.cache(store.now)  # read the database clock at most once per start
     available = _as_datetime(available_at, "available_at", db_clock)
     deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
     if deadline is not None and deadline <= db_clock():
         raise ValueError(f"deadline_at {deadline.isoformat()} is already in the past")
-    run, created = run_store.insert_run(
+    run, created = store.insert_run(
         workflow_name=workflow_name,
         version=version,
         input=stored_input,
@@ -93,7 +93,7 @@ class RunHandle:
 
     def fetch(self) -> WorkflowRun:
         """The run's row as it is now."""
-        run = run_store.get_run(self.id)
+        run = get_backend().get_run(self.id)
         if run is None:
             raise RunNotFound(f"no workflow run with id {self.id}")
         return run
@@ -142,12 +142,12 @@ class RunHandle:
 
     def parent(self) -> RunHandle | None:
         """The run that started this one with ``ctx.step.run_workflow``, if any."""
-        parent_id = run_store.parent_run_id(self.id)
+        parent_id = get_backend().parent_run_id(self.id)
         return None if parent_id is None else RunHandle(parent_id)
 
     def children(self) -> list[RunHandle]:
         """The runs this one started with ``ctx.step.run_workflow``, oldest first."""
-        return [RunHandle(child_id) for child_id in run_store.child_run_ids(self.id)]
+        return [RunHandle(child_id) for child_id in get_backend().child_run_ids(self.id)]
 
     def signal(self, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
         """Send a signal to this run (see :func:`send_signal`)."""
@@ -158,7 +158,7 @@ class RunHandle:
 
         A worker executing it stops at its next step boundary and writes nothing more.
         """
-        if run_store.cancel_run(self.id):
+        if get_backend().cancel_run(self.id):
             return True
         self.fetch()  # RunNotFound for an unknown id
         return False
@@ -192,7 +192,7 @@ def send_signal(run_id: uuid.UUID | str, name: str, data: Any = None, idempotenc
         run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except ValueError:
         raise RunNotFound(f"{run_id!r} is not a workflow run id") from None
-    return signal_store.send_signal(run_uuid, name, payload, idempotency_key)
+    return get_backend().send_signal(run_uuid, name, payload, idempotency_key)
 
 
 def send_event(event: str, payload: Any = None, idempotency_key: str | None = None) -> int:
@@ -206,7 +206,7 @@ def send_event(event: str, payload: Any = None, idempotency_key: str | None = No
     _check_name("event type", event)
     _check_key(idempotency_key)
     stored = to_json_value(payload, f"payload of event {event!r}")
-    return signal_store.send_event(event, stored, idempotency_key)
+    return get_backend().send_event(event, stored, idempotency_key)
 
 
 def get_run(run_id: uuid.UUID | str) -> RunHandle:

@@ -3,55 +3,79 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from typing import Any, TypeVar
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import models
+from django.db import connections, models
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
+
+from .conf import owf_settings
+from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+
+__all__ = [
+    "CLAIMABLE_STATUSES",
+    "FINISHED_STATUSES",
+    "IS_HELD",
+    "IS_PARKED",
+    "Event",
+    "RunStatus",
+    "Signal",
+    "StepAttempt",
+    "StepKind",
+    "StepStatus",
+    "WorkflowRun",
+]
+
+_M = TypeVar("_M", bound=models.Model)
+
+IS_PARKED = Q(status=RunStatus.RUNNING, worker_id__isnull=True)
+"""Running with no worker holding it: sleeping, waiting, or backing off before a retry."""
+IS_HELD = Q(status=RunStatus.RUNNING, worker_id__isnull=False)
+"""Running and held by a worker right now."""
 
 
-class RunStatus(models.TextChoices):
-    """Where a workflow run is in its life."""
+class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
+    """The named subsets of runs: one definition each of "due", "parked", "held" and "finished"."""
 
-    PENDING = "pending", "Pending"
-    """Started, never claimed yet (or scheduled for later through ``available_at``)."""
-    RUNNING = "running", "Running"
-    """Held by a worker (``worker_id`` set) or parked until ``available_at`` (``worker_id`` NULL)."""
-    COMPLETED = "completed", "Completed"
-    """Finished; ``output`` holds the workflow function's return value."""
-    FAILED = "failed", "Failed"
-    """Finished with ``error``; nothing will run it again."""
-    CANCELED = "canceled", "Canceled"
-    """Canceled; no worker writes to it any more."""
+    def claimable(self) -> WorkflowRunQuerySet:
+        """Runs a worker may claim once due: pending, or running (held with a lease, or parked).
+
+        The statuses are literals in the SQL (our constants), not bound
+        parameters: only then can SQLite's planner (and PostgreSQL's generic
+        plans) prove that the partial claim index covers the query.
+        """
+        quote = connections[self.db].ops.quote_name
+        column = f"{quote(self.model._meta.db_table)}.{quote('status')}"
+        statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
+        return self.filter(RawSQL(f"{column} IN ({statuses})", [], output_field=models.BooleanField()))
+
+    def due(self, now: datetime) -> WorkflowRunQuerySet:
+        """Runs claimable at ``now``: new, woken, retry due, or with an expired lease."""
+        return self.claimable().filter(available_at__lte=now)
+
+    def parked(self) -> WorkflowRunQuerySet:
+        """Running runs that no worker holds: sleeping, waiting, or backing off before a retry."""
+        return self.filter(IS_PARKED)
+
+    def held(self) -> WorkflowRunQuerySet:
+        """Running runs a worker holds right now."""
+        return self.filter(IS_HELD)
+
+    def finished(self) -> WorkflowRunQuerySet:
+        """Completed, failed or canceled runs."""
+        return self.filter(status__in=FINISHED_STATUSES)
 
 
-CLAIMABLE_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING)
-FINISHED_STATUSES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
+class WorkflowDatabaseManager(models.Manager[_M]):
+    """``objects`` of every table here: each query goes to ``OPENWORKFLOW["DATABASE"]``, read at query time."""
+
+    def get_queryset(self) -> models.QuerySet[_M]:
+        return super().get_queryset().using(owf_settings.database)
 
 
-class StepStatus(models.TextChoices):
-    """The state of one step attempt."""
-
-    RUNNING = "running", "Running"
-    """Started (or, for a sleep or a wait, parked) and not finished."""
-    COMPLETED = "completed", "Completed"
-    """Finished; ``output`` is what replay returns."""
-    FAILED = "failed", "Failed"
-    """Raised; ``error`` holds type, message and traceback."""
-
-
-class StepKind(models.TextChoices):
-    """What a step attempt records."""
-
-    RUN = "run", "Run"
-    """``ctx.step.run``: a function call whose return value is memoized."""
-    SLEEP = "sleep", "Sleep"
-    """``ctx.step.sleep``: a durable pause."""
-    WORKFLOW = "workflow", "Child workflow"
-    """``ctx.step.run_workflow``: start a child run and wait for it."""
-    SIGNAL = "signal", "Wait for signal"
-    """``ctx.step.wait_for_signal``: wait for a signal sent to this run."""
-    EVENT = "event", "Wait for event"
-    """``ctx.step.wait_for_event``: wait for a broadcast event matching a pattern."""
+WorkflowRunManager = WorkflowDatabaseManager.from_queryset(WorkflowRunQuerySet)
 
 
 class WorkflowRun(models.Model):
@@ -60,7 +84,7 @@ class WorkflowRun(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     workflow_name = models.CharField(max_length=255)
     version = models.CharField(max_length=255, null=True, blank=True)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    status = models.CharField(max_length=16, choices=RunStatus.choices(), default=RunStatus.PENDING)
     input = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
@@ -84,6 +108,8 @@ class WorkflowRun(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkflowRunManager()
 
     class Meta:
         db_table = "openworkflow_run"
@@ -118,6 +144,7 @@ class WorkflowRun(models.Model):
 
     @property
     def is_parked(self) -> bool:
+        """Running with no worker holding it (the row-level twin of ``WorkflowRunQuerySet.parked``)."""
         return self.status == RunStatus.RUNNING and self.worker_id is None
 
 
@@ -127,8 +154,8 @@ class StepAttempt(models.Model):
     id = models.BigAutoField(primary_key=True)
     workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="step_attempts")
     step_name = models.CharField(max_length=255, help_text="The durable key, e.g. 'send:1'.")
-    kind = models.CharField(max_length=16, choices=StepKind.choices)
-    status = models.CharField(max_length=16, choices=StepStatus.choices)
+    kind = models.CharField(max_length=16, choices=StepKind.choices())
+    status = models.CharField(max_length=16, choices=StepStatus.choices())
     output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
     context = models.JSONField(
@@ -147,6 +174,8 @@ class StepAttempt(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
     class Meta:
         db_table = "openworkflow_step_attempt"
@@ -173,6 +202,8 @@ class Signal(models.Model):
     consumed_by = models.ForeignKey(StepAttempt, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     consumed_at = models.DateTimeField(null=True, blank=True)
 
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
     class Meta:
         db_table = "openworkflow_signal"
         ordering = ["id"]
@@ -198,6 +229,8 @@ class Event(models.Model):
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     woke = models.PositiveIntegerField(default=0, help_text="How many waiting runs it woke.")
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
     class Meta:
         db_table = "openworkflow_event"

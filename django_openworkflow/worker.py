@@ -25,9 +25,9 @@ from django.db import DatabaseError, connections
 from .conf import owf_settings
 from .durations import Duration, parse_duration
 from .engine.execute import execute_slice
-from .store import claims
-from .store.claims import ClaimedRun
-from .store.notify import DUE_CHANNEL, Listener, can_listen
+from .store import get_backend
+from .store.notify import DUE_CHANNEL
+from .store.records import ClaimedRun
 
 logger = logging.getLogger("django_openworkflow.worker")
 
@@ -76,6 +76,7 @@ class Worker:
         self.poll_interval = parse_duration(owf_settings.poll_interval if poll_interval is None else poll_interval)
         self.heartbeat_interval = self.lease / 3
         self.burst = burst
+        self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.slices_done = 0
         self._slots: queue.SimpleQueue[ClaimedRun | None] = queue.SimpleQueue()
@@ -121,9 +122,10 @@ class Worker:
         heartbeat = threading.Thread(target=self._heartbeat_loop, name="owf-heartbeat", daemon=True)
         for thread in [*threads, heartbeat]:
             thread.start()
-        # On PostgreSQL, a committed start, wake-up or retry notifies: claim at
-        # once instead of at the next poll. Polling stays as the safety net.
-        listener = Listener([DUE_CHANNEL], lambda channel, payload: self._wake.set()) if can_listen() else None
+        # Where the database notifies (PostgreSQL), a committed start, wake-up or
+        # retry wakes the claim loop at once instead of at the next poll.
+        # Polling stays as the safety net.
+        listener = self.store.listener([DUE_CHANNEL], lambda channel, payload: self._wake.set())
         if listener is not None:
             listener.start()
             # LISTEN before the first claim, so nothing committed in between is missed.
@@ -161,7 +163,7 @@ class Worker:
                 self._wake.wait(poll)
                 continue
             try:
-                claimed = claims.claim_due_runs(self.worker_id, free, self.lease)
+                claimed = self.store.claim(self.worker_id, free, self.lease)
                 errors = 0
             except DatabaseError as exc:
                 errors += 1
@@ -229,7 +231,7 @@ class Worker:
     def _release(self, claimed: ClaimedRun) -> None:
         """Hand a run back after an infrastructure error, so it is retried soon, not after the lease."""
         recycle_connections()
-        claims.release_run(claimed)  # never raises: a slot thread must not die
+        self.store.release(claimed)  # never raises: a slot thread must not die
 
     # -- heartbeat --
 
@@ -243,7 +245,7 @@ class Worker:
                     self._leases_renewed_at = started
                     continue
                 try:
-                    claims.extend_leases(self.worker_id, self.lease, held)
+                    self.store.extend_leases(self.worker_id, self.lease, held)
                     self._leases_renewed_at = started
                 except DatabaseError as exc:
                     logger.warning("heartbeat failed: %s", exc)

@@ -15,11 +15,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_openworkflow.admin_views import (
-    build_timeline,
-    format_duration,
-    journal_rows,
-)
+from django_openworkflow.admin_views import build_timeline, journal_rows
+from django_openworkflow.formatting import format_duration
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
 from tests.conftest import wait_until
 from tests.testapp.workflows import always_fails, sleeper, three_steps
@@ -301,7 +298,6 @@ def test_run_page_shows_payloads_journal_attempt_numbers_and_timeline(admin_clie
     assert "<textarea" not in html
 
 
-
 def parked_in_a_sleep() -> WorkflowRun:
     """The parked run of one_of_each(), with its open sleep in the journal."""
     run = one_of_each()["parked"]
@@ -314,6 +310,7 @@ def parked_in_a_sleep() -> WorkflowRun:
         context={"resume_at": run.available_at.isoformat()},
     )
     return run
+
 
 @pytest.mark.django_db
 def test_run_page_of_a_parked_run_says_when_it_wakes(admin_client: Any) -> None:

@@ -11,7 +11,7 @@ from django.utils import timezone
 from django_openworkflow import RetryAfter, RetryPolicy, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from django_openworkflow.store import claims
+from django_openworkflow.store import get_backend
 from tests.conftest import is_parked
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import record, sleeper, three_steps
@@ -84,7 +84,7 @@ def cancel_aware(ctx):
 
 
 def claim_one():
-    (claimed,) = claims.claim_due_runs("w", 1, LEASE)
+    (claimed,) = get_backend().claim("w", 1, LEASE)
     return claimed
 
 

@@ -10,7 +10,7 @@ from django.db import DatabaseError, connection
 from django_openworkflow import workflow
 from django_openworkflow.engine.execute import execute_slice
 from django_openworkflow.models import StepAttempt
-from django_openworkflow.store import claims
+from django_openworkflow.store import get_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
 continued_after_failure: list[str] = []
@@ -20,6 +20,8 @@ def set_read_only(on: bool) -> None:
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(f"SET default_transaction_read_only = {'on' if on else 'off'}")
+        elif connection.vendor == "mysql":
+            cursor.execute(f"SET SESSION TRANSACTION {'READ ONLY' if on else 'READ WRITE'}")
         else:
             cursor.execute(f"PRAGMA query_only = {'ON' if on else 'OFF'}")
 
@@ -39,7 +41,7 @@ def swallows_store_error(ctx):
 def test_failed_journal_write_aborts_the_slice_even_inside_except_exception():
     continued_after_failure.clear()
     handle = swallows_store_error.run()
-    (claimed,) = claims.claim_due_runs("w", 1, timedelta(seconds=30))
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
     try:
         with pytest.raises(DatabaseError):
             execute_slice(claimed)

@@ -10,7 +10,8 @@ from django.utils import timezone
 from django_openworkflow import workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from django_openworkflow.store import claims, journal
+from django_openworkflow.store import get_backend
+from django_openworkflow.store.records import LeaseLost
 from tests.testapp.workflows import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -34,13 +35,13 @@ def takeover(ctx):
 
 def expire_and_claim_by(worker_id):
     WorkflowRun.objects.update(available_at=timezone.now() - timedelta(seconds=1))
-    (claimed,) = claims.claim_due_runs(worker_id, 10, LEASE)
+    (claimed,) = get_backend().claim(worker_id, 10, LEASE)
     return claimed
 
 
 def test_worker_that_lost_its_lease_writes_nothing_more():
     handle = takeover.run()
-    (claimed_a,) = claims.claim_due_runs("worker-a", 10, LEASE)
+    (claimed_a,) = get_backend().claim("worker-a", 10, LEASE)
     stolen = []
     during_step.append(lambda: stolen.append(expire_and_claim_by("worker-b")))
 
@@ -65,10 +66,10 @@ def test_worker_that_lost_its_lease_writes_nothing_more():
 
 def test_stale_worker_cannot_finish_the_run():
     handle = takeover.run()
-    (claimed_a,) = claims.claim_due_runs("worker-a", 10, LEASE)
+    (claimed_a,) = get_backend().claim("worker-a", 10, LEASE)
     expire_and_claim_by("worker-b")
-    with pytest.raises(journal.LeaseLost):
-        journal.commit(handle.id, "worker-a", timezone.now(), run_fields={"status": "completed", "output": "stale"})
+    with pytest.raises(LeaseLost):
+        get_backend().complete_run(handle.id, "worker-a", timezone.now(), [], "stale", None)
     run = handle.fetch()
     assert run.status == "running" and run.output is None and run.worker_id == "worker-b"
     assert execute_slice(claimed_a).outcome == Outcome.LEASE_LOST
@@ -77,7 +78,7 @@ def test_stale_worker_cannot_finish_the_run():
 
 def test_cancel_during_a_step_stops_the_worker_and_stays_canceled():
     handle = takeover.run()
-    (claimed,) = claims.claim_due_runs("worker-a", 10, LEASE)
+    (claimed,) = get_backend().claim("worker-a", 10, LEASE)
     during_step.append(handle.cancel)
     assert execute_slice(claimed).outcome == Outcome.LEASE_LOST
     run = handle.fetch()
@@ -87,18 +88,18 @@ def test_cancel_during_a_step_stops_the_worker_and_stays_canceled():
 
 def test_heartbeat_extends_only_held_runs():
     held, other = takeover.run(), takeover.run()
-    claimed = claims.claim_due_runs("worker-a", 1, timedelta(seconds=2))
+    claimed = get_backend().claim("worker-a", 1, timedelta(seconds=2))
     assert [c.run.id for c in claimed] in ([held.id], [other.id])
     mine = claimed[0].run.id
     before = WorkflowRun.objects.get(id=mine).available_at
-    assert claims.extend_leases("worker-a", timedelta(seconds=60), [mine]) == 1
+    assert get_backend().extend_leases("worker-a", timedelta(seconds=60), [mine]) == 1
     assert WorkflowRun.objects.get(id=mine).available_at > before + timedelta(seconds=50)
-    assert claims.extend_leases("worker-b", timedelta(seconds=60), [mine]) == 0
+    assert get_backend().extend_leases("worker-b", timedelta(seconds=60), [mine]) == 0
 
 
 def test_claim_takes_due_runs_oldest_first_in_one_batch():
     handles = [takeover.run() for _ in range(5)]
-    claimed = claims.claim_due_runs("worker-a", 3, LEASE)
+    claimed = get_backend().claim("worker-a", 3, LEASE)
     assert [c.run.id for c in claimed] == [h.id for h in handles[:3]]
-    assert claims.claim_due_runs("worker-b", 10, LEASE)[0].run.id == handles[3].id
+    assert get_backend().claim("worker-b", 10, LEASE)[0].run.id == handles[3].id
     assert WorkflowRun.objects.filter(worker_id="worker-a").count() == 3

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django_openworkflow import PayloadError, StepUsageError, get_run, send_event, send_signal, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from django_openworkflow.store import claims
+from django_openworkflow.store import get_backend
 from django_openworkflow.worker import Worker
 from tests.testapp.workflows import approval, three_steps
 
@@ -49,7 +49,7 @@ def nasty_workflow(ctx):
 
 
 def claim_one():
-    (claimed,) = claims.claim_due_runs("w", 1, timedelta(seconds=30))
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
     return claimed
 
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection, transaction
 
 from django_openworkflow import workflow
-from django_openworkflow.store.runs import wake_run
+from django_openworkflow.store import get_backend
 from django_openworkflow.worker import Worker
 from tests.conftest import is_parked, wait_until
 from tests.testapp.models import SideEffect
@@ -48,7 +48,7 @@ def test_notification_is_sent_only_on_commit(slow_polling_worker):
 def test_retry_now_wakes_workers(slow_polling_worker):
     handle = sleeper.run({"duration": "1h"})
     wait_until(lambda: is_parked(handle), timeout=15)
-    assert wake_run(handle.id) is True  # "retry now" notifies
+    assert get_backend().wake_run(handle.id) is True  # "retry now" notifies
     assert handle.result(timeout=15) == "ok"
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from django_openworkflow.models import StepAttempt
-from django_openworkflow.store import runs
+from django_openworkflow.store import get_backend
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import always_fails, sleeper, three_steps
 
@@ -16,8 +16,8 @@ def test_wake_run_makes_a_parked_run_due(run_worker):
     handle = sleeper.run({"duration": "1h"})
     run_worker()
     assert handle.fetch().worker_id is None and handle.status() == "running"
-    assert runs.wake_run(handle.id) is True
-    assert runs.wake_run(handle.id) is False  # already due
+    assert get_backend().wake_run(handle.id) is True
+    assert get_backend().wake_run(handle.id) is False  # already due
     run_worker(until=lambda: handle.status() == "completed")
     assert SideEffect.objects.filter(run_id=handle.id, step="after").count() == 1
 
@@ -25,15 +25,15 @@ def test_wake_run_makes_a_parked_run_due(run_worker):
 def test_wake_run_refuses_finished_runs(run_worker):
     handle = three_steps.run()
     run_worker()
-    assert runs.wake_run(handle.id) is False
+    assert get_backend().wake_run(handle.id) is False
 
 
 def test_retry_failed_run_reruns_the_failed_step_and_keeps_completed_ones(run_worker):
     handle = always_fails.run()
     run_worker()
     assert handle.status() == "failed"
-    assert runs.retry_failed_run(handle.id) is True
-    assert runs.retry_failed_run(handle.id) is False  # now pending
+    assert get_backend().retry_failed_run(handle.id) is True
+    assert get_backend().retry_failed_run(handle.id) is False  # now pending
     run = handle.fetch()
     assert run.status == "pending" and run.error is None and run.finished_at is None
     run_worker()
@@ -45,13 +45,13 @@ def test_retry_failed_run_reruns_the_failed_step_and_keeps_completed_ones(run_wo
 
 def test_retry_failed_run_refuses_other_states():
     handle = three_steps.run()
-    assert runs.retry_failed_run(handle.id) is False
+    assert get_backend().retry_failed_run(handle.id) is False
 
 
 def test_cancel_closes_open_sleeps_and_wakes_nothing_more(run_worker):
     handle = sleeper.run({"duration": "1h"})
     run_worker()
-    assert runs.cancel_run(handle.id) is True
+    assert get_backend().cancel_run(handle.id) is True
     nap = StepAttempt.objects.get(workflow_run_id=handle.id, kind="sleep")
     assert nap.status == "failed" and nap.error["type"] == "Canceled" and nap.finished_at is not None
 
@@ -60,5 +60,5 @@ def test_cancel_runs_in_bulk_counts_only_unfinished_ones(run_worker):
     done = three_steps.run({})
     run_worker()
     pending = [three_steps.run({}) for _ in range(3)]
-    assert runs.cancel_runs([done.id, *(h.id for h in pending)]) == 3
+    assert get_backend().cancel_runs([done.id, *(h.id for h in pending)]) == 3
     assert {h.status() for h in pending} == {"canceled"} and done.status() == "completed"

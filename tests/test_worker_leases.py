@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from django.db import connections
 
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt
-from django_openworkflow.store import claims
+from django_openworkflow.store import get_backend
 from django_openworkflow.worker import Worker
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_slice_stops_before_the_next_step_when_the_lease_is_not_valid():
     handle = slow_steps.run({"steps": 3, "pause": 0})
-    (claimed,) = claims.claim_due_runs("w", 1, claims.timedelta(seconds=30))
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
     checks = []
 
     def lease_valid():

@@ -14,7 +14,9 @@ from django_openworkflow import RetryPolicy, workflow
 
 def effect(run_id, step):
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO chaos_effect (run_id, step, pid) VALUES (%s, %s, %s)", [str(run_id), step, os.getpid()])
+        cursor.execute(
+            "INSERT INTO chaos_effect (run_id, step, pid) VALUES (%s, %s, %s)", [str(run_id), step, os.getpid()]
+        )
         cursor.execute("SELECT count(*) FROM chaos_effect WHERE run_id = %s AND step = %s", [str(run_id), step])
         count = cursor.fetchone()[0]
     time.sleep(STEP_SECONDS)  # steps take a while, so faults land in the middle of them

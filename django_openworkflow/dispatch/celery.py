@@ -27,10 +27,9 @@ from django.db import DatabaseError, connections, transaction
 
 from ..conf import owf_settings
 from ..engine.execute import Outcome, SliceResult, execute_slice
-from ..models import FINISHED_STATUSES, RunStatus, WorkflowRun
-from ..store import claims
-from ..store.claims import ClaimedRun, release_run
-from ..store.db import alias, fetch_db_now
+from ..states import FINISHED_STATUSES, RunStatus
+from ..store import get_backend
+from ..store.records import ClaimedRun
 from ..worker import recycle_connections
 
 logger = logging.getLogger("django_openworkflow.dispatch")
@@ -91,7 +90,7 @@ def dispatch_on_commit(run_id: Any) -> None:
     Never before the commit: a worker must find the run when the message
     arrives, and a rolled-back start sends nothing.
     """
-    transaction.on_commit(lambda: send_execute_run(run_id), using=alias())
+    transaction.on_commit(lambda: send_execute_run(run_id), using=owf_settings.database)
 
 
 def sweep(limit: int = 1000) -> int:
@@ -105,9 +104,7 @@ def sweep(limit: int = 1000) -> int:
     ``SWEEP_RESEND_AFTER``, so a backlog of queued runs is not flooded with
     duplicates by frequent sweeps.
     """
-    using = alias()
-    due = claims.due_runs(using, fetch_db_now(using)).order_by("available_at")
-    rows = list(due.values_list("id", "available_at")[:limit])
+    rows = get_backend().due_runs(limit)
     started = time.monotonic()
     with _recently_swept_lock:
         for key, sent_at in list(_recently_swept.items()):
@@ -162,7 +159,7 @@ def _execute_run(task: Task, run_id: str, due_at: str | None) -> str:
     lease = owf_settings.lease
     worker_id = _worker_id()
     try:
-        claimed = claims.claim_run(run_id, worker_id, lease)
+        claimed = get_backend().claim_run(run_id, worker_id, lease)
     except DatabaseError as exc:
         retries = task.request.retries
         if retries >= _CLAIM_RETRIES:
@@ -203,29 +200,21 @@ def _dispatch_follow_ups(result: SliceResult) -> None:
     that parks on a child that has already finished is made due at once by
     the same commit, and only the row says so.
     """
-    using = alias()
-    row = (
-        WorkflowRun.objects.using(using)
-        .filter(id=result.run_id)
-        .values("status", "worker_id", "available_at", "parent_step_attempt__workflow_run_id")
-        .first()
-    )
-    if row is None:
+    store = get_backend()
+    state = store.run_state(result.run_id)
+    if state is None:
         return
-    if row["status"] in FINISHED_STATUSES:
-        parent = row["parent_step_attempt__workflow_run_id"]
-        if parent is not None:
+    if state.status in FINISHED_STATUSES:
+        if state.parent_run_id is not None:
             # Due only if it is parked on this very child; otherwise the claim fails quietly.
-            send_execute_run(parent)
+            send_execute_run(state.parent_run_id)
         return
-    now = fetch_db_now(using)
     if result.outcome == Outcome.PARKED:
         # A run that parks may just have started children (run_workflow).
-        children = claims.due_runs(using, now).filter(parent_step_attempt__workflow_run_id=result.run_id)
-        for child in children.values_list("id", flat=True):
+        for child in store.due_children(result.run_id):
             send_execute_run(child)
-    if row["status"] == RunStatus.RUNNING and row["worker_id"] is None:
-        _schedule(result.run_id, row["available_at"], now)
+    if state.status == RunStatus.RUNNING and state.worker_id is None:
+        _schedule(result.run_id, state.available_at, store.now())
 
 
 def _schedule(run_id: Any, available_at: datetime, now: datetime) -> None:
@@ -248,24 +237,21 @@ def _send_again_if_early(run_id: str, due_at: datetime) -> None:
     Only while the run is still parked until that very time, so a stale
     message from an earlier park, or a duplicate, ends here.
     """
-    using = alias()
-    available_at = (
-        WorkflowRun.objects.using(using)
-        .filter(id=run_id, status=RunStatus.RUNNING, worker_id__isnull=True)
-        .values_list("available_at", flat=True)
-        .first()
-    )
-    if available_at is None or available_at != due_at:
+    store = get_backend()
+    state = store.run_state(run_id)
+    if state is None or state.status != RunStatus.RUNNING or state.worker_id is not None:
+        return  # finished, gone, or held: not parked
+    if state.available_at != due_at:
         return
-    now = fetch_db_now(using)
-    if available_at > now:
-        _schedule(run_id, available_at, now)
+    now = store.now()
+    if state.available_at > now:
+        _schedule(run_id, state.available_at, now)
 
 
 def _release(claimed: ClaimedRun) -> None:
     """Hand a run back after an infrastructure error and send it again shortly."""
     recycle_connections()
-    if release_run(claimed):  # otherwise its lease expires, and the sweep finds it
+    if get_backend().release(claimed):  # otherwise its lease expires, and the sweep finds it
         send_execute_run(claimed.run.id, countdown=1.0)
 
 
@@ -302,7 +288,7 @@ class _Heartbeat:
             while not self._stop.wait(interval):
                 started = time.monotonic()
                 try:
-                    held = claims.extend_leases(self.claimed.worker_id, self.lease, [self.claimed.run.id])
+                    held = get_backend().extend_leases(self.claimed.worker_id, self.lease, [self.claimed.run.id])
                 except DatabaseError as exc:
                     logger.warning("run %s: heartbeat failed: %s", self.claimed.run.id, exc)
                     recycle_connections()

@@ -5,22 +5,28 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from django.db import DatabaseError
 from django.utils.dateparse import parse_datetime
 
 from ..conf import owf_settings
 from ..durations import Duration, parse_duration
 from ..errors import DeterminismError, NonRetryableError, PayloadError, RetryAfter, StepFailed, StepUsageError
-from ..models import RunStatus, StepAttempt, StepKind, StepStatus
 from ..payload import to_json_value
-from ..store import journal
-from ..store.claims import ClaimedRun
-from ..store.journal import AttemptUpdate, ChildStart, LeaseLost, NewAttempt
+from ..states import RunStatus, StepKind, StepStatus
+from ..store import get_backend
+from ..store.records import (
+    AttemptRecord,
+    AttemptUpdate,
+    ChildStart,
+    ClaimedRun,
+    DeliveredSignal,
+    LeaseLost,
+    NewAttempt,
+    Pending,
+)
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -52,24 +58,6 @@ class Suspend(BaseException):
         self.insert = insert
         self.start_child = start_child
         self.wake_when_child_done = wake_when_child_done
-
-
-class StoreUnavailable(BaseException):
-    """The journal could not be read or written; the slice is abandoned.
-
-    A ``BaseException`` so that a workflow's ``except Exception:`` around a
-    step cannot swallow it and carry on with a journal that missed a write.
-    The original ``DatabaseError`` is its ``__cause__``.
-    """
-
-
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """Turn database errors of the engine's own reads and writes into :class:`StoreUnavailable`."""
-    try:
-        yield
-    except DatabaseError as exc:
-        raise StoreUnavailable(str(exc)) from exc
 
 
 class FailRun(BaseException):
@@ -114,11 +102,11 @@ class History:
     each failed step a fresh budget, while completed steps stay completed.
     """
 
-    def __init__(self, attempts: list[StepAttempt], run_attempt: int) -> None:
+    def __init__(self, attempts: list[AttemptRecord], run_attempt: int) -> None:
         self.run_attempt = run_attempt
         self.count = len(attempts)
-        self.completed: dict[str, StepAttempt] = {}
-        self.open: dict[str, StepAttempt] = {}
+        self.completed: dict[str, AttemptRecord] = {}
+        self.open: dict[str, AttemptRecord] = {}
         self.kinds: dict[str, str] = {}
         self.failures: dict[str, int] = {}
         self.last_error: dict[str, dict[str, Any]] = {}
@@ -152,14 +140,15 @@ class Slice:
 
     def __init__(self, claimed: ClaimedRun, spec: WorkflowSpec, lease_valid: Callable[[], bool] | None = None) -> None:
         self.run = claimed.run
+        self.store = get_backend()
         self.lease_valid = lease_valid
         self.spec = spec
         self.worker_id = claimed.worker_id
         self._claimed_at = claimed.claimed_at
         self._claimed_monotonic = claimed.claimed_monotonic
-        attempts = [] if claimed.fresh else journal.load_history(self.run.id)
+        attempts = [] if claimed.fresh else self.store.load_history(self.run.id)
         self.history = History(attempts, self.run.attempts)
-        self.pending: list[AttemptUpdate | NewAttempt] = []
+        self.pending: Pending = []
         # Set when the previous holder died mid-slice without leaving an open
         # attempt: replay is deterministic, so the first new step this pass
         # reaches is the one it was running (see ``charge_crash``).
@@ -211,30 +200,52 @@ class Slice:
         if isinstance(change, NewAttempt):
             self.history.count += 1
 
-    def _journal(self, call: Callable[..., T], **options: Any) -> T:
+    def _journal(self, call: Callable[..., T], *args: Any, **options: Any) -> T:
         """Make one fenced journal write; the buffered attempt changes are committed with it."""
-        with store_errors():
-            result = call(self.run.id, self.worker_id, self.now(), pending=self.pending, **options)
+        result = call(self.run.id, self.worker_id, self.now(), self.pending, *args, **options)
         self.pending = []
         return result
 
-    def write(self, *, insert: NewAttempt | None = None, **options: Any) -> int | None:
-        """Commit pending attempt changes plus this write (see ``journal.commit``)."""
-        attempt_id = self._journal(journal.commit, insert=insert, **options)
-        if insert is not None:
-            self.history.count += 1
+    def record_step(self, attempt: NewAttempt) -> int:
+        """Record that a step started (after the buffered changes); returns its attempt id."""
+        attempt_id = self._journal(self.store.record_step, attempt)
+        self.history.count += 1
         return attempt_id
 
-    def wait_for_delivery(self, **options: Any) -> Any:
-        """Record or re-arm a signal/event wait and park (see ``journal.wait_for_delivery``)."""
-        attempt_id, signal = self._journal(journal.wait_for_delivery, **options)
+    def park(self, suspend: Suspend) -> None:
+        """Let go of the run until ``suspend.until``, recording the step that parks it."""
+        self._journal(
+            self.store.park,
+            suspend.until,
+            attempt=suspend.insert,
+            child=suspend.start_child,
+            wake_if_child_done=suspend.wake_when_child_done,
+        )
+        if suspend.insert is not None:
+            self.history.count += 1
+
+    def complete(self, output: Any) -> None:
+        """Finish the run with ``output`` (and wake a parent waiting on it)."""
+        self._journal(self.store.complete_run, output, self.run.parent_step_attempt_id)
+
+    def fail(self, error: dict[str, Any], attempts: int | None = None) -> None:
+        """Fail the run for good (and wake a parent waiting on it)."""
+        self._journal(self.store.fail_run, error, self.run.parent_step_attempt_id, attempts)
+
+    def reschedule(self, until: datetime, error: dict[str, Any], attempts: int) -> None:
+        """Retry the whole workflow at ``until`` (a workflow-level retry)."""
+        self._journal(self.store.reschedule_run, until, error, attempts)
+
+    def wait_for_delivery(self, **options: Any) -> DeliveredSignal | None:
+        """Record or re-arm a signal/event wait and park (see ``JournalOps.wait_for_delivery``)."""
+        attempt_id, signal = self._journal(self.store.wait_for_delivery, **options)
         if attempt_id is not None:
             self.history.count += 1
         return signal
 
     def expire_wait(self, attempt_id: int) -> Any:
         """Journal a wait's timeout; returns a delivery that beat it, or None."""
-        return self._journal(journal.expire_wait, attempt_id=attempt_id)
+        return self._journal(self.store.expire_wait, attempt_id=attempt_id)
 
     # -- checks shared by every step kind --
 
@@ -265,7 +276,7 @@ class Slice:
         self._used_keys.add(key)
         return key
 
-    def recorded(self, key: str, kind: str) -> StepAttempt | None:
+    def recorded(self, key: str, kind: str) -> AttemptRecord | None:
         """The completed attempt for ``key`` if any; fails the run if its kind differs."""
         recorded_kind = self.history.kinds.get(key)
         if recorded_kind is not None and recorded_kind != kind:
@@ -349,7 +360,7 @@ class StepApi:
             # effects start; recording the start rides along in that commit. The
             # first step of a slice writes nothing up front: if its worker dies,
             # the next claim charges the crash to it (see Slice.charge_crash).
-            attempt_id = s.write(insert=NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
+            attempt_id = s.record_step(NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
         s.in_step = key
         try:
             value = fn()
@@ -376,20 +387,11 @@ class StepApi:
         s = self._slice
         started = s.now()
         s.in_step = key
-        step_error: Exception | None = None
         try:
-            with journal.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
-                try:
-                    stored = to_json_value(fn(), f"output of step {key!r}")
-                except Exception as exc:
-                    step_error = exc
-                    raise
+            # The journal's own write or the commit failing raises StoreUnavailable, which passes through.
+            with s.store.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
+                stored = to_json_value(fn(), f"output of step {key!r}")
                 record(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started, output=stored, finished_at=s.now()))
-        except DatabaseError as exc:
-            if exc is not step_error:  # the journal's own write or the commit failed
-                raise StoreUnavailable(str(exc)) from exc
-            s.in_step = None
-            self._fail_attempt(key, None, started, error_from_exception(exc, step=key), True, policy)
         except Exception as exc:
             # Rolled back: neither fn's writes nor the journal entry happened.
             s.in_step = None
@@ -505,17 +507,16 @@ class StepApi:
             start = ChildStart(child_name, child_version, child_input)
             raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
         child_id = waiting.child_workflow_run_id
-        with store_errors():
-            child = journal.run_outcome(child_id) if child_id is not None else None
+        child = s.store.run_outcome(child_id) if child_id is not None else None
         error: dict[str, Any] | None = None
         if child is None:
             error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
-        elif child["status"] == RunStatus.COMPLETED:
-            s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child["output"]))
-            return child["output"]
-        elif child["status"] in (RunStatus.FAILED, RunStatus.CANCELED):
-            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child['status']}", key)
-            error["child_error"] = child["error"]
+        elif child.status == RunStatus.COMPLETED:
+            s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child.output))
+            return child.output
+        elif child.status in (RunStatus.FAILED, RunStatus.CANCELED):
+            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child.status}", key)
+            error["child_error"] = child.error
         else:
             wait_until = parse_datetime((waiting.context or {})["timeout_at"])
             assert wait_until is not None
@@ -623,5 +624,4 @@ class WorkflowContext:
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
-        with store_errors():
-            return journal.run_status(self.run_id) in (RunStatus.CANCELED, None)
+        return self._slice.store.run_status(self.run_id) in (RunStatus.CANCELED, None)

@@ -11,21 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from ..errors import PayloadError
-from ..models import RunStatus
 from ..payload import to_json_value
 from ..registry import registry
-from ..store import journal
-from ..store.claims import ClaimedRun
-from ..store.journal import LeaseLost
-from .context import (
-    FailRun,
-    Slice,
-    StoreUnavailable,
-    Suspend,
-    WorkflowContext,
-    engine_error,
-    error_from_exception,
-)
+from ..store import get_backend
+from ..store.records import ClaimedRun, LeaseLost, StoreUnavailable
+from .context import FailRun, Slice, Suspend, WorkflowContext, engine_error, error_from_exception
 from .retry import UNKNOWN_WORKFLOW_BACKOFF
 
 logger = logging.getLogger("django_openworkflow.engine")
@@ -98,13 +88,7 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
         # Checked before the registry: a run past its deadline fails even on a
         # worker that does not have its workflow.
         error = engine_error("DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} has passed")
-        journal.commit(
-            run.id,
-            claimed.worker_id,
-            claimed.claimed_at,
-            run_fields={"status": RunStatus.FAILED, "error": error, "finished_at": claimed.claimed_at},
-            wake_parent_of=run.parent_step_attempt_id,
-        )
+        get_backend().fail_run(run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id)
         return Outcome.FAILED, error["message"], None
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
@@ -116,39 +100,21 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
             raise RuntimeError("workflow returned from inside a step")
         output = to_json_value(result, f"output of workflow {run.workflow_name!r}")
     except Suspend as suspend:
-        if suspend.written:
-            return Outcome.PARKED, suspend.reason, suspend.until
-        slice_.write(
-            insert=suspend.insert,
-            run_fields={"worker_id": None, "available_at": suspend.until},
-            start_child=suspend.start_child,
-            wake_when_child_done=suspend.wake_when_child_done,
-        )
+        if not suspend.written:
+            slice_.park(suspend)
         return Outcome.PARKED, suspend.reason, suspend.until
     except FailRun as failure:
-        _fail(slice_, failure.error)
+        slice_.fail(failure.error)
         return Outcome.FAILED, failure.error["message"], None
     except PayloadError as exc:
-        _fail(slice_, error_from_exception(exc))
+        slice_.fail(error_from_exception(exc))
         return Outcome.FAILED, str(exc), None
     except Exception as exc:
         return _workflow_failure(slice_, exc)
     finally:
         slice_.active = False
-    _finish(slice_, {"status": RunStatus.COMPLETED, "output": output, "error": None})
+    slice_.complete(output)
     return Outcome.COMPLETED, "", None
-
-
-def _finish(slice_: Slice, run_fields: dict[str, Any]) -> None:
-    """Finish the run and wake a parent waiting on it, in one transaction."""
-    slice_.write(
-        run_fields={**run_fields, "finished_at": slice_.now()},
-        wake_parent_of=slice_.run.parent_step_attempt_id,
-    )
-
-
-def _fail(slice_: Slice, error: dict[str, Any]) -> None:
-    _finish(slice_, {"status": RunStatus.FAILED, "error": error})
 
 
 def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str, datetime | None]:
@@ -163,9 +129,9 @@ def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str, date
         wake = slice_.now() + policy.delay_after(attempts)
         deadline = slice_.run.deadline_at
         if deadline is None or wake <= deadline:
-            slice_.write(run_fields={"attempts": attempts, "error": error, "worker_id": None, "available_at": wake})
+            slice_.reschedule(wake, error, attempts)
             return Outcome.RETRY, error["message"], wake
-    _finish(slice_, {"status": RunStatus.FAILED, "attempts": attempts, "error": error})
+    slice_.fail(error, attempts)
     return Outcome.FAILED, error["message"], None
 
 
@@ -183,10 +149,5 @@ def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str, datetime | N
     error = engine_error("UnknownWorkflow", message)
     error["reschedules"] = count
     now = claimed.claimed_at
-    journal.commit(
-        run.id,
-        claimed.worker_id,
-        now,
-        run_fields={"worker_id": None, "available_at": now + delay, "error": error},
-    )
+    get_backend().reschedule_run(run.id, claimed.worker_id, now, [], now + delay, error)
     return Outcome.UNKNOWN_WORKFLOW, message, now + delay

@@ -1,191 +1,396 @@
-"""The journal: load a run's history, write step attempts and run results, fenced.
+"""The journal: a run's history, and the fenced writes a worker makes while it holds the run.
 
-Every write for a run goes through :func:`commit`, one short transaction
-that first re-checks that this worker still holds the run (``worker_id``
-and status ``running``). A worker that lost its lease, or whose run was
-canceled, gets :class:`LeaseLost` and writes nothing.
+Every write goes through :meth:`JournalOps._commit` (or, for waits and
+atomic steps, a transaction that starts the same way): one short
+transaction that first re-checks that this worker still holds the run
+(``worker_id`` and status ``running``). A worker that lost its lease, or
+whose run was canceled, gets :class:`LeaseLost` and writes nothing.
+
+The operations the engine calls are named for what they do to the run
+(record a step, park, complete, fail, reschedule); they raise
+:class:`StoreUnavailable` instead of a database error, so user code cannot
+swallow it.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from ..errors import StepUsageError
-from ..models import FINISHED_STATUSES, RunStatus, Signal, StepAttempt, StepStatus, WorkflowRun
-from . import pg, signals
-from .db import alias, write_lock
-from .records import AttemptUpdate, ChildStart, NewAttempt
+from ..models import Signal, StepAttempt, WorkflowRun
+from ..states import RunStatus, StepStatus
+from .core import BackendCore
+from .records import (
+    AttemptRecord,
+    AttemptUpdate,
+    ChildStart,
+    ClaimedRun,
+    DeliveredSignal,
+    LeaseLost,
+    NewAttempt,
+    Pending,
+    RunOutcome,
+    StoreUnavailable,
+)
+
+logger = logging.getLogger("django_openworkflow.store")
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+ATTEMPT_RECORD_FIELDS = ("id", "step_name", "kind", "status", "output", "error", "context", "child_workflow_run_id")
 
 
-class LeaseLost(BaseException):
-    """This worker no longer holds the run (lease taken over, run canceled or deleted).
+def engine_op(method: Callable[P, T]) -> Callable[P, T]:
+    """An operation the engine calls: a database error becomes :class:`StoreUnavailable`."""
 
-    A ``BaseException`` so that it unwinds user code like a suspension does.
-    """
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return method(*args, **kwargs)
+        except DatabaseError as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    return wrapper
 
 
-def load_history(run_id: Any) -> list[StepAttempt]:
-    """Every attempt of the run, oldest first, in one query."""
-    return list(StepAttempt.objects.using(alias()).filter(workflow_run_id=run_id).order_by("id"))
+class JournalOps(BackendCore):
+    """Reading a run's history and writing its steps and outcome, fenced on the worker that holds it."""
 
+    @engine_op
+    def load_history(self, run_id: Any) -> list[AttemptRecord]:
+        """Every attempt of the run, oldest first, in one query."""
+        rows = StepAttempt.objects.filter(workflow_run_id=run_id).order_by("id").values_list(*ATTEMPT_RECORD_FIELDS)
+        return [AttemptRecord(*row) for row in rows]
 
-def commit(
-    run_id: Any,
-    worker_id: str,
-    now: datetime,
-    *,
-    pending: list[AttemptUpdate | NewAttempt] = (),  # type: ignore[assignment]
-    insert: NewAttempt | None = None,
-    run_fields: dict[str, Any] | None = None,
-    start_child: ChildStart | None = None,
-    wake_when_child_done: Any = None,
-    wake_parent_of: int | None = None,
-) -> int | None:
-    """Write buffered attempt changes, an optional new attempt and run fields in one fenced transaction.
+    # -- fenced writes, by intent --
 
-    ``pending`` holds finished attempts: updates of rows already written
-    and whole rows for attempts that were never recorded as started.
-
-    ``start_child`` inserts a child run linked to the new attempt, so the
-    child exists exactly when the parent's wait step does. A parent that
-    parks on ``wake_when_child_done`` is made due at once if that child has
-    already finished; ``wake_parent_of`` (the finishing run's parent step
-    attempt) wakes a parent parked on that very step.
-
-    Returns the inserted attempt's id. Raises :class:`LeaseLost` (after
-    writing nothing) when the worker no longer holds the run.
-    """
-    using = alias()
-    vendor = connections[using].vendor
-    if vendor == "postgresql" and start_child is None and wake_when_child_done is None and wake_parent_of is None:
-        new_id = pg.commit(using, run_id, worker_id, now, list(pending), insert, run_fields or {})
-        if new_id == -1:
-            raise LeaseLost(run_id)
+    @engine_op
+    def record_step(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, attempt: NewAttempt) -> int:
+        """Commit ``pending`` and record that a step started; returns the new attempt's id."""
+        new_id = self._commit(run_id, worker_id, now, pending, insert=attempt)
+        assert new_id is not None
         return new_id
-    with write_lock(using), transaction.atomic(using=using):
-        _fence(using, run_id, worker_id, now, run_fields or {})
-        _flush(using, run_id, pending, now)
-        if wake_parent_of is not None:
-            wake_parent(wake_parent_of, now)
-        if wake_when_child_done is not None and (
-            WorkflowRun.objects.using(using).filter(id=wake_when_child_done, status__in=FINISHED_STATUSES).exists()
-        ):
-            WorkflowRun.objects.using(using).filter(id=run_id).update(available_at=now)
-        if insert is None:
+
+    @engine_op
+    def park(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        until: datetime,
+        *,
+        attempt: NewAttempt | None = None,
+        child: ChildStart | None = None,
+        wake_if_child_done: Any = None,
+    ) -> None:
+        """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
+
+        ``attempt`` records the step that parks (a sleep or a wait);
+        ``child`` starts a child run linked to it, in the same transaction.
+        A parent that parks on ``wake_if_child_done`` is due at once if that
+        child has already finished.
+        """
+        self._commit(
+            run_id,
+            worker_id,
+            now,
+            pending,
+            insert=attempt,
+            run_fields={"worker_id": None, "available_at": until},
+            start_child=child,
+            wake_when_child_done=wake_if_child_done,
+        )
+
+    @engine_op
+    def complete_run(
+        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, output: Any, parent_step_id: int | None
+    ) -> None:
+        """The run returned ``output``: finish it and wake a parent waiting on it."""
+        fields = {"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": now}
+        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id)
+
+    @engine_op
+    def fail_run(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        error: dict[str, Any],
+        parent_step_id: int | None,
+        attempts: int | None = None,
+    ) -> None:
+        """Fail the run for good with ``error`` and wake a parent waiting on it."""
+        fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": now}
+        if attempts is not None:
+            fields["attempts"] = attempts
+        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id)
+
+    @engine_op
+    def reschedule_run(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        until: datetime,
+        error: dict[str, Any],
+        attempts: int | None = None,
+    ) -> None:
+        """Run the workflow again from the top at ``until``, keeping ``error`` as the reason.
+
+        For a workflow-level retry (``attempts`` is the new count) and for a
+        run this worker has no code for.
+        """
+        fields: dict[str, Any] = {"worker_id": None, "available_at": until, "error": error}
+        if attempts is not None:
+            fields["attempts"] = attempts
+        self._commit(run_id, worker_id, now, pending, run_fields=fields)
+
+    def release(self, claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1)) -> bool:
+        """Hand a held run back after an infrastructure error, so it is retried soon rather than after its lease.
+
+        False when that failed too (the database is still away): the lease
+        expires instead, and nothing is lost either way.
+        """
+        try:
+            now = self.now()
+            fields = {"worker_id": None, "available_at": now + retry_in}
+            self._commit(claimed.run.id, claimed.worker_id, now, [], run_fields=fields)
+        except (Exception, LeaseLost):
+            logger.debug("could not release run %s", claimed.run.id, exc_info=True)
+            return False
+        return True
+
+    def _commit(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        insert: NewAttempt | None = None,
+        run_fields: dict[str, Any] | None = None,
+        start_child: ChildStart | None = None,
+        wake_when_child_done: Any = None,
+        wake_parent_of: int | None = None,
+    ) -> int | None:
+        """Write ``pending``, an optional new attempt and run fields in one fenced transaction.
+
+        ``start_child`` inserts a child run linked to the new attempt, so the
+        child exists exactly when the parent's wait step does;
+        ``wake_parent_of`` (the finishing run's parent step attempt) wakes a
+        parent parked on that very step. Returns the inserted attempt's id.
+        Raises :class:`LeaseLost` (after writing nothing) when the worker no
+        longer holds the run.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            self._fence(run_id, worker_id, now, run_fields or {})
+            self._flush(run_id, pending, now)
+            if wake_parent_of is not None:
+                self.wake_parent(wake_parent_of, now)
+            if (
+                wake_when_child_done is not None
+                and WorkflowRun.objects.finished().filter(id=wake_when_child_done).exists()
+            ):
+                WorkflowRun.objects.filter(id=run_id).update(available_at=now)
+            if insert is None:
+                return None
+            attempt = self._insert_attempt(run_id, insert, now)
+            if start_child is not None:
+                child = WorkflowRun.objects.create(
+                    workflow_name=start_child.workflow_name,
+                    version=start_child.version,
+                    input=start_child.input,
+                    available_at=now,
+                    parent_step_attempt=attempt,
+                )
+                StepAttempt.objects.filter(id=attempt.id).update(child_workflow_run=child)
+            return attempt.id
+
+    # -- signal and event waits --
+
+    @engine_op
+    def wait_for_delivery(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        park_until: datetime,
+        insert: NewAttempt | None = None,
+        waiting_attempt_id: int | None = None,
+        signal_name: str | None = None,
+        event_type: str | None = None,
+    ) -> tuple[int | None, DeliveredSignal | None]:
+        """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
+
+        Flushes ``pending`` and records a new wait (``insert``). A new signal
+        wait takes the oldest buffered signal of its name: the wait completes
+        now and the run does not park. Otherwise the run parks until
+        ``park_until`` — unless a sender completed the wait meanwhile, in which
+        case it is due at once. Senders lock the run row, and so does the fence
+        here, so each delivery is seen by one side or the other.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            self._fence(run_id, worker_id, now, {})
+            if event_type is not None:
+                self.lock_event_type(event_type)
+            self._flush(run_id, pending, now)
+            attempt_id = waiting_attempt_id
+            if insert is not None:
+                attempt_id = self._insert_attempt(run_id, insert, now).id
+                if signal_name is not None:
+                    signal = self._consume_signal(run_id, signal_name, attempt_id, now)
+                    if signal is not None:
+                        StepAttempt.objects.filter(id=attempt_id).update(
+                            status=StepStatus.COMPLETED,
+                            output={"signal_id": signal.id, "data": signal.data},
+                            finished_at=now,
+                        )
+                        return attempt_id, signal
+            assert attempt_id is not None, "a wait to record or to re-arm"
+            delivered = StepAttempt.objects.filter(id=attempt_id).exclude(status=StepStatus.RUNNING).exists()
+            WorkflowRun.objects.filter(id=run_id).update(worker_id=None, available_at=now if delivered else park_until)
+            return (attempt_id if insert is not None else None), None
+
+    def _consume_signal(self, run_id: Any, name: str, attempt_id: int, now: datetime) -> DeliveredSignal | None:
+        """Inside a worker's fenced transaction: take the oldest buffered signal for a new wait."""
+        row = (
+            Signal.objects.filter(workflow_run_id=run_id, name=name, consumed_by__isnull=True)
+            .order_by("id")
+            .values_list("id", "data")
+            .first()
+        )
+        if row is None:
             return None
-        attempt = _insert_attempt(using, run_id, insert, now)
-        if start_child is not None:
-            child = WorkflowRun.objects.using(using).create(
-                workflow_name=start_child.workflow_name,
-                version=start_child.version,
-                input=start_child.input,
-                available_at=now,
-                parent_step_attempt=attempt,
+        Signal.objects.filter(id=row[0]).update(consumed_by_id=attempt_id, consumed_at=now)
+        return DeliveredSignal(*row)
+
+    @engine_op
+    def expire_wait(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, attempt_id: int) -> Any:
+        """Time out an open wait, fenced; returns None, or the output a sender delivered just before.
+
+        The timeout is journaled (output ``{"timed_out": true}``), so a replay
+        returns ``None`` again and a late signal stays buffered.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            self._fence(run_id, worker_id, now, {})
+            self._flush(run_id, pending, now)
+            expired = StepAttempt.objects.filter(id=attempt_id, status=StepStatus.RUNNING).update(
+                status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=now
             )
-            StepAttempt.objects.using(using).filter(id=attempt.id).update(child_workflow_run=child)
-        return attempt.id
+            if expired:
+                return None
+            return StepAttempt.objects.filter(id=attempt_id).values_list("output", flat=True).first()
 
+    # -- atomic steps --
 
-def wait_for_delivery(
-    run_id: Any,
-    worker_id: str,
-    now: datetime,
-    *,
-    pending: list[AttemptUpdate | NewAttempt],
-    park_until: datetime,
-    insert: NewAttempt | None = None,
-    waiting_attempt_id: int | None = None,
-    signal_name: str | None = None,
-    event_type: str | None = None,
-) -> tuple[int | None, Signal | None]:
-    """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
+    @contextmanager
+    def atomic_step(
+        self, run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: Pending
+    ) -> Iterator[Callable[[NewAttempt], None]]:
+        """A transaction around a step's own code; yields ``record(attempt)`` for its journal entry.
 
-    Flushes ``pending`` and records a new wait (``insert``). A new signal
-    wait takes the oldest buffered signal of its name: the wait completes
-    now and the run does not park. Otherwise the run parks until
-    ``park_until`` — unless a sender completed the wait meanwhile, in which
-    case it is due at once. Senders lock the run row, and so does the fence
-    here, so each delivery is seen by one side or the other.
-    """
-    using = alias()
-    with write_lock(using), transaction.atomic(using=using):
-        _fence(using, run_id, worker_id, now, {})
-        if event_type is not None:
-            signals.lock_event_type(using, event_type)
-        _flush(using, run_id, pending, now)
-        attempt_id = waiting_attempt_id
-        if insert is not None:
-            attempt_id = _insert_attempt(using, run_id, insert, now).id
-            if signal_name is not None:
-                signal = signals.consume_signal(using, run_id, signal_name, attempt_id, now)
-                if signal is not None:
-                    StepAttempt.objects.using(using).filter(id=attempt_id).update(
-                        status=StepStatus.COMPLETED,
-                        output={"signal_id": signal.id, "data": signal.data},
-                        finished_at=now,
-                    )
-                    return attempt_id, signal
-        assert attempt_id is not None, "a wait to record or to re-arm"
-        delivered = StepAttempt.objects.using(using).filter(id=attempt_id).exclude(status=StepStatus.RUNNING).exists()
-        WorkflowRun.objects.using(using).filter(id=run_id).update(
-            worker_id=None, available_at=now if delivered else park_until
+        The fence is checked last, just before commit, so the run row is locked
+        only briefly (heartbeats are not held up by a long step), and a worker
+        that lost its lease meanwhile rolls back the step's writes with it.
+        Writes to other database aliases are refused: they could not commit
+        with the journal. An error of the step's own code propagates as it
+        is; one of the journal's write or of the commit becomes
+        :class:`StoreUnavailable`.
+        """
+        records: list[NewAttempt] = []
+        in_step = False
+        try:
+            with ExitStack() as stack:
+                stack.enter_context(self.write_lock())
+                stack.enter_context(transaction.atomic(using=self.alias))
+                for other in connections:
+                    if other != self.alias:
+                        stack.enter_context(connections[other].execute_wrapper(_refuse_writes(other, self.alias)))
+                in_step = True
+                yield records.append
+                in_step = False
+                now = clock()
+                self._fence(run_id, worker_id, now, {})
+                self._flush(run_id, pending, now)
+                for new in records:
+                    self._insert_attempt(run_id, new, now)
+        except DatabaseError as exc:
+            if in_step:
+                raise  # the step's own code failed: its writes are rolled back
+            raise StoreUnavailable(str(exc)) from exc
+
+    # -- reads the engine makes --
+
+    @engine_op
+    def run_outcome(self, run_id: Any) -> RunOutcome | None:
+        """A run's status, output and error (None if the row is gone)."""
+        row = WorkflowRun.objects.filter(id=run_id).values_list("status", "output", "error").first()
+        return RunOutcome(*row) if row is not None else None
+
+    @engine_op
+    def run_status(self, run_id: Any) -> str | None:
+        """The run's current status (None if the row is gone)."""
+        return WorkflowRun.objects.filter(id=run_id).values_list("status", flat=True).first()
+
+    # -- building blocks, inside a transaction --
+
+    def _fence(self, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any]) -> None:
+        """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost."""
+        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id).update(updated_at=now, **run_fields)
+        if not held:
+            raise LeaseLost(run_id)
+
+    def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
+        for change in pending:
+            if isinstance(change, NewAttempt):
+                self._insert_attempt(run_id, change, now)
+            else:
+                self._finish_attempt(change)
+
+    def _finish_attempt(self, change: AttemptUpdate) -> None:
+        StepAttempt.objects.filter(id=change.attempt_id).update(
+            status=change.status, output=change.output, error=change.error, finished_at=change.finished_at
         )
-        return (attempt_id if insert is not None else None), None
 
-
-def expire_wait(
-    run_id: Any, worker_id: str, now: datetime, *, pending: list[AttemptUpdate | NewAttempt], attempt_id: int
-) -> Any:
-    """Time out an open wait, fenced; returns None, or the output a sender delivered just before.
-
-    The timeout is journaled (output ``{"timed_out": true}``), so a replay
-    returns ``None`` again and a late signal stays buffered.
-    """
-    using = alias()
-    with write_lock(using), transaction.atomic(using=using):
-        _fence(using, run_id, worker_id, now, {})
-        _flush(using, run_id, pending, now)
-        expired = (
-            StepAttempt.objects.using(using)
-            .filter(id=attempt_id, status=StepStatus.RUNNING)
-            .update(status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=now)
+    def _insert_attempt(self, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
+        return StepAttempt.objects.create(
+            workflow_run_id=run_id,
+            step_name=new.step_name,
+            kind=new.kind,
+            status=new.status,
+            started_at=new.started_at,
+            context=new.context,
+            output=new.output,
+            error=new.error,
+            finished_at=new.finished_at,
+            created_at=now,
         )
-        if expired:
-            return None
-        return StepAttempt.objects.using(using).filter(id=attempt_id).values_list("output", flat=True).first()
 
+    def wake_parent(self, parent_step_attempt_id: int, now: Any) -> int:
+        """Make a parent run due now if it is parked waiting on this step attempt.
 
-@contextmanager
-def atomic_step(
-    run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: list[AttemptUpdate | NewAttempt]
-) -> Iterator[Callable[[NewAttempt], None]]:
-    """A transaction around a step's own code; yields ``record(attempt)`` for its journal entry.
-
-    The fence is checked last, just before commit, so the run row is locked
-    only briefly (heartbeats are not held up by a long step), and a worker
-    that lost its lease meanwhile rolls back the step's writes with it.
-    Writes to other database aliases are refused: they could not commit
-    with the journal.
-    """
-    using = alias()
-    records: list[NewAttempt] = []
-    with ExitStack() as stack:
-        stack.enter_context(write_lock(using))
-        stack.enter_context(transaction.atomic(using=using))
-        for other in connections:
-            if other != using:
-                stack.enter_context(connections[other].execute_wrapper(_refuse_writes(other, using)))
-        yield records.append
-        now = clock()
-        _fence(using, run_id, worker_id, now, {})
-        _flush(using, run_id, pending, now)
-        for new in records:
-            _insert_attempt(using, run_id, new, now)
+        A parent that is executing (it holds its lease) is left alone: it will
+        see the child's state when it next reads it.
+        """
+        waiting = StepAttempt.objects.filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
+        return (
+            WorkflowRun.objects.parked()
+            .filter(id__in=waiting.values("workflow_run_id"), available_at__gt=now)
+            .update(available_at=now)
+        )
 
 
 def _refuse_writes(other: str, using: str) -> Callable[..., Any]:
@@ -199,73 +404,3 @@ def _refuse_writes(other: str, using: str) -> Callable[..., Any]:
         return execute(sql, params, many, context)
 
     return wrapper
-
-
-def _fence(using: str, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any]) -> None:
-    """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost."""
-    held = (
-        WorkflowRun.objects.using(using)
-        .filter(id=run_id, worker_id=worker_id, status=RunStatus.RUNNING)
-        .update(updated_at=now, **run_fields)
-    )
-    if not held:
-        raise LeaseLost(run_id)
-
-
-def _flush(using: str, run_id: Any, pending: list[AttemptUpdate | NewAttempt], now: datetime) -> None:
-    for change in pending:
-        if isinstance(change, NewAttempt):
-            _insert_attempt(using, run_id, change, now)
-        else:
-            StepAttempt.objects.using(using).filter(id=change.attempt_id).update(
-                status=change.status,
-                output=change.output,
-                error=change.error,
-                finished_at=change.finished_at,
-            )
-
-
-def _insert_attempt(using: str, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
-    return StepAttempt.objects.using(using).create(
-        workflow_run_id=run_id,
-        step_name=new.step_name,
-        kind=new.kind,
-        status=new.status,
-        started_at=new.started_at,
-        context=new.context,
-        output=new.output,
-        error=new.error,
-        finished_at=new.finished_at,
-        created_at=now,
-    )
-
-
-def wake_parent(parent_step_attempt_id: int, now: Any) -> int:
-    """Make a parent run due now if it is parked waiting on this step attempt.
-
-    A parent that is executing (it holds its lease) is left alone: it will
-    see the child's state when it next reads it.
-    """
-    using = alias()
-    waiting = StepAttempt.objects.using(using).filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
-    return (
-        WorkflowRun.objects.using(using)
-        .filter(
-            id__in=waiting.values("workflow_run_id"),
-            status=RunStatus.RUNNING,
-            worker_id__isnull=True,
-            available_at__gt=now,
-        )
-        .update(available_at=now)
-    )
-
-
-def run_outcome(run_id: Any) -> dict[str, Any] | None:
-    """A run's status, output and error (None if the row is gone)."""
-    row = WorkflowRun.objects.using(alias()).filter(id=run_id).values("status", "output", "error").first()
-    return dict(row) if row is not None else None
-
-
-def run_status(run_id: Any) -> str | None:
-    """The run's current status (None if the row is gone)."""
-    return WorkflowRun.objects.using(alias()).filter(id=run_id).values_list("status", flat=True).first()

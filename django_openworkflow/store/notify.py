@@ -1,75 +1,34 @@
-"""PostgreSQL LISTEN on a dedicated autocommit connection, outside Django's.
+"""Wake-ups: what a backend's listener looks like, and the process-wide waiter for ``handle.result()``.
 
-Django's connections are per thread and in transactions at odd times; a
-listener needs one long-lived autocommit connection that only waits. It is
-built from the Django connection's parameters and reconnects with backoff.
+Only databases with notifications (PostgreSQL's LISTEN/NOTIFY) have a
+listener; elsewhere workers and waiters poll. A lost notification delays
+work, never loses it.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import Callable, Iterable
-
-from django.db import connections
-
-from .db import alias
-
-logger = logging.getLogger("django_openworkflow.notify")
+from typing import Protocol
 
 DUE_CHANNEL = "openworkflow_due"
+"""A run became claimable (inserted, woken, retried)."""
 DONE_CHANNEL = "openworkflow_done"
+"""A run finished; the payload is its id."""
 
 
-def can_listen(using: str | None = None) -> bool:
-    return connections[using or alias()].vendor == "postgresql"
+class Listener(Protocol):
+    """A daemon thread that calls ``on_notify(channel, payload)`` for each notification."""
 
+    connected: threading.Event
+    """Set while listening; a (re)connection reports a wake-up on every channel."""
 
-class Listener(threading.Thread):
-    """Calls ``on_notify(channel, payload)`` for each notification on ``channels``."""
+    def start(self) -> None: ...
 
-    def __init__(
-        self, channels: Iterable[str], on_notify: Callable[[str, str], None], using: str | None = None
-    ) -> None:
-        super().__init__(name="owf-listener", daemon=True)
-        self.channels = list(channels)
-        self.on_notify = on_notify
-        self.using = using or alias()
-        self.connected = threading.Event()
-        self._stop_event = threading.Event()
+    def stop(self) -> None: ...
 
-    def stop(self) -> None:
-        self._stop_event.set()
+    def join(self, timeout: float | None = None) -> None: ...
 
-    def run(self) -> None:
-        import psycopg
-
-        params = connections[self.using].get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        params.pop("prepare_threshold", None)
-        params.pop("server_side_binding", None)
-        backoff = 0.1
-        while not self._stop_event.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    for channel in self.channels:
-                        conn.execute(f'LISTEN "{channel}"')
-                    self.connected.set()
-                    # Whatever was sent while not listening is lost: report a
-                    # wake-up so the owner looks for work now.
-                    for channel in self.channels:
-                        self.on_notify(channel, "")
-                    backoff = 0.1
-                    # Wake often enough to notice stop() promptly; a reconnect follows a drop.
-                    while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=0.25):
-                            self.on_notify(note.channel, note.payload)
-            except psycopg.Error as exc:
-                self.connected.clear()
-                logger.warning("LISTEN connection failed (%s); reconnecting in %.1fs", exc, backoff)
-                self._stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+    def is_alive(self) -> bool: ...
 
 
 class _RunWaiters:
@@ -87,12 +46,14 @@ class _RunWaiters:
             event.set()
 
     def register(self, run_id: str) -> threading.Event | None:
-        """An event set when ``run_id`` finishes; None where LISTEN is unavailable."""
-        if not can_listen():
-            return None
+        """An event set when ``run_id`` finishes; None where the database cannot notify."""
+        from . import get_backend
+
         with self._lock:
             if self._listener is None or not self._listener.is_alive():
-                self._listener = Listener([DONE_CHANNEL], self._dispatch)
+                self._listener = get_backend().listener([DONE_CHANNEL], self._dispatch)
+                if self._listener is None:
+                    return None
                 self._listener.start()
             listener = self._listener
             event = threading.Event()

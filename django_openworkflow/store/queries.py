@@ -13,8 +13,9 @@ from typing import Any
 from django.db import connections
 from django.db.models import Count, F, Q, QuerySet
 
-from ..models import RunStatus, Signal, StepAttempt, WorkflowRun
-from .db import alias
+from ..conf import owf_settings
+from ..models import IS_HELD, IS_PARKED, Signal, StepAttempt, WorkflowRun
+from ..states import RunStatus
 
 PARKED = "parked"
 """A display status, not a stored one: ``running`` with no worker holding the run."""
@@ -44,17 +45,17 @@ def display_status(status: str, worker_id: str | None) -> str:
 def status_q(status: str) -> Q:
     """The filter for one display status (``running`` means held by a worker)."""
     if status == PARKED:
-        return Q(status=RunStatus.RUNNING, worker_id__isnull=True)
+        return IS_PARKED
     if status == RunStatus.RUNNING:
-        return Q(status=RunStatus.RUNNING, worker_id__isnull=False)
-    if status in RunStatus.values:
+        return IS_HELD
+    if status in RunStatus.values():
         return Q(status=status)
     raise ValueError(f"unknown status {status!r}; expected one of {', '.join(DISPLAY_STATUSES)}")
 
 
 def runs() -> QuerySet[WorkflowRun]:
     """All runs on the workflow database, newest first."""
-    return WorkflowRun.objects.using(alias()).order_by("-created_at", "-id")
+    return WorkflowRun.objects.order_by("-created_at", "-id")
 
 
 def status_counts(queryset: QuerySet[WorkflowRun] | None = None) -> dict[str, int]:
@@ -71,10 +72,10 @@ def workflow_names() -> list[str]:
     A plain DISTINCT reads every row (about 100 ms at 100,000 runs). This
     recursive query hops from one name to the next through the
     (workflow_name, created_at) index, so it costs one index probe per
-    distinct name, however many runs there are. SQLite and PostgreSQL both
-    run it as written.
+    distinct name, however many runs there are. SQLite, PostgreSQL and
+    MariaDB/MySQL all run it as written.
     """
-    connection = connections[alias()]
+    connection = connections[owf_settings.database]
     quote = connection.ops.quote_name
     table, name = quote(WorkflowRun._meta.db_table), quote("workflow_name")
     sql = (
@@ -168,8 +169,7 @@ def run_with_parent(run_id: Any) -> WorkflowRun | None:
 def journal(run_id: Any) -> list[StepAttempt]:
     """Every step attempt of a run in the order it was written, with child runs (one query)."""
     return list(
-        StepAttempt.objects.using(alias())
-        .filter(workflow_run_id=run_id)
+        StepAttempt.objects.filter(workflow_run_id=run_id)
         .select_related("child_workflow_run")
         .defer(*(f"child_workflow_run__{name}" for name in PAYLOAD_FIELDS))
         .order_by("id")
@@ -188,7 +188,5 @@ def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     consumed ones never pushes a pending one off the page.
     """
     return list(
-        Signal.objects.using(alias())
-        .filter(workflow_run_id=run_id)
-        .order_by(F("consumed_by_id").asc(nulls_first=True), "id")[:limit]
+        Signal.objects.filter(workflow_run_id=run_id).order_by(F("consumed_by_id").asc(nulls_first=True), "id")[:limit]
     )

@@ -1,10 +1,100 @@
-"""The journal's write records, shared by the generic and the PostgreSQL store paths."""
+"""Plain records that cross the store's boundary, and the store's control-flow exceptions.
+
+The engine sees runs and step attempts only as these dataclasses, never
+as ORM rows, so the schema can change without touching replay.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+
+class LeaseLost(BaseException):
+    """This worker no longer holds the run (lease taken over, run canceled or deleted).
+
+    A ``BaseException`` so that it unwinds user code like a suspension does.
+    """
+
+
+class StoreUnavailable(BaseException):
+    """The journal could not be read or written; the slice is abandoned.
+
+    Raised by the store's fenced operations in place of the database error
+    (kept as ``__cause__``). A ``BaseException`` so that a workflow's
+    ``except Exception:`` around a step cannot swallow it and carry on with
+    a journal that missed a write.
+    """
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What the engine knows of a run it holds."""
+
+    id: uuid.UUID
+    workflow_name: str
+    version: str | None
+    input: Any
+    attempts: int
+    deadline_at: datetime | None
+    parent_step_attempt_id: int | None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    """One step attempt of the journal, as replay reads it."""
+
+    id: int
+    step_name: str
+    kind: str
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    context: dict[str, Any] | None = None
+    child_workflow_run_id: uuid.UUID | None = None
+
+
+@dataclass
+class ClaimedRun:
+    """A run this worker now holds, with the database time of the claim."""
+
+    run: RunRecord
+    worker_id: str
+    claimed_at: datetime
+    fresh: bool = False  # never claimed before: no history to load
+    lease_expired: bool = False  # the previous holder died or stalled mid-slice
+    claimed_monotonic: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """A run's status with its output and error (what a parent reads of its child)."""
+
+    status: str
+    output: Any
+    error: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands after a slice, for dispatchers that schedule its next one."""
+
+    status: str
+    worker_id: str | None
+    available_at: datetime
+    parent_run_id: uuid.UUID | None
+
+
+@dataclass(frozen=True)
+class DeliveredSignal:
+    """A buffered signal a new wait took at once."""
+
+    id: int
+    data: Any
 
 
 @dataclass
@@ -39,3 +129,7 @@ class ChildStart:
     workflow_name: str
     version: str | None
     input: Any
+
+
+Pending = list[AttemptUpdate | NewAttempt]
+"""Finished attempts the engine buffered; each fenced write commits them first."""

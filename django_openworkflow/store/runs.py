@@ -1,4 +1,4 @@
-"""Creating, reading and canceling runs (the client's and admin's side)."""
+"""Creating, reading, canceling, waking and retrying runs (the client's, the CLI's and the admin's side)."""
 
 from __future__ import annotations
 
@@ -8,151 +8,130 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from ..models import CLAIMABLE_STATUSES, RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
-from .db import alias, db_now, fetch_db_now
-from .journal import wake_parent
+from ..models import StepAttempt, WorkflowRun
+from ..states import RunStatus, StepKind, StepStatus
+from .journal import JournalOps
 
 
-def insert_run(
-    *,
-    workflow_name: str,
-    version: str | None,
-    input: Any,
-    available_at: datetime | None,
-    deadline_at: datetime | None,
-    idempotency_key: str | None,
-    parent_step_attempt_id: int | None = None,
-) -> tuple[WorkflowRun, bool]:
-    """Insert a pending run; returns (run, created).
+class RunOps(JournalOps):
+    """Run-level operations that do not need to hold the run."""
 
-    With an idempotency key the unique constraint decides: a concurrent or
-    earlier start with the same (workflow name, key) returns that run instead.
-    """
-    using = alias()
-    fields = dict(
-        workflow_name=workflow_name,
-        version=version,
-        status=RunStatus.PENDING,
-        input=input,
-        available_at=available_at if available_at is not None else db_now(using=using),
-        deadline_at=deadline_at,
-        idempotency_key=idempotency_key,
-        parent_step_attempt_id=parent_step_attempt_id,
-    )
-    manager = WorkflowRun.objects.using(using)
-    if idempotency_key is None:
-        return manager.create(**fields), True
-    try:
-        with transaction.atomic(using=using):
-            return manager.create(**fields), True
-    except IntegrityError:
-        existing = manager.filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()
-        if existing is None:  # the clashing row was rolled back meanwhile
-            return manager.create(**fields), True
-        return existing, False
+    def insert_run(
+        self,
+        *,
+        workflow_name: str,
+        version: str | None,
+        input: Any,
+        available_at: datetime | None,
+        deadline_at: datetime | None,
+        idempotency_key: str | None,
+    ) -> tuple[WorkflowRun, bool]:
+        """Insert a pending run; returns (run, created).
 
-
-def get_run(run_id: Any) -> WorkflowRun | None:
-    return WorkflowRun.objects.using(alias()).filter(id=run_id).first()
-
-
-def parent_run_id(run_id: Any) -> Any:
-    """The id of the run that started this one as a child, or None."""
-    return (
-        StepAttempt.objects.using(alias())
-        .filter(child_runs__id=run_id)
-        .values_list("workflow_run_id", flat=True)
-        .first()
-    )
-
-
-def child_run_ids(run_id: Any) -> list[Any]:
-    """The ids of the runs this one started as children, oldest first."""
-    return list(
-        WorkflowRun.objects.using(alias())
-        .filter(parent_step_attempt__workflow_run_id=run_id)
-        .order_by("created_at")
-        .values_list("id", flat=True)
-    )
-
-
-def cancel_run(run_id: Any) -> bool:
-    """Cancel a run that has not finished; False if it already had.
-
-    Its open steps are closed, and a parent waiting on it is woken so that
-    its wait step fails.
-    """
-    return cancel_runs([run_id]) == 1
-
-
-def cancel_runs(run_ids: list[Any]) -> int:
-    """Cancel many runs in one transaction (the admin's "select all"); returns how many."""
-    using = alias()
-    now = fetch_db_now(using)
-    with transaction.atomic(using=using):
-        targets = list(
-            WorkflowRun.objects.using(using)
-            .select_for_update()
-            .filter(id__in=run_ids, status__in=CLAIMABLE_STATUSES)
-            .values_list("id", "parent_step_attempt_id")
-        )
-        ids = [run_id for run_id, _ in targets]
-        WorkflowRun.objects.using(using).filter(id__in=ids).update(
-            status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now
-        )
-        # A sleep or wait in progress ends with the run, so the journal shows no
-        # step "running" forever; a step a worker is executing is closed too
-        # (that worker's own write is fenced out).
-        StepAttempt.objects.using(using).filter(workflow_run_id__in=ids, status=StepStatus.RUNNING).update(
-            status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
-        )
-        for _, parent_step in targets:
-            if parent_step is not None:
-                wake_parent(parent_step, now)
-    return len(ids)
-
-
-def wake_run(run_id: Any) -> bool:
-    """ "Retry now": make a parked, backing-off or scheduled run due immediately.
-
-    A sleep in progress ends now; a retry backoff is skipped; a wait for a
-    child simply re-checks the child. A run held by a worker is left alone
-    (its lease decides); False when there was nothing to wake.
-    """
-    using = alias()
-    now = fetch_db_now(using)
-    with transaction.atomic(using=using):
-        woken = (
-            WorkflowRun.objects.using(using)
-            .filter(id=run_id, status__in=CLAIMABLE_STATUSES, worker_id__isnull=True, available_at__gt=now)
-            .update(available_at=now, updated_at=now)
-        )
-        if woken:
-            StepAttempt.objects.using(using).filter(
-                workflow_run_id=run_id, kind=StepKind.SLEEP, status=StepStatus.RUNNING
-            ).update(context={"resume_at": now.isoformat(), "woken_early": True})
-    return bool(woken)
-
-
-def retry_failed_run(run_id: Any) -> bool:
-    """Send a failed run back to pending; completed steps keep their outputs.
-
-    Bumping ``attempts`` starts a new workflow-level attempt, which gives the
-    failed step a fresh retry budget (budgets count failures per attempt).
-    False if the run is not failed.
-    """
-    using = alias()
-    now = db_now(using=using)
-    return bool(
-        WorkflowRun.objects.using(using)
-        .filter(id=run_id, status=RunStatus.FAILED)
-        .update(
+        With an idempotency key the unique constraint decides: a concurrent or
+        earlier start with the same (workflow name, key) returns that run instead.
+        """
+        fields = dict(
+            workflow_name=workflow_name,
+            version=version,
             status=RunStatus.PENDING,
-            attempts=F("attempts") + 1,
-            error=None,
-            finished_at=None,
-            worker_id=None,
-            available_at=now,
-            updated_at=now,
+            input=input,
+            available_at=available_at if available_at is not None else self.now_expr(),
+            deadline_at=deadline_at,
+            idempotency_key=idempotency_key,
         )
-    )
+        if idempotency_key is None:
+            return WorkflowRun.objects.create(**fields), True
+        try:
+            with transaction.atomic(using=self.alias):
+                return WorkflowRun.objects.create(**fields), True
+        except IntegrityError:
+            existing = WorkflowRun.objects.filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()
+            if existing is None:  # the clashing row was rolled back meanwhile
+                return WorkflowRun.objects.create(**fields), True
+            return existing, False
+
+    def get_run(self, run_id: Any) -> WorkflowRun | None:
+        return WorkflowRun.objects.filter(id=run_id).first()
+
+    def parent_run_id(self, run_id: Any) -> Any:
+        """The id of the run that started this one as a child, or None."""
+        return StepAttempt.objects.filter(child_runs__id=run_id).values_list("workflow_run_id", flat=True).first()
+
+    def child_run_ids(self, run_id: Any) -> list[Any]:
+        """The ids of the runs this one started as children, oldest first."""
+        children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id=run_id).order_by("created_at")
+        return list(children.values_list("id", flat=True))
+
+    def cancel_run(self, run_id: Any) -> bool:
+        """Cancel a run that has not finished; False if it already had.
+
+        Its open steps are closed, and a parent waiting on it is woken so that
+        its wait step fails.
+        """
+        return self.cancel_runs([run_id]) == 1
+
+    def cancel_runs(self, run_ids: list[Any]) -> int:
+        """Cancel many runs in one transaction (the admin's "select all"); returns how many."""
+        now = self.now()
+        with transaction.atomic(using=self.alias):
+            targets = list(
+                WorkflowRun.objects.claimable()
+                .select_for_update()
+                .filter(id__in=run_ids)
+                .values_list("id", "parent_step_attempt_id")
+            )
+            ids = [run_id for run_id, _ in targets]
+            WorkflowRun.objects.filter(id__in=ids).update(
+                status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now
+            )
+            # A sleep or wait in progress ends with the run, so the journal shows no
+            # step "running" forever; a step a worker is executing is closed too
+            # (that worker's own write is fenced out).
+            StepAttempt.objects.filter(workflow_run_id__in=ids, status=StepStatus.RUNNING).update(
+                status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
+            )
+            for _, parent_step in targets:
+                if parent_step is not None:
+                    self.wake_parent(parent_step, now)
+        return len(ids)
+
+    def wake_run(self, run_id: Any) -> bool:
+        """ "Retry now": make a parked, backing-off or scheduled run due immediately.
+
+        A sleep in progress ends now; a retry backoff is skipped; a wait for a
+        child simply re-checks the child. A run held by a worker is left alone
+        (its lease decides); False when there was nothing to wake.
+        """
+        now = self.now()
+        with transaction.atomic(using=self.alias):
+            woken = (
+                WorkflowRun.objects.claimable()
+                .filter(id=run_id, worker_id__isnull=True, available_at__gt=now)
+                .update(available_at=now, updated_at=now)
+            )
+            if woken:
+                StepAttempt.objects.filter(
+                    workflow_run_id=run_id, kind=StepKind.SLEEP, status=StepStatus.RUNNING
+                ).update(context={"resume_at": now.isoformat(), "woken_early": True})
+        return bool(woken)
+
+    def retry_failed_run(self, run_id: Any) -> bool:
+        """Send a failed run back to pending; completed steps keep their outputs.
+
+        Bumping ``attempts`` starts a new workflow-level attempt, which gives the
+        failed step a fresh retry budget (budgets count failures per attempt).
+        False if the run is not failed.
+        """
+        now = self.now_expr()
+        return bool(
+            WorkflowRun.objects.filter(id=run_id, status=RunStatus.FAILED).update(
+                status=RunStatus.PENDING,
+                attempts=F("attempts") + 1,
+                error=None,
+                finished_at=None,
+                worker_id=None,
+                available_at=now,
+                updated_at=now,
+            )
+        )

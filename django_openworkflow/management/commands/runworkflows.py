@@ -7,7 +7,6 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connections
 
 from ...conf import owf_settings
 from ...durations import parse_duration
@@ -55,7 +54,7 @@ class Command(BaseCommand):
             "worker %s: database %s (%s), concurrency %d, lease %ss, poll %sms, workflows: %s",
             worker.worker_id,
             owf_settings.database,
-            connections[owf_settings.database].vendor,
+            worker.store.display_name,
             worker.concurrency,
             f"{worker.lease.total_seconds():g}",
             f"{worker.poll_interval.total_seconds() * 1000:g}",

@@ -1,0 +1,1 @@
+"""One backend class per database: the only modules that know which database they talk to."""

@@ -1,0 +1,31 @@
+"""The backend interface: every operation, written once on the hooks of ``store/core.py``."""
+
+from __future__ import annotations
+
+from ..messages import MessageOps
+from ..queue import QueueOps
+from ..runs import RunOps
+
+
+class Backend(QueueOps, RunOps, MessageOps):
+    """Every store operation for one database alias.
+
+    The operations, by who calls them:
+
+    - workers and dispatchers (``queue.py``): :meth:`claim`, :meth:`claim_run`,
+      :meth:`extend_leases`, :meth:`release`, :meth:`due_runs`,
+      :meth:`due_children`, :meth:`run_state`;
+    - the engine, fenced on the worker holding the run (``journal.py``):
+      :meth:`load_history`, :meth:`record_step`, :meth:`park`,
+      :meth:`complete_run`, :meth:`fail_run`, :meth:`reschedule_run`,
+      :meth:`wait_for_delivery`, :meth:`expire_wait`, :meth:`atomic_step`,
+      :meth:`run_outcome`, :meth:`run_status`;
+    - the client, CLI and admin (``runs.py``, ``messages.py``):
+      :meth:`insert_run`, :meth:`get_run`, :meth:`cancel_runs`,
+      :meth:`wake_run`, :meth:`retry_failed_run`, :meth:`send_signal`,
+      :meth:`send_event`, :meth:`parent_run_id`, :meth:`child_run_ids`.
+
+    Subclasses per database override the hooks of
+    :class:`~django_openworkflow.store.core.BackendCore` and, where their
+    database does it in fewer round trips, an operation's private step.
+    """

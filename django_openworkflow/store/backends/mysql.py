@@ -1,0 +1,82 @@
+"""MySQL and MariaDB: the UTC clock, JSON containment with PostgreSQL's rules, READ COMMITTED.
+
+Claims use the portable ``SELECT ... FOR UPDATE SKIP LOCKED`` (MariaDB
+10.6+, MySQL 8.0.1+). Idempotency keys are enforced by plain unique indexes
+(created by migration 0005 on these databases only), which let any number
+of NULL keys coexist, as the conditional constraints do elsewhere. There is
+no LISTEN: workers and ``result()`` poll.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core import checks
+from django.db.models import DateTimeField, Func
+
+from ..core import contains
+from .base import Backend
+
+
+class UTCNow(Func):
+    """The database clock in UTC, whatever the server's or the session's time zone.
+
+    ``CURRENT_TIMESTAMP`` (Django's ``Now()``) is in the session time zone,
+    which Django does not set on MySQL; values are stored as UTC.
+    """
+
+    template = "UTC_TIMESTAMP(6)"
+    output_field = DateTimeField()
+
+
+class MySQLBackend(Backend):
+    display_name = "mysql"
+
+    def now(self) -> datetime:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT UTC_TIMESTAMP(6)")
+            return self._aware(cursor.fetchone()[0])
+
+    def now_expr(self, delta: timedelta | None = None) -> Any:
+        return UTCNow() + delta if delta else UTCNow()
+
+    def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
+        """Narrowed by JSON_CONTAINS in SQL, then held to PostgreSQL's rules in Python.
+
+        JSON_CONTAINS also finds a scalar inside an array (``{"a": [1, 2]}``
+        contains ``{"a": 1}``), which ``@>`` does not. The read locks the
+        open waits it scans (FOR UPDATE): it waits for a worker that is
+        recording a new wait of this type to commit, so the wait and this
+        event are seen in one order by both sides.
+        """
+        candidates = queryset.filter(context__match__contained_by=payload).select_for_update()
+        return [attempt for attempt in candidates if contains(payload, (attempt.context or {}).get("match"))]
+
+    def check(self) -> list[checks.CheckMessage]:
+        messages: list[checks.CheckMessage] = []
+        options = self.connection.settings_dict.get("OPTIONS", {})
+        isolation = str(options.get("isolation_level", "read committed")).lower()
+        if isolation != "read committed":
+            messages.append(
+                checks.Error(
+                    f"the workflow database {self.alias!r} uses isolation level {isolation!r}",
+                    hint=(
+                        'Remove OPTIONS["isolation_level"] or set it to "read committed" (Django\'s default). '
+                        "Under REPEATABLE READ a transaction keeps reading its first snapshot: an idempotent start "
+                        "inside a transaction cannot see the run a concurrent start committed, and claims take "
+                        "gap locks that block starts."
+                    ),
+                    id="openworkflow.E010",
+                )
+            )
+        charset = str(options.get("charset", "")).lower()
+        if charset != "utf8mb4":
+            messages.append(
+                checks.Warning(
+                    f"the workflow database {self.alias!r} connects with charset {charset or 'utf8 (default)'!r}",
+                    hint='Set OPTIONS["charset"] = "utf8mb4": payloads may hold any Unicode character.',
+                    id="openworkflow.W010",
+                )
+            )
+        return messages

@@ -1,0 +1,277 @@
+"""PostgreSQL: one statement per claim and per step boundary, JSON containment in SQL, LISTEN/NOTIFY.
+
+Data-modifying CTEs let the fence (the conditional UPDATE of the run row),
+the attempt updates and the new attempt share one statement, hence one
+round trip and one implicit transaction. Every CTE after the fence is
+conditional on the fence having matched, so a worker that lost its lease
+still writes nothing. The portable path in ``journal.py`` and ``queue.py``
+does the same in several statements.
+
+The only module of the package that imports psycopg; it is imported only
+when a PostgreSQL alias holds the workflow tables.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from django.db import connections
+from django.db.models import Field, Model
+
+from ...models import StepAttempt, WorkflowRun
+from ...states import CLAIMABLE_STATUSES, RunStatus
+from ..records import ChildStart, ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
+from .base import Backend
+
+logger = logging.getLogger("django_openworkflow.notify")
+
+
+class PostgreSQLBackend(Backend):
+    display_name = "postgresql"
+
+    def claim(self, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs in one statement, oldest first."""
+        if limit <= 0:
+            return []
+        table = _q(WorkflowRun._meta.db_table)
+        # Literal statuses (our constants) so the planner can match the partial claim index.
+        statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
+        sql = f"""
+            WITH due AS (
+                SELECT id, started_at, available_at, worker_id FROM {table}
+                WHERE status IN ({statuses}) AND available_at <= statement_timestamp()
+                ORDER BY available_at
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            )
+            UPDATE {table} AS r
+            SET status = %s, worker_id = %s, available_at = statement_timestamp() + %s,
+                started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp()
+            FROM due WHERE r.id = due.id
+            RETURNING r.*, due.started_at IS NULL AS fresh, due.worker_id IS NOT NULL AS lease_expired,
+                due.available_at AS due_at, statement_timestamp() AS claimed_at
+        """
+        runs: list[Any] = list(WorkflowRun.objects.raw(sql, [limit, RunStatus.RUNNING.value, worker_id, lease]))
+        runs.sort(key=lambda run: run.due_at)
+        return [
+            ClaimedRun(
+                RunRecord(
+                    run.id,
+                    run.workflow_name,
+                    run.version,
+                    run.input,
+                    run.attempts,
+                    run.deadline_at,
+                    run.parent_step_attempt_id,
+                    run.error,
+                ),
+                worker_id,
+                claimed_at=run.claimed_at,
+                fresh=run.fresh,
+                lease_expired=run.lease_expired,
+            )
+            for run in runs
+        ]
+
+    def _commit(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        insert: NewAttempt | None = None,
+        run_fields: dict[str, Any] | None = None,
+        start_child: ChildStart | None = None,
+        wake_when_child_done: Any = None,
+        wake_parent_of: int | None = None,
+    ) -> int | None:
+        """Fence + attempt updates + new attempts in one statement, for the shapes without a child."""
+        if start_child is not None or wake_when_child_done is not None or wake_parent_of is not None:
+            return super()._commit(
+                run_id,
+                worker_id,
+                now,
+                pending,
+                insert=insert,
+                run_fields=run_fields,
+                start_child=start_child,
+                wake_when_child_done=wake_when_child_done,
+                wake_parent_of=wake_parent_of,
+            )
+        using = self.alias
+        run_values = {"updated_at": now, **(run_fields or {})}
+        params = [_param(using, WorkflowRun, name, value) for name, value in run_values.items()]
+        params += [run_id, worker_id, RunStatus.RUNNING.value]
+        new_rows: list[NewAttempt] = []
+        for change in pending:
+            if isinstance(change, NewAttempt):
+                new_rows.append(change)
+            else:
+                values = (change.status, change.output, change.error, change.finished_at)
+                params += [_param(using, StepAttempt, n, v) for n, v in zip(_UPDATE_COLUMNS, values, strict=True)]
+                params.append(change.attempt_id)
+        if insert is not None:
+            new_rows.append(insert)
+        for new in new_rows:
+            params += _attempt_row(using, run_id, new, now)
+        kinds = tuple(isinstance(change, NewAttempt) for change in pending)
+        sql = _commit_sql(using, tuple(run_values), kinds, insert is not None)
+        held, new_id = self._execute(sql, params)
+        if not held:
+            raise LeaseLost(run_id)
+        return int(new_id) if new_id is not None else None
+
+    def _execute(self, sql: str, params: list[Any]) -> Any:
+        """Run a hot statement with server-side binding, so psycopg can prepare it.
+
+        Django's default cursor binds client-side (it quotes every value into
+        the SQL text, and nothing can be prepared). Prepared statements follow
+        the connection's ``prepare_threshold`` (``OPTIONS``), so setting it to
+        None for PgBouncer in transaction mode turns them off here too.
+        """
+        wrapper = self.connection
+        wrapper.ensure_connection()
+        with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone()
+
+    def lock_event_type(self, event_type: str) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["openworkflow-event:" + event_type])
+
+    def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
+        # jsonb containment (@>) in SQL: only the matching waits are read.
+        return list(queryset.filter(context__match__contained_by=payload))
+
+    def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> PostgresListener:
+        return PostgresListener(channels, on_notify, self.alias)
+
+
+def _q(name: str | None) -> str:
+    assert name, "a concrete column or table name"
+    return f'"{name}"'
+
+
+def _field(model: type[Model], name: str) -> Field[Any, Any]:
+    field = model._meta.get_field(name)
+    assert isinstance(field, Field), name  # only concrete columns are written here
+    return field
+
+
+@functools.cache
+def _column(using: str, model: type[Model], name: str) -> tuple[str, str, Field[Any, Any]]:
+    """(quoted column, SQL cast, field) of a concrete field; computed once per process."""
+    field = _field(model, name)
+    return _q(field.column), str(field.db_type(connections[using])), field
+
+
+def _param(using: str, model: type[Model], name: str, value: Any) -> Any:
+    return _column(using, model, name)[2].get_db_prep_save(value, connections[using])
+
+
+def _assignments(using: str, model: type[Model], names: tuple[str, ...]) -> str:
+    columns = (_column(using, model, name) for name in names)
+    return ", ".join(f"{column} = %s::{cast}" for column, cast, _ in columns)
+
+
+_ATTEMPT_COLUMNS = (
+    "workflow_run_id", "step_name", "kind", "status", "output", "error",
+    "context", "started_at", "finished_at", "created_at",
+)  # fmt: skip
+_UPDATE_COLUMNS = ("status", "output", "error", "finished_at")
+
+
+@functools.lru_cache(maxsize=256)
+def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[bool, ...], has_insert: bool) -> str:
+    """The statement for one shape of commit; shapes repeat, so it is built once (and prepared by psycopg).
+
+    ``pending_kinds`` is, per pending change, True for a new row and False
+    for an update of an existing attempt.
+    """
+    runs, attempts = _q(WorkflowRun._meta.db_table), _q(StepAttempt._meta.db_table)
+    ctes = [
+        f"fence AS (UPDATE {runs} SET {_assignments(using, WorkflowRun, run_names)} "
+        f"WHERE {_q('id')} = %s AND {_q('worker_id')} = %s AND {_q('status')} = %s RETURNING 1)"
+    ]
+    for i, is_new in enumerate(pending_kinds):
+        if not is_new:
+            sets = _assignments(using, StepAttempt, _UPDATE_COLUMNS)
+            ctes.append(
+                f"u{i} AS (UPDATE {attempts} SET {sets} WHERE {_q('id')} = %s AND EXISTS (SELECT 1 FROM fence))"
+            )
+    new_rows = sum(pending_kinds) + has_insert
+    select_new = "NULL"
+    if new_rows:
+        # One INSERT with an explicit order gives the rows ascending ids in
+        # journal order (separate CTEs would run in no defined order).
+        specs = [_column(using, StepAttempt, name) for name in _ATTEMPT_COLUMNS]
+        row = ", ".join(f"%s::{cast}" for _, cast, _ in specs)
+        values = ", ".join(f"({row}, {position})" for position in range(new_rows))
+        columns = ", ".join(column for column, _, _ in specs)
+        ctes.append(
+            f"ins AS (INSERT INTO {attempts} ({columns}) SELECT {columns} "
+            f"FROM (VALUES {values}) AS v ({columns}, position) "
+            f"WHERE EXISTS (SELECT 1 FROM fence) ORDER BY position RETURNING {_q('id')})"
+        )
+        # The attempt the caller waits for is the last row, hence the largest id.
+        if has_insert:
+            select_new = "(SELECT max(id) FROM ins)"
+    return f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM fence), {select_new}"
+
+
+def _attempt_row(using: str, run_id: Any, new: NewAttempt, now: datetime) -> list[Any]:
+    values = (
+        run_id, new.step_name, new.kind, new.status, new.output, new.error,
+        new.context, new.started_at, new.finished_at, now,
+    )  # fmt: skip
+    return [_param(using, StepAttempt, name, value) for name, value in zip(_ATTEMPT_COLUMNS, values, strict=True)]
+
+
+class PostgresListener(threading.Thread):
+    """Calls ``on_notify(channel, payload)`` for each notification on ``channels``."""
+
+    def __init__(self, channels: Iterable[str], on_notify: Callable[[str, str], None], using: str) -> None:
+        super().__init__(name="owf-listener", daemon=True)
+        self.channels = list(channels)
+        self.on_notify = on_notify
+        self.using = using
+        self.connected = threading.Event()
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        params = connections[self.using].get_connection_params()
+        params.pop("cursor_factory", None)
+        params.pop("context", None)
+        params.pop("prepare_threshold", None)
+        params.pop("server_side_binding", None)
+        backoff = 0.1
+        while not self._stop_event.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as conn:
+                    for channel in self.channels:
+                        conn.execute(f'LISTEN "{channel}"')
+                    self.connected.set()
+                    # Whatever was sent while not listening is lost: report a
+                    # wake-up so the owner looks for work now.
+                    for channel in self.channels:
+                        self.on_notify(channel, "")
+                    backoff = 0.1
+                    # Wake often enough to notice stop() promptly; a reconnect follows a drop.
+                    while not self._stop_event.is_set():
+                        for note in conn.notifies(timeout=0.25):
+                            self.on_notify(note.channel, note.payload)
+            except psycopg.Error as exc:
+                self.connected.clear()
+                logger.warning("LISTEN connection failed (%s); reconnecting in %.1fs", exc, backoff)
+                self._stop_event.wait(backoff)
+                backoff = min(backoff * 2, 5.0)

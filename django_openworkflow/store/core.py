@@ -1,0 +1,114 @@
+"""The part of a backend that differs between databases: its hooks, with portable defaults.
+
+Every operation in ``queue.py``, ``journal.py``, ``runs.py`` and
+``messages.py`` is written once against these hooks; a class per database
+in ``backends/`` overrides the ones that differ (the clock, the claim
+statement, JSON containment, locks, LISTEN/NOTIFY, the SQLite write lock).
+Nothing outside ``backends/`` asks which database it is talking to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.core import checks
+from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Expression
+from django.db.models.functions import Now
+from django.utils import timezone
+
+if TYPE_CHECKING:
+    from .notify import Listener
+
+
+def contains(payload: Any, pattern: Any) -> bool:
+    """JSON containment with PostgreSQL's rules for ``payload @> pattern`` (below the top level).
+
+    Objects contain every key of the pattern with a containing value;
+    arrays contain each element of the pattern in some element; scalars
+    are equal, numbers by value (``1`` and ``1.0`` are equal, ``true`` is
+    not ``1``).
+    """
+    if isinstance(pattern, dict):
+        return isinstance(payload, dict) and all(k in payload and contains(payload[k], v) for k, v in pattern.items())
+    if isinstance(pattern, list):
+        return isinstance(payload, list) and all(any(contains(p, item) for p in payload) for item in pattern)
+    if isinstance(pattern, bool) or isinstance(payload, bool):
+        return payload is pattern
+    if isinstance(pattern, int | float) and isinstance(payload, int | float):
+        return payload == pattern
+    return bool(payload == pattern and type(payload) is type(pattern))
+
+
+class BackendCore:
+    """One database alias and the hooks where databases differ."""
+
+    display_name = "generic"
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.alias!r}>"
+
+    @property
+    def connection(self) -> BaseDatabaseWrapper:
+        """This thread's connection to the alias."""
+        return connections[self.alias]
+
+    # -- the clock --
+
+    def now(self) -> datetime:
+        """Read the database clock, in UTC.
+
+        Timestamps that decide something come from the database so that
+        workers with skewed clocks agree.
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT CURRENT_TIMESTAMP")
+            value = cursor.fetchone()[0]
+        return self._aware(value)
+
+    def now_expr(self, delta: timedelta | None = None) -> Any:
+        """An expression for the database clock (plus ``delta``), for writes and filters."""
+        now: Expression = Now()
+        return now + delta if delta else now
+
+    @staticmethod
+    def _aware(value: datetime) -> datetime:
+        return timezone.make_aware(value, UTC) if timezone.is_naive(value) else value
+
+    # -- locks --
+
+    def write_lock(self) -> AbstractContextManager[Any]:
+        """Held around every write transaction; only SQLite needs one (one writer at a time)."""
+        return nullcontext()
+
+    def lock_event_type(self, event_type: str) -> None:
+        """Inside a transaction: serialize senders and new waiters of one event type."""
+
+    # -- JSON containment --
+
+    def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
+        """The open event waits in ``queryset`` whose ``context["match"]`` the payload contains.
+
+        The portable version filters in Python; databases with JSON
+        containment in SQL narrow the query first.
+        """
+        return [attempt for attempt in queryset if contains(payload, (attempt.context or {}).get("match"))]
+
+    # -- wake-ups --
+
+    def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> Listener | None:
+        """A thread that calls ``on_notify`` for each notification, or None where the database has none."""
+        return None
+
+    # -- settings --
+
+    def check(self) -> list[checks.CheckMessage]:
+        """System check messages about this database's settings."""
+        return []
