@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.core import checks
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Expression
+from django.db.models import Expression, QuerySet
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -87,6 +87,10 @@ class BackendCore:
     def write_lock(self) -> AbstractContextManager[Any]:
         """Held around every write transaction; only SQLite needs one (one writer at a time)."""
         return nullcontext()
+
+    def lock_skipping_locked(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        """Lock the rows ``queryset`` reads, skipping rows another transaction has locked (claims)."""
+        return queryset.select_for_update(skip_locked=True)
 
     def lock_event_type(self, event_type: str) -> None:
         """Inside a transaction: serialize senders and new waiters of one event type."""

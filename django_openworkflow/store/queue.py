@@ -48,9 +48,7 @@ class QueueOps(BackendCore):
 
     def _select_due(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, Any, Any]]:
         """(id, started_at, worker_id) of the oldest due runs, locked, skipping rows others have locked."""
-        candidates = WorkflowRun.objects.due(now).order_by("available_at")
-        if self.connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True)
+        candidates = self.lock_skipping_locked(WorkflowRun.objects.due(now).order_by("available_at"))
         return list(candidates.values_list("id", "started_at", "worker_id")[:limit])
 
     def _lease(self, runs: Any, worker_id: str, now: datetime, lease: timedelta) -> int:
@@ -76,9 +74,7 @@ class QueueOps(BackendCore):
             return None
         with self.write_lock(), transaction.atomic(using=self.alias):
             now = self.now()
-            candidate = WorkflowRun.objects.due(now).filter(id=run_id)
-            if self.connection.features.has_select_for_update_skip_locked:
-                candidate = candidate.select_for_update(skip_locked=True)
+            candidate = self.lock_skipping_locked(WorkflowRun.objects.due(now).filter(id=run_id))
             before = candidate.values_list("started_at", "worker_id").first()
             if before is None or not self._lease(WorkflowRun.objects.due(now).filter(id=run_id), worker_id, now, lease):
                 return None

@@ -67,7 +67,7 @@ class MySQLBackend(Backend):
                         "inside a transaction cannot see the run a concurrent start committed, and claims take "
                         "gap locks that block starts."
                     ),
-                    id="openworkflow.E010",
+                    id="openworkflow.E020",
                 )
             )
         charset = str(options.get("charset", "")).lower()
@@ -76,7 +76,7 @@ class MySQLBackend(Backend):
                 checks.Warning(
                     f"the workflow database {self.alias!r} connects with charset {charset or 'utf8 (default)'!r}",
                     hint='Set OPTIONS["charset"] = "utf8mb4": payloads may hold any Unicode character.',
-                    id="openworkflow.W010",
+                    id="openworkflow.W020",
                 )
             )
         return messages

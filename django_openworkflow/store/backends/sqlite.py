@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from ...models import WorkflowRun
@@ -41,6 +42,11 @@ class SQLiteBackend(Backend):
         """
         with _write_locks_guard:
             return _write_locks.setdefault(self.alias, threading.RLock())
+
+    def lock_skipping_locked(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # No row locks: every write transaction holds the database's write lock
+        # (IMMEDIATE), which makes a claim a compare-and-set.
+        return queryset
 
     def _select_due(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, Any, Any]]:
         """The oldest due runs, read through the partial claim index.
