@@ -1,8 +1,9 @@
 # Developer tasks. Needs only python3: everything else goes into .venv.
 #
 #   make demo              run the example workflow end to end (SQLite by default)
-#   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set
-#   make lint              ruff (and mypy, once it is configured)
+#   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
+#                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra)
+#   make lint              ruff, mypy and the import contracts (.importlinter)
 #   make migrations-check  fail if models and migrations disagree
 #   make tox TOX_ARGS="-e py312-django60-sqlite"
 
@@ -13,8 +14,8 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 TOX_ARGS ?=
 
-# DATABASE_URL with any password replaced by ***, for printing.
-SHOW_DB = printf '%s' "$$DATABASE_URL" | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
+# A database URL (on stdin) with any password replaced by ***, for printing.
+MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
 .PHONY: help venv .venv demo test lint migrations-check tox clean distclean
 
@@ -32,30 +33,49 @@ demo: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py demo
 
+# Each run carries only its own OPENWORKFLOW_REQUIRE_* variable: conftest.py checks
+# it against the database the run is on. mysqlclient is installed on first use only:
+# it needs a C compiler, and SQLite must keep working with nothing but python3.
 test: $(STAMP)
 	@if [ -n "$$OPENWORKFLOW_REQUIRE_POSTGRES" ] && [ -z "$$DATABASE_URL" ]; then \
 		echo "error: OPENWORKFLOW_REQUIRE_POSTGRES is set but DATABASE_URL is not;" \
 		     "set DATABASE_URL=postgres://user@host:5432/dbname" >&2; \
 		exit 1; \
 	fi
+	@if [ -n "$$OPENWORKFLOW_REQUIRE_MARIADB" ] && [ -z "$$MARIADB_URL" ]; then \
+		echo "error: OPENWORKFLOW_REQUIRE_MARIADB is set but MARIADB_URL is not;" \
+		     "set MARIADB_URL=mysql://user@host:3306/dbname" >&2; \
+		exit 1; \
+	fi
 	@status=0; \
 	echo "==> pytest on SQLite"; \
-	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
-	if [ -n "$$DATABASE_URL" ]; then \
-		echo "==> pytest on PostgreSQL: $$($(SHOW_DB))"; \
+	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
 		$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+	if [ -n "$$DATABASE_URL" ]; then \
+		echo "==> pytest on PostgreSQL: $$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
 	else \
 		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
+	fi; \
+	if [ -n "$$MARIADB_URL" ]; then \
+		echo "==> pytest on MariaDB: $$(printf '%s' "$$MARIADB_URL" | $(MASK_PASSWORD))"; \
+		if $(BIN)/python -c 'import MySQLdb' 2>/dev/null || { \
+			echo "==> installing the [mysql] extra (mysqlclient needs pkg-config and libmariadb-dev)"; \
+			$(BIN)/python -m pip install -q -e ".[mysql]"; }; then \
+			env -u OPENWORKFLOW_REQUIRE_POSTGRES DATABASE_URL="$$MARIADB_URL" \
+				$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+		else \
+			echo "error: could not install mysqlclient: the MariaDB run did not run" >&2; status=1; \
+		fi; \
+	else \
+		echo "==> MARIADB_URL is not set: skipping the MariaDB run"; \
 	fi; \
 	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	@if [ -f mypy.ini ] || grep -qs '^\[mypy' setup.cfg || grep -qs '^\[tool\.mypy' pyproject.toml; then \
-		echo "$(BIN)/mypy django_openworkflow"; $(BIN)/mypy django_openworkflow; \
-	else \
-		echo "(mypy is not configured yet: skipped)"; \
-	fi
+	$(BIN)/mypy django_openworkflow
+	$(BIN)/lint-imports --no-logo --no-cache
 
 migrations-check: $(STAMP)
 	$(BIN)/python -m django makemigrations --check --dry-run --settings=tests.settings

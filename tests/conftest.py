@@ -18,14 +18,20 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("OPENWORKFLOW_REQUIRE_POSTGRES") and not os.environ.get("DATABASE_URL"):
-        raise pytest.UsageError("OPENWORKFLOW_REQUIRE_POSTGRES is set but DATABASE_URL is not")
+    # A required database that is missing is an error, not a quiet fallback to SQLite.
+    for required in ("OPENWORKFLOW_REQUIRE_POSTGRES", "OPENWORKFLOW_REQUIRE_MARIADB"):
+        if os.environ.get(required) and not os.environ.get("DATABASE_URL"):
+            raise pytest.UsageError(f"{required} is set but DATABASE_URL is not")
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _test_database(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
     if os.environ.get("OPENWORKFLOW_REQUIRE_POSTGRES") and connection.vendor != "postgresql":
         pytest.exit("OPENWORKFLOW_REQUIRE_POSTGRES is set but the tests are not running on PostgreSQL", 2)
+    # Django's vendor for MariaDB is "mysql". Asking the server which one it is would
+    # need a connection, and a selection without database tests creates no test database.
+    if os.environ.get("OPENWORKFLOW_REQUIRE_MARIADB") and connection.vendor != "mysql":
+        pytest.exit("OPENWORKFLOW_REQUIRE_MARIADB is set but the tests are not running on MariaDB", 2)
     yield
     # result()'s LISTEN connection must close before the test database is dropped.
     from django_openworkflow.store.notify import run_waiters

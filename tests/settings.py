@@ -1,4 +1,7 @@
-"""Settings for the test suite: SQLite by default, PostgreSQL when DATABASE_URL is set."""
+"""Settings for the test suite: SQLite by default, else the database DATABASE_URL names.
+
+DATABASE_URL may be a PostgreSQL (postgres://) or a MySQL/MariaDB (mysql://) URL.
+"""
 
 import os
 from pathlib import Path
@@ -53,6 +56,19 @@ SQLITE_OPTIONS = {
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": env.db("DATABASE_URL")}
+    if DATABASES["default"]["ENGINE"].endswith("backends.mysql"):  # MySQL or MariaDB
+        # utf8mb4: payloads hold any Unicode (MySQL's "utf8" stops at 3 bytes).
+        # READ COMMITTED, as on PostgreSQL (Django's default too, said explicitly):
+        # InnoDB's own REPEATABLE READ keeps a transaction on its first snapshot.
+        # Options given in the URL (?charset=...) still win.
+        DATABASES["default"]["OPTIONS"] = {
+            "charset": "utf8mb4",
+            "isolation_level": "read committed",
+            **DATABASES["default"].get("OPTIONS", {}),
+        }
+        # The server's default collation (case-insensitive): migration 0005 must make
+        # names and keys compare byte for byte, and the tests check that it does.
+        DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4"}
 else:
     # A file, not :memory:, so that worker subprocesses share the test database.
     DATABASES = {
