@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """django-openworkflow benchmark suite: figures, not tests (see bench/README.md).
 
-    python bench/run.py [--db postgres|sqlite|all] [--quick] [--only throughput,latency,...]
+    python bench/run.py [--db postgres|sqlite|mariadb|all] [--quick] [--only throughput,latency,...]
     python bench/run.py --peer-protocol --only throughput,latency     (what bench/compare.sh runs)
 
 Prints one ``<db>.<figure> <value> <unit>`` line per figure as it is measured,
@@ -61,7 +61,7 @@ MONITOR_APP = "owf-bench-monitor"
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("role", nargs="?", default="main", choices=["main", "_produce"], help=argparse.SUPPRESS)
-    p.add_argument("--db", default=os.environ.get("BENCH_DB", "postgres"), choices=["postgres", "sqlite", "all"])
+    p.add_argument("--db", default=os.environ.get("BENCH_DB", "postgres"), choices=[*BENCH_DBS, "all"])
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke test, < ~2 min per database)")
     p.add_argument("--only", default=",".join(PHASES), help=f"comma-separated phases: {','.join(PHASES)}")
     p.add_argument(
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lat-n", type=int, default=None, help="override the number of latency samples")
     p.add_argument("--gap-ms", type=int, default=None, help="override the max random idle gap before a latency sample")
     p.add_argument("--poll", default="100ms", help="worker --poll (default 100ms)")
-    p.add_argument("--no-cap", action="store_true", help="do not lower concurrency to fit PostgreSQL max_connections")
+    p.add_argument("--no-cap", action="store_true", help="do not lower concurrency to fit the server's max_connections")
     p.add_argument("--timeout", type=float, default=None, help="per-phase timeout in seconds")
     p.add_argument("--keep-db", action="store_true", help="SQLite: keep bench/bench.sqlite3 after the run")
     p.add_argument("--tag", default="", help="extra key=value fields appended to RESULT lines")
@@ -201,6 +201,404 @@ def produce(args: argparse.Namespace) -> None:
     print(json.dumps({"t_first": t_first, "enqueue_s": enqueue_s, "n": n}), flush=True)
 
 
+# --------------------------------------------------------------------------- the bench databases
+
+
+def per_run(total: float, done: int, steps_done: int) -> dict:
+    return {
+        "commits": total,
+        "commits_per_wf": total / done,
+        "commits_per_step": total / steps_done if steps_done else NAN,
+    }
+
+
+class BenchDB:
+    """Everything that differs between the bench databases; the orchestrator asks this, never ``--db``.
+
+    One subclass per database: :class:`PostgresDB`, :class:`SQLiteDB`, :class:`MariaDB`.
+    """
+
+    name = ""  # the --db value
+    short = ""  # prefix of the figure lines: ``<short>.thr...``
+    cfg_prefix = ""  # prefix of the RESULT lines' cfg=
+    placeholder = "%s"  # parameter style of raw()'s connections
+    counts_in_process = False  # no server counters: bench.benchapp's hook counts commits in the worker/producer
+    analyze_sql = "ANALYZE"
+    # (result key, figure, unit) printed after each throughput configuration, when measured
+    commit_lines: tuple[tuple[str, str, str], ...] = ()
+
+    def __init__(self, note) -> None:  # type: ignore[no-untyped-def]
+        self.note = note
+        self.settings_db: dict = {}
+        self.max_connections = 0
+
+    def prepare(self, settings_db: dict) -> None:
+        """Before ``migrate``: make sure the database exists (or start from a new one)."""
+        self.settings_db = settings_db
+
+    def open(self) -> None:
+        """After ``migrate``: open the statistics connection, if any, and say what the server is."""
+
+    def raw(self):  # type: ignore[no-untyped-def]
+        """A fresh autocommit connection to the bench database, outside Django (for polling)."""
+        raise NotImplementedError
+
+    def empty_tables(self, connection, quoted: list[str]) -> None:  # type: ignore[no-untyped-def]
+        with connection.constraint_checks_disabled(), connection.cursor() as cur:
+            for table in quoted:
+                cur.execute(f"DELETE FROM {table}")
+
+    def filler_exprs(self) -> dict:
+        """SQL for the claim-scaling filler: 'past', 'future', 'due' timestamps, 'now', 'uid' (a fresh id)."""
+        raise NotImplementedError
+
+    def insert_series(self, insert: str, params: list, count: int) -> tuple[str, list]:
+        """``insert`` (an ``INSERT ... SELECT`` without FROM) over ``count`` generated rows named ``g``."""
+        raise NotImplementedError
+
+    def sessions(self) -> list[tuple[str, int]]:
+        """(who, count) of the sessions connected to the bench database (none known: [])."""
+        return []
+
+    def headroom(self) -> int | None:
+        """Connections still free on the server; None when there is no such limit."""
+        return None
+
+    def mark(self) -> dict | None:
+        """Server counters at one instant (None: no server counters)."""
+        return None
+
+    def settle(self, apps: tuple[str, ...]) -> None:
+        """Wait until the sessions of these application names have flushed their statistics."""
+
+    def commit_figures(  # type: ignore[no-untyped-def]
+        self, m0: dict | None, m1: dict | None, polls: int, counted: int, done: int, steps_done: int
+    ):
+        """The ``commits*`` / ``write_txn_per_wf`` fields of a throughput result (``done`` > 0).
+
+        ``m0``/``m1``: :meth:`mark` before/after; ``polls``: the monitor's polling queries in
+        between; ``counted``: commits counted in-process (``counts_in_process``).
+        """
+        return {}
+
+    def close(self, keep: bool) -> None:
+        pass
+
+
+class PostgresDB(BenchDB):
+    name, short, cfg_prefix = "postgres", "pg", "ours"
+    analyze_sql = "ANALYZE openworkflow_run"
+    commit_lines = (
+        ("commits_per_step", "per_step", "commits/step (pg_stat_database.xact_commit)"),
+        ("commits_per_wf", "per_wf", "commits/wf"),
+        ("write_txn_per_wf", "write_txn_per_wf", "write-txn/wf (xid delta, cluster-wide)"),
+        ("wal_kb_per_wf", "wal_kb_per_wf", "KiB/wf (cluster-wide)"),
+    )
+
+    def __init__(self, note) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(note)
+        self.stats_conn = None  # a connection to the `postgres` database (stats, xids)
+
+    def _connect(self, dbname: str, app: str):  # type: ignore[no-untyped-def]
+        import psycopg
+
+        s = self.settings_db
+        params = {
+            "dbname": dbname,
+            "user": s.get("USER") or None,
+            "password": s.get("PASSWORD") or None,
+            "host": s.get("HOST") or None,
+            "port": s.get("PORT") or None,
+        }
+        params = {k: v for k, v in params.items() if v not in (None, "")}
+        return psycopg.connect(**params, autocommit=True, application_name=app)
+
+    def prepare(self, settings_db: dict) -> None:
+        from psycopg import sql
+
+        super().prepare(settings_db)
+        name = settings_db["NAME"]
+        with self._connect("postgres", MONITOR_APP) as conn:
+            if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
+                conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+                self.note(f"created database {name}")
+
+    def open(self) -> None:
+        self.stats_conn = self._connect("postgres", MONITOR_APP + "-stats")
+        ver = self.stats_conn.execute("show server_version").fetchone()[0]
+        self.max_connections = int(self.stats_conn.execute("show max_connections").fetchone()[0])
+        self.note(f"PostgreSQL {ver}, database {self.settings_db['NAME']}, max_connections={self.max_connections}")
+
+    def raw(self):  # type: ignore[no-untyped-def]
+        return self._connect(self.settings_db["NAME"], MONITOR_APP)
+
+    def empty_tables(self, connection, quoted: list[str]) -> None:  # type: ignore[no-untyped-def]
+        with connection.cursor() as cur:
+            cur.execute(f"TRUNCATE {', '.join(quoted)} CASCADE")
+
+    def filler_exprs(self) -> dict:
+        return {
+            "past": "now() - interval '2 days' + g * interval '1 ms'",
+            "future": "now() + interval '1 day' + g * interval '1 ms'",
+            "due": "now() - interval '1 second'",
+            "now": "now()",
+            "uid": "gen_random_uuid()",
+        }
+
+    def insert_series(self, insert: str, params: list, count: int) -> tuple[str, list]:
+        return f"{insert} FROM generate_series(1, %s) AS g", [*params, count]
+
+    def sessions(self) -> list[tuple[str, int]]:
+        return self.stats_conn.execute(
+            "select coalesce(nullif(application_name, ''), '?'), count(*) from pg_stat_activity "
+            "where datname = %s group by 1",
+            (self.settings_db["NAME"],),
+        ).fetchall()
+
+    def headroom(self) -> int | None:
+        used = self.stats_conn.execute(
+            "select count(*) from pg_stat_activity where backend_type = 'client backend'"
+        ).fetchone()[0]
+        return self.max_connections - used
+
+    def mark(self) -> dict | None:
+        row = self.stats_conn.execute(
+            "select xact_commit, xact_rollback, txid_snapshot_xmax(txid_current_snapshot()), "
+            "pg_current_wal_lsn()::text from pg_stat_database where datname = %s",
+            (self.settings_db["NAME"],),
+        ).fetchone()
+        return {"commit": row[0], "rollback": row[1], "xid": row[2], "lsn": row[3]}
+
+    def settle(self, apps: tuple[str, ...], timeout: float = 10.0) -> None:
+        """Backends flush their pg_stat_database counters when they exit: wait for them to be gone."""
+        give_up = time.monotonic() + timeout
+        while time.monotonic() < give_up:
+            n = self.stats_conn.execute(
+                "select count(*) from pg_stat_activity where datname = %s and application_name = any(%s)",
+                (self.settings_db["NAME"], list(apps)),
+            ).fetchone()[0]
+            if not n:
+                return
+            time.sleep(0.05)
+        self.note(f"backends of {apps} still present after {timeout}s; commit counts may be slightly off")
+
+    def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
+        wal = self.stats_conn.execute(
+            "select pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (m1["lsn"], m0["lsn"])
+        ).fetchone()[0]
+        return {
+            # every committed transaction of the bench database, minus the monitor's own polling queries
+            **per_run((m1["commit"] - m0["commit"]) - polls, done, steps_done),
+            "rollbacks": m1["rollback"] - m0["rollback"],
+            "write_txn_per_wf": (m1["xid"] - m0["xid"]) / done,
+            "wal_kb_per_wf": float(wal) / 1024.0 / done,
+        }
+
+    def close(self, keep: bool) -> None:
+        if self.stats_conn is not None:
+            with suppress(Exception):
+                self.stats_conn.close()
+
+
+class SQLiteDB(BenchDB):
+    name, short, cfg_prefix = "sqlite", "sqlite", "ours_sqlite"
+    placeholder = "?"
+    counts_in_process = True
+    commit_lines = (
+        ("commits_per_step", "per_step", "commits/step (counted BEGIN+autocommit writes)"),
+        ("commits_per_wf", "per_wf", "commits/wf"),
+    )
+
+    def _unlink(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            with suppress(OSError):
+                os.unlink(str(self.settings_db["NAME"]) + suffix)
+
+    def prepare(self, settings_db: dict) -> None:
+        super().prepare(settings_db)
+        self._unlink()  # a new file on every run
+
+    def open(self) -> None:
+        import sqlite3
+
+        self.note(f"SQLite {sqlite3.sqlite_version}, {self.settings_db['NAME']}")
+
+    def raw(self):  # type: ignore[no-untyped-def]
+        import sqlite3
+
+        return sqlite3.connect(self.settings_db["NAME"], timeout=20, isolation_level=None)
+
+    def filler_exprs(self) -> dict:
+        return {
+            "past": "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')",
+            "future": "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 day')",
+            "due": "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 second')",
+            "now": "strftime('%Y-%m-%d %H:%M:%f', 'now')",
+            "uid": "lower(hex(randomblob(16)))",
+        }
+
+    def insert_series(self, insert: str, params: list, count: int) -> tuple[str, list]:
+        return (
+            f"WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < %s) {insert} FROM g",
+            [count, *params],
+        )
+
+    def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
+        figures = per_run(counted, done, steps_done)
+        return {**figures, "write_txn_per_wf": figures["commits_per_wf"]}
+
+    def close(self, keep: bool) -> None:
+        if not keep:
+            # The claim-scaling filler leaves a file of ~400 MB; it is recreated on every run anyway.
+            from django.db import connections
+
+            connections.close_all()
+            self._unlink()
+
+
+class MariaDB(BenchDB):
+    """MariaDB (or MySQL): server-wide counters from SHOW GLOBAL STATUS.
+
+    Which counter is a "write transaction"? Django runs every ``transaction.atomic()``
+    block as autocommit off ... COMMIT, and everything else in autocommit:
+
+    * ``Com_commit`` counts explicit COMMITs: one per atomic block (claims, including
+      the read-only ones that found nothing, step and finish commits), none for a
+      statement run in autocommit (the start INSERT of a run without idempotency key,
+      lease extensions, the monitor's polls).
+    * ``Handler_commit`` counts every commit InnoDB takes part in, *statement-level
+      included*: each autocommit statement touching InnoDB (a plain SELECT too) counts
+      1, and an explicit transaction counts 1 per statement plus 1 for its COMMIT.
+
+    ``Handler_commit`` therefore measures statements, not transactions: the
+    transactions the engine opens are ``Com_commit``, reported as ``commits`` and
+    ``write_txn_per_wf``; ``Handler_commit`` (minus the monitor's polls) is reported
+    beside it. Both, like ``Innodb_lsn_current`` (the redo log position), are
+    server-wide: other sessions on the same server inflate them. GLOBAL STATUS sums
+    the live sessions' counters, so unlike PostgreSQL there is nothing to wait for.
+    """
+
+    name, short, cfg_prefix = "mariadb", "mariadb", "ours_mariadb"
+    analyze_sql = "ANALYZE TABLE openworkflow_run"
+    commit_lines = (
+        ("commits_per_step", "per_step", "commits/step (Com_commit: explicit COMMITs, server-wide)"),
+        ("commits_per_wf", "per_wf", "commits/wf (Com_commit; = write_txn_per_wf)"),
+        (
+            "handler_commits_per_wf",
+            "handler_commits_per_wf",
+            "InnoDB commits/wf (Handler_commit: every statement + every COMMIT, server-wide)",
+        ),
+        ("redo_kb_per_wf", "redo_kb_per_wf", "KiB/wf (InnoDB redo log, Innodb_lsn_current delta, server-wide)"),
+    )
+    COUNTERS = ("Com_commit", "Com_rollback", "Handler_commit", "Innodb_lsn_current")
+
+    def __init__(self, note) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(note)
+        self.stats_conn = None  # a connection with no default database (not counted as a bench session)
+
+    def _connect(self, database: str | None = None):  # type: ignore[no-untyped-def]
+        import MySQLdb
+
+        s = self.settings_db
+        params = {
+            "host": s.get("HOST") or None,
+            "port": int(s["PORT"]) if s.get("PORT") else None,
+            "user": s.get("USER") or None,
+            "password": s.get("PASSWORD") or None,
+            "database": database,
+        }
+        params = {k: v for k, v in params.items() if v not in (None, "")}
+        return MySQLdb.connect(**params, charset="utf8mb4", autocommit=True)
+
+    def _query(self, sql: str, params: tuple = ()) -> list:
+        with self.stats_conn.cursor() as cur:
+            cur.execute(sql, params or None)
+            return list(cur.fetchall())
+
+    def prepare(self, settings_db: dict) -> None:
+        super().prepare(settings_db)
+        name = settings_db["NAME"]
+        conn = self._connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (name,))
+                if not cur.fetchall():
+                    cur.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+                    self.note(f"created database {name}")
+        finally:
+            conn.close()
+
+    def open(self) -> None:
+        self.stats_conn = self._connect()
+        ((ver, self.max_connections),) = self._query("SELECT VERSION(), @@max_connections")
+        self.note(f"MariaDB {ver}, database {self.settings_db['NAME']}, max_connections={self.max_connections}")
+
+    def raw(self):  # type: ignore[no-untyped-def]
+        return self._connect(self.settings_db["NAME"])
+
+    def empty_tables(self, connection, quoted: list[str]) -> None:  # type: ignore[no-untyped-def]
+        # TRUNCATE (like PostgreSQL): instant on a million rows; with foreign_key_checks off, as
+        # InnoDB refuses to truncate a table other tables reference otherwise.
+        with connection.constraint_checks_disabled(), connection.cursor() as cur:
+            for table in quoted:
+                cur.execute(f"TRUNCATE TABLE {table}")
+
+    def filler_exprs(self) -> dict:
+        # DATETIME(6) columns hold UTC (Django's USE_TZ on MySQL); ids are 32 hex digits (char(32)).
+        return {
+            "past": "UTC_TIMESTAMP(6) - INTERVAL 2 DAY + INTERVAL (g.seq * 1000) MICROSECOND",
+            "future": "UTC_TIMESTAMP(6) + INTERVAL 1 DAY + INTERVAL (g.seq * 1000) MICROSECOND",
+            "due": "UTC_TIMESTAMP(6) - INTERVAL 1 SECOND",
+            "now": "UTC_TIMESTAMP(6)",
+            "uid": "REPLACE(UUID(), '-', '')",
+        }
+
+    def insert_series(self, insert: str, params: list, count: int) -> tuple[str, list]:
+        # MariaDB's SEQUENCE engine (a recursive CTE stops at max_recursive_iterations = 1000).
+        return f"{insert} FROM seq_1_to_{int(count)} AS g", params
+
+    def sessions(self) -> list[tuple[str, int]]:
+        # MariaDB has no application_name: say who by user and state.
+        return self._query(
+            "SELECT CONCAT(user, ' (', command, ')'), COUNT(*) FROM information_schema.processlist "
+            "WHERE db = %s AND id <> CONNECTION_ID() GROUP BY 1",
+            (self.settings_db["NAME"],),
+        )
+
+    def headroom(self) -> int | None:
+        ((used,),) = self._query(
+            "SELECT variable_value FROM information_schema.global_status WHERE variable_name = 'THREADS_CONNECTED'"
+        )
+        return int(self.max_connections) - int(used)
+
+    def mark(self) -> dict | None:
+        names = ", ".join(f"'{c}'" for c in self.COUNTERS)
+        rows = self._query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
+        return {name: int(value) for name, value in rows}
+
+    def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
+        def delta(name: str) -> int:
+            return m1[name] - m0[name]
+
+        figures = per_run(delta("Com_commit"), done, steps_done)  # the monitor's autocommit polls do not COMMIT
+        return {
+            **figures,
+            "rollbacks": delta("Com_rollback"),
+            "write_txn_per_wf": figures["commits_per_wf"],
+            # each of the monitor's polls is one autocommit SELECT on an InnoDB table: one Handler_commit
+            "handler_commits_per_wf": (delta("Handler_commit") - polls) / done,
+            "redo_kb_per_wf": delta("Innodb_lsn_current") / 1024.0 / done,
+        }
+
+    def close(self, keep: bool) -> None:
+        if self.stats_conn is not None:
+            with suppress(Exception):
+                self.stats_conn.close()
+
+
+BENCH_DBS = {cls.name: cls for cls in (PostgresDB, SQLiteDB, MariaDB)}
+
+
 # --------------------------------------------------------------------------- the orchestrator
 
 
@@ -212,13 +610,13 @@ class Bench:
     def __init__(self, args: argparse.Namespace, db: str) -> None:
         self.args = args
         self.db = db
-        self.short = "pg" if db == "postgres" else "sqlite"
+        self.dbh: BenchDB = BENCH_DBS[db](self.note)
+        self.short = self.dbh.short
         self.quick = args.quick
         self.tmp = Path(tempfile.mkdtemp(prefix=f"owf-bench-{self.short}-"))
         self.children: list[subprocess.Popen] = []
         self.results: list[str] = []
         self.ok = True
-        self.stats_conn = None  # PostgreSQL: a connection to the `postgres` database (stats, xids)
         self.timeout = args.timeout or (240.0 if self.quick else 900.0)
         self.stall = 30.0 if self.quick else 60.0  # no run finished for this long: give the phase up
 
@@ -238,67 +636,24 @@ class Bench:
 
         django.setup()
         self.settings_db = settings.DATABASES["default"]
-        if self.db == "postgres":
-            self._pg_create_database()
-        else:
-            for suffix in ("", "-wal", "-shm"):
-                with suppress(FileNotFoundError):
-                    os.unlink(str(settings.SQLITE_PATH) + suffix)
+        self.dbh.prepare(self.settings_db)
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0, interactive=False)
-        from django.db import connection
-
-        self.vendor = connection.vendor
-        if self.db == "postgres":
-            self.stats_conn = self._pg_connect("postgres", MONITOR_APP + "-stats")
-            ver = self.stats_conn.execute("show server_version").fetchone()[0]
-            self.max_connections = int(self.stats_conn.execute("show max_connections").fetchone()[0])
-            self.note(f"PostgreSQL {ver}, database {self.settings_db['NAME']}, max_connections={self.max_connections}")
-        else:
-            import sqlite3
-
-            self.note(f"SQLite {sqlite3.sqlite_version}, {self.settings_db['NAME']}")
-
-    def _pg_params(self, dbname: str) -> dict:
-        s = self.settings_db
-        params = {
-            "dbname": dbname,
-            "user": s.get("USER") or None,
-            "password": s.get("PASSWORD") or None,
-            "host": s.get("HOST") or None,
-            "port": s.get("PORT") or None,
-        }
-        return {k: v for k, v in params.items() if v not in (None, "")}
-
-    def _pg_connect(self, dbname: str, app: str):  # type: ignore[no-untyped-def]
-        import psycopg
-
-        return psycopg.connect(**self._pg_params(dbname), autocommit=True, application_name=app)
-
-    def _pg_create_database(self) -> None:
-        from psycopg import sql
-
-        name = self.settings_db["NAME"]
-        with self._pg_connect("postgres", MONITOR_APP) as conn:
-            if not conn.execute("select 1 from pg_database where datname = %s", (name,)).fetchone():
-                conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-                self.note(f"created database {name}")
+        self.dbh.open()
 
     def raw(self):  # type: ignore[no-untyped-def]
         """A fresh autocommit connection to the bench database, outside Django (for polling)."""
-        if self.db == "postgres":
-            return self._pg_connect(self.settings_db["NAME"], MONITOR_APP)
-        import sqlite3
-
-        conn = sqlite3.connect(self.settings_db["NAME"], timeout=20, isolation_level=None)
-        return conn
+        return self.dbh.raw()
 
     def q(self, conn, sql: str, params: tuple = ()):  # type: ignore[no-untyped-def]
-        if self.db == "sqlite":
-            sql = sql.replace("%s", "?")
-        cur = conn.execute(sql, params)
-        return cur.fetchall() if cur.description else None
+        sql = sql.replace("%s", self.dbh.placeholder)
+        cur = conn.cursor()
+        try:
+            cur.execute(sql, params) if params else cur.execute(sql)
+            return cur.fetchall() if cur.description else None
+        finally:
+            cur.close()
 
     def reset_tables(self) -> None:
         """Empty every table of django_openworkflow (whatever tables the engine has grown)."""
@@ -312,57 +667,15 @@ class Bench:
             for f in m._meta.local_many_to_many
         ]
         quoted = [connection.ops.quote_name(t) for t in dict.fromkeys(tables)]
-        if self.vendor == "postgresql":
-            with connection.cursor() as cur:
-                cur.execute(f"TRUNCATE {', '.join(quoted)} CASCADE")
-        else:
-            with connection.constraint_checks_disabled(), connection.cursor() as cur:
-                for table in quoted:
-                    cur.execute(f"DELETE FROM {table}")
+        self.dbh.empty_tables(connection, quoted)
         connections.close_all()
-
-    # ---- PostgreSQL marks
-
-    def pg_mark(self) -> dict:
-        row = self.stats_conn.execute(
-            "select xact_commit, xact_rollback, txid_snapshot_xmax(txid_current_snapshot()), "
-            "pg_current_wal_lsn()::text from pg_stat_database where datname = %s",
-            (self.settings_db["NAME"],),
-        ).fetchone()
-        return {"commit": row[0], "rollback": row[1], "xid": row[2], "lsn": row[3]}
-
-    def pg_wal_kb(self, m0: dict, m1: dict) -> float:
-        v = self.stats_conn.execute(
-            "select pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn)", (m1["lsn"], m0["lsn"])
-        ).fetchone()[0]
-        return float(v) / 1024.0
-
-    def pg_wait_backends_gone(self, apps: tuple[str, ...], pids: tuple[int, ...] = (), timeout: float = 10.0) -> None:
-        """Wait until backends of these application names / pids have exited (their stats are flushed at exit)."""
-        give_up = time.monotonic() + timeout
-        while time.monotonic() < give_up:
-            n = self.stats_conn.execute(
-                "select count(*) from pg_stat_activity "
-                "where datname = %s and (application_name = any(%s) or pid = any(%s))",
-                (self.settings_db["NAME"], list(apps), list(pids)),
-            ).fetchone()[0]
-            if not n:
-                return
-            time.sleep(0.05)
-        self.note(f"backends of {apps} still present after {timeout}s; commit counts may be slightly off")
 
     def check_foreign_sessions(self, label: str) -> None:
         """Warn when something else is connected to the bench database (e.g. a stray worker
         that would claim the benchmark's runs). Our own closed connections may linger a moment."""
-        if self.db != "postgres":
-            return
         give_up = time.monotonic() + 3.0
         while True:
-            rows = self.stats_conn.execute(
-                "select coalesce(nullif(application_name, ''), '?'), count(*) from pg_stat_activity "
-                "where datname = %s group by 1",
-                (self.settings_db["NAME"],),
-            ).fetchall()
+            rows = self.dbh.sessions()
             if not rows:
                 return
             if time.monotonic() > give_up:
@@ -370,12 +683,6 @@ class Bench:
             time.sleep(0.05)
         who = ", ".join(f"{n} x {app}" for app, n in rows)
         self.note(f"{label}: other sessions are connected to the bench database ({who}); figures may be off")
-
-    def pg_headroom(self) -> int:
-        used = self.stats_conn.execute(
-            "select count(*) from pg_stat_activity where backend_type = 'client backend'"
-        ).fetchone()[0]
-        return self.max_connections - used
 
     # ---- subprocesses
 
@@ -390,16 +697,17 @@ class Bench:
         return env
 
     def effective_concurrency(self, conc: int) -> int:
-        if self.db != "postgres" or self.args.no_cap:
+        free = self.dbh.headroom()
+        if free is None or self.args.no_cap:
             return conc
         # worker: one connection per slot + claim loop + heartbeat + LISTEN; plus the producer; and
         # leave a margin of 15 for the other sessions sharing the server (test suites, other benches).
-        room = self.pg_headroom() - 1 - 15
+        room = free - 1 - 15
         if conc + 3 > room:
             capped = max(1, room - 3)
             self.note(
                 f"concurrency {conc} needs ~{conc + 3} connections but only ~{room} are free "
-                f"(max_connections={self.max_connections}); running at concurrency {capped} "
+                f"(max_connections={self.dbh.max_connections}); running at concurrency {capped} "
                 "(pass --no-cap to try anyway, or raise max_connections)"
             )
             return capped
@@ -529,8 +837,9 @@ class Bench:
         conc_eff = self.effective_concurrency(conc)
         count_dir = self.tmp / f"counts-{label}"
         count_dir.mkdir(exist_ok=True)
-        wcount = count_dir / "worker.json" if self.db == "sqlite" else None
-        pcount = count_dir / "producer.json" if self.db == "sqlite" else None
+        counting = self.dbh.counts_in_process
+        wcount = count_dir / "worker.json" if counting else None
+        pcount = count_dir / "producer.json" if counting else None
         worker = None
         profiler = None
         if mode == "live":
@@ -542,7 +851,7 @@ class Bench:
         def begin() -> tuple:
             return (
                 cpu_sample(),
-                self.pg_mark() if self.db == "postgres" else None,
+                self.dbh.mark(),
                 proc_cpu_s(worker.pid) if worker else NAN,
                 time.time(),
             )
@@ -555,8 +864,7 @@ class Bench:
         else:
             self.go(producer)
             prod = self.producer_result(producer, self.timeout)
-            if self.db == "postgres":
-                self.pg_wait_backends_gone((PRODUCER_APP,))
+            self.dbh.settle((PRODUCER_APP,))
             c0, m0, _, _ = begin()
             worker, ready = self.spawn_worker(conc_eff, label, wcount)
             w0 = NAN
@@ -602,10 +910,8 @@ class Bench:
         if profiler is not None:
             self.stop_profiler(profiler)
         self.stop(worker)
-        m1 = None
-        if self.db == "postgres":
-            self.pg_wait_backends_gone((WORKER_APP, PRODUCER_APP, MONITOR_APP))
-            m1 = self.pg_mark()
+        self.dbh.settle((WORKER_APP, PRODUCER_APP, MONITOR_APP))
+        m1 = self.dbh.mark()
 
         mon = self.raw()
         ((maxfin, minstart),) = self.q(
@@ -639,21 +945,10 @@ class Bench:
             "worker_cpu_pct": 100.0 * worker_cpu_s / wall if wall and wall > 0 else NAN,
             "load1": load_before,
         }
-        if self.db == "postgres" and m0 and m1 and done:
-            commits = (m1["commit"] - m0["commit"]) - polls  # minus the monitor's own polling queries
-            res["commits"] = commits
-            res["rollbacks"] = m1["rollback"] - m0["rollback"]
-            res["commits_per_wf"] = commits / done
-            res["commits_per_step"] = commits / steps_done if steps_done else NAN
-            res["write_txn_per_wf"] = (m1["xid"] - m0["xid"]) / done
-            res["wal_kb_per_wf"] = self.pg_wal_kb(m0, m1) / done
-        elif self.db == "sqlite" and done:
-            # prefill: the producer's start transactions are outside the window, as on PostgreSQL
-            commits = read_commits(wcount) + (read_commits(pcount) if mode == "live" else 0)
-            res["commits"] = commits
-            res["commits_per_wf"] = commits / done
-            res["commits_per_step"] = commits / steps_done if steps_done else NAN
-            res["write_txn_per_wf"] = res["commits_per_wf"]
+        if done:
+            # prefill: the producer's start transactions are outside the window (as in the server counters)
+            counted = read_commits(wcount) + (read_commits(pcount) if mode == "live" else 0)
+            res.update(self.dbh.commit_figures(m0, m1, polls, counted, done, steps_done))
         res["ok"] = done == n and failed == 0 and steps_done >= steps * n
         if not res["ok"]:
             self.ok = False
@@ -704,15 +999,9 @@ class Bench:
         self.emit(f"thr.{t}.machine_cpu_ms_per_wf", r["cpu_ms_per_wf"], "ms/wf", 2)
         self.emit(f"thr.{t}.worker_cpu_ms_per_wf", r["worker_cpu_ms_per_wf"], "ms/wf", 2)
         self.emit(f"thr.{t}.loadavg_before", r["load1"], "(1-min load average before the run; 2 cores)", 2)
-        if "commits" in r:
-            src = "pg_stat_database.xact_commit" if self.db == "postgres" else "counted BEGIN+autocommit writes"
-            self.emit(f"commits.{t}.per_step", r["commits_per_step"], f"commits/step ({src})", 2)
-            self.emit(f"commits.{t}.per_wf", r["commits_per_wf"], "commits/wf", 2)
-        if self.db == "postgres" and "write_txn_per_wf" in r:
-            self.emit(
-                f"commits.{t}.write_txn_per_wf", r["write_txn_per_wf"], "write-txn/wf (xid delta, cluster-wide)", 2
-            )
-            self.emit(f"commits.{t}.wal_kb_per_wf", r["wal_kb_per_wf"], "KiB/wf (cluster-wide)", 2)
+        for key, figure, unit in self.dbh.commit_lines:
+            if key in r:
+                self.emit(f"commits.{t}.{figure}", r[key], unit, 2)
         if not r["ok"]:
             self.note(
                 f"{t}: NOT OK: completed={r['completed']}/{r['n']} failed={r['failed']} steps_done={r['steps_done']}"
@@ -738,7 +1027,14 @@ class Bench:
             f"worker_cpu_pct={fmt(r['worker_cpu_pct'], 0)}",
             f"load1={fmt(r['load1'], 2)}",
         ]
-        for k in ("write_txn_per_wf", "wal_kb_per_wf", "commits_per_wf", "commits_per_step"):
+        for k in (
+            "write_txn_per_wf",
+            "wal_kb_per_wf",
+            "commits_per_wf",
+            "commits_per_step",
+            "handler_commits_per_wf",
+            "redo_kb_per_wf",
+        ):
             if k in r:
                 parts.append(f"{k}={fmt(r[k], 2)}")
         return parts
@@ -848,21 +1144,9 @@ class Bench:
 
         from django_openworkflow.models import WorkflowRun
 
-        pg = self.vendor == "postgresql"
-        if pg:
-            times = {
-                "past": "now() - interval '2 days' + g * interval '1 ms'",
-                "future": "now() + interval '1 day' + g * interval '1 ms'",
-                "due": "now() - interval '1 second'",
-            }
-            now, uid = "now()", "gen_random_uuid()"
-        else:
-            times = {
-                "past": "strftime('%Y-%m-%d %H:%M:%f', 'now', '-2 days')",
-                "future": "strftime('%Y-%m-%d %H:%M:%f', 'now', '+1 day')",
-                "due": "strftime('%Y-%m-%d %H:%M:%f', 'now', '-1 second')",
-            }
-            now, uid = "strftime('%Y-%m-%d %H:%M:%f', 'now')", "lower(hex(randomblob(16)))"
+        exprs_for = self.dbh.filler_exprs()
+        times = {when_: exprs_for[when_] for when_ in ("past", "future", "due")}
+        now, uid = exprs_for["now"], exprs_for["uid"]
         finished = status in ("completed", "failed", "canceled")
         known = {
             "id": uid,
@@ -889,12 +1173,7 @@ class Bench:
                 exprs.append("%s")
                 params.append(field.get_db_prep_save(field.get_default(), connection))
         insert = f"INSERT INTO openworkflow_run ({', '.join(cols)}) SELECT {', '.join(exprs)}"
-        if pg:
-            return f"{insert} FROM generate_series(1, %s) AS g", [*params, count]
-        return (
-            f"WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < %s) {insert} FROM g",
-            [count, *params],
-        )
+        return self.dbh.insert_series(insert, params, count)
 
     def claims(self, finished: int, parked: int, reps: int, batch: int = 20) -> None:
         from django.db import connection, connections
@@ -906,7 +1185,9 @@ class Bench:
 
         def analyze() -> None:
             with connection.cursor() as cur:
-                cur.execute("ANALYZE openworkflow_run" if self.vendor == "postgresql" else "ANALYZE")
+                cur.execute(self.dbh.analyze_sql)
+                if cur.description:  # MariaDB's ANALYZE TABLE answers with a status table
+                    cur.fetchall()
 
         def insert(count: int, status: str, when: str) -> None:
             sql, params = self._insert_runs_sql(count, status, when)
@@ -1020,7 +1301,7 @@ class Bench:
         self.setup()
         lines: list[str] = []
         tag = (" " + args.tag.strip()) if args.tag.strip() else ""
-        pre = "ours" if self.db == "postgres" else "ours_sqlite"
+        pre = self.dbh.cfg_prefix
 
         def phase(name: str, fn) -> None:  # type: ignore[no-untyped-def]
             if name not in only:
@@ -1134,17 +1415,7 @@ class Bench:
 
     def close(self) -> None:
         self.kill_children()
-        if self.stats_conn is not None:
-            with suppress(Exception):
-                self.stats_conn.close()
-        if self.db == "sqlite" and not self.args.keep_db:
-            # The claim-scaling filler leaves a file of ~400 MB; it is recreated on every run anyway.
-            from django.db import connections
-
-            connections.close_all()
-            for suffix in ("", "-wal", "-shm"):
-                with suppress(OSError):
-                    os.unlink(str(self.settings_db["NAME"]) + suffix)
+        self.dbh.close(keep=self.args.keep_db)
 
 
 def main() -> int:
@@ -1165,7 +1436,7 @@ def main() -> int:
             elif not a.startswith("--db="):
                 rest.append(a)
         rc = 0
-        for db in ("postgres", "sqlite"):
+        for db in BENCH_DBS:
             rc |= subprocess.call([sys.executable, str(Path(__file__).resolve()), *rest, "--db", db])
         return rc
     os.environ["BENCH_DB"] = args.db

@@ -6,6 +6,9 @@ The database is picked by ``BENCH_DB`` (set by ``bench/run.py --db``):
   ``postgres://postgres@127.0.0.1:5432/bench_django``.
 * ``sqlite``: ``bench/bench.sqlite3`` with the settings the design recommends
   for several processes sharing one file (WAL, busy timeout, IMMEDIATE).
+* ``mariadb``: ``BENCH_MARIADB_URL``, default
+  ``mysql://root@127.0.0.1:3306/bench_django``, with utf8mb4 and READ COMMITTED
+  (what the package requires on MariaDB/MySQL; options in the URL win).
 """
 
 import os
@@ -31,6 +34,8 @@ INSTALLED_APPS = [
 ]
 
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/bench_django"
+DEFAULT_MARIADB_URL = "mysql://root@127.0.0.1:3306/bench_django"
+MARIADB_OPTIONS = {"charset": "utf8mb4", "isolation_level": "read committed"}
 SQLITE_PATH = Path(os.environ.get("BENCH_SQLITE_PATH", BASE_DIR / "bench.sqlite3"))
 SQLITE_OPTIONS = {
     "transaction_mode": "IMMEDIATE",
@@ -51,8 +56,11 @@ elif BENCH_DB == "postgres":
     DATABASES = {"default": env.db_url("BENCH_DATABASE_URL", default=DEFAULT_DATABASE_URL)}
     # Lets the orchestrator tell its own connections from the worker's in pg_stat_activity.
     DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get("BENCH_APP_NAME", "owf-bench")
+elif BENCH_DB == "mariadb":
+    DATABASES = {"default": env.db_url("BENCH_MARIADB_URL", default=DEFAULT_MARIADB_URL)}
+    DATABASES["default"]["OPTIONS"] = {**MARIADB_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}
 else:
-    raise RuntimeError(f"BENCH_DB must be 'postgres' or 'sqlite', got {BENCH_DB!r}")
+    raise RuntimeError(f"BENCH_DB must be 'postgres', 'sqlite' or 'mariadb', got {BENCH_DB!r}")
 
 OPENWORKFLOW = {
     "POLL_INTERVAL": "100ms",

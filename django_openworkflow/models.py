@@ -7,9 +7,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, models
-from django.db.models import Q
-from django.db.models.expressions import RawSQL
+from django.db import models
+from django.db.models import F, Lookup, Q
 
 from .conf import owf_settings
 from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
@@ -36,20 +35,28 @@ IS_HELD = Q(status=RunStatus.RUNNING, worker_id__isnull=False)
 """Running and held by a worker right now."""
 
 
+class _StatusIn(Lookup):
+    """``status IN ('pending', 'running')`` with the statuses as literals (our constants), not parameters.
+
+    Only then can SQLite's planner (and PostgreSQL's generic plans) prove
+    that the partial claim index covers the query. A lookup, not a boolean
+    RawSQL: MySQL would compare that with ``= 1`` and ignore its indexes.
+    """
+
+    prepare_rhs = False
+
+    def as_sql(self, compiler: Any, connection: Any) -> Any:
+        column, params = compiler.compile(self.lhs)
+        statuses = ", ".join(f"'{status.value}'" for status in self.rhs)
+        return f"{column} IN ({statuses})", params
+
+
 class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
     """The named subsets of runs: one definition each of "due", "parked", "held" and "finished"."""
 
     def claimable(self) -> WorkflowRunQuerySet:
-        """Runs a worker may claim once due: pending, or running (held with a lease, or parked).
-
-        The statuses are literals in the SQL (our constants), not bound
-        parameters: only then can SQLite's planner (and PostgreSQL's generic
-        plans) prove that the partial claim index covers the query.
-        """
-        quote = connections[self.db].ops.quote_name
-        column = f"{quote(self.model._meta.db_table)}.{quote('status')}"
-        statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
-        return self.filter(RawSQL(f"{column} IN ({statuses})", [], output_field=models.BooleanField()))
+        """Runs a worker may claim once due: pending, or running (held with a lease, or parked)."""
+        return self.filter(_StatusIn(F("status"), CLAIMABLE_STATUSES))
 
     def due(self, now: datetime) -> WorkflowRunQuerySet:
         """Runs claimable at ``now``: new, woken, retry due, or with an expired lease."""
