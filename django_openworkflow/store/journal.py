@@ -193,9 +193,10 @@ class JournalOps(BackendCore):
         Raises :class:`LeaseLost` (after writing nothing) when the worker no
         longer holds the run.
         """
+        if start_child is None and wake_when_child_done is None and wake_parent_of is None:
+            return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
         with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, run_fields or {})
-            self._flush(run_id, pending, now)
+            new_id = self._boundary_statements(run_id, worker_id, now, pending, insert, run_fields or {})
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now)
             if (
@@ -203,19 +204,46 @@ class JournalOps(BackendCore):
                 and WorkflowRun.objects.finished().filter(id=wake_when_child_done).exists()
             ):
                 WorkflowRun.objects.filter(id=run_id).update(available_at=now)
-            if insert is None:
-                return None
-            attempt = self._insert_attempt(run_id, insert, now)
             if start_child is not None:
+                assert new_id is not None, "a child starts with the step that waits for it"
                 child = WorkflowRun.objects.create(
                     workflow_name=start_child.workflow_name,
                     version=start_child.version,
                     input=start_child.input,
                     available_at=now,
-                    parent_step_attempt=attempt,
+                    parent_step_attempt_id=new_id,
                 )
-                StepAttempt.objects.filter(id=attempt.id).update(child_workflow_run=child)
-            return attempt.id
+                StepAttempt.objects.filter(id=new_id).update(child_workflow_run=child)
+            return new_id
+
+    def _step_boundary(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        insert: NewAttempt | None,
+        run_fields: dict[str, Any],
+    ) -> int | None:
+        """The hot path of :meth:`_commit`: fence, pending changes and a new attempt, nothing else.
+
+        One transaction of a few statements here; a backend may do it in one.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            return self._boundary_statements(run_id, worker_id, now, pending, insert, run_fields)
+
+    def _boundary_statements(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        insert: NewAttempt | None,
+        run_fields: dict[str, Any],
+    ) -> int | None:
+        self._fence(run_id, worker_id, now, run_fields)
+        self._flush(run_id, pending, now)
+        return self._insert_attempt(run_id, insert, now).id if insert is not None else None
 
     # -- signal and event waits --
 

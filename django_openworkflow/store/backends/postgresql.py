@@ -26,7 +26,7 @@ from django.db.models import Field, Model
 
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
-from ..records import ChildStart, ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
+from ..records import ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
 from .base import Backend
 
 logger = logging.getLogger("django_openworkflow.notify")
@@ -34,6 +34,15 @@ logger = logging.getLogger("django_openworkflow.notify")
 
 class PostgreSQLBackend(Backend):
     display_name = "postgresql"
+
+    def now(self) -> datetime:
+        # As a UTC timestamp without a zone: Django's psycopg loader labels a
+        # timestamptz with the zone it set at connect time instead of
+        # converting it, so a session whose zone changed since (a pooler in
+        # transaction mode, a server default) would read hours off.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp() AT TIME ZONE 'UTC'")
+            return self._aware(cursor.fetchone()[0])
 
     def claim(self, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
         """Claim up to ``limit`` due runs in one statement, oldest first."""
@@ -55,7 +64,7 @@ class PostgreSQLBackend(Backend):
                 started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp()
             FROM due WHERE r.id = due.id
             RETURNING r.*, due.started_at IS NULL AS fresh, due.worker_id IS NOT NULL AS lease_expired,
-                due.available_at AS due_at, statement_timestamp() AS claimed_at
+                due.available_at AS due_at, statement_timestamp() AT TIME ZONE 'UTC' AS claimed_at
         """
         runs: list[Any] = list(WorkflowRun.objects.raw(sql, [limit, RunStatus.RUNNING.value, worker_id, lease]))
         runs.sort(key=lambda run: run.due_at)
@@ -72,41 +81,25 @@ class PostgreSQLBackend(Backend):
                     run.error,
                 ),
                 worker_id,
-                claimed_at=run.claimed_at,
+                claimed_at=self._aware(run.claimed_at),
                 fresh=run.fresh,
                 lease_expired=run.lease_expired,
             )
             for run in runs
         ]
 
-    def _commit(
+    def _step_boundary(
         self,
         run_id: Any,
         worker_id: str,
         now: datetime,
         pending: Pending,
-        *,
-        insert: NewAttempt | None = None,
-        run_fields: dict[str, Any] | None = None,
-        start_child: ChildStart | None = None,
-        wake_when_child_done: Any = None,
-        wake_parent_of: int | None = None,
+        insert: NewAttempt | None,
+        run_fields: dict[str, Any],
     ) -> int | None:
-        """Fence + attempt updates + new attempts in one statement, for the shapes without a child."""
-        if start_child is not None or wake_when_child_done is not None or wake_parent_of is not None:
-            return super()._commit(
-                run_id,
-                worker_id,
-                now,
-                pending,
-                insert=insert,
-                run_fields=run_fields,
-                start_child=start_child,
-                wake_when_child_done=wake_when_child_done,
-                wake_parent_of=wake_parent_of,
-            )
+        """Fence + attempt updates + new attempts in one statement."""
         using = self.alias
-        run_values = {"updated_at": now, **(run_fields or {})}
+        run_values = {"updated_at": now, **run_fields}
         params = [_param(using, WorkflowRun, name, value) for name, value in run_values.items()]
         params += [run_id, worker_id, RunStatus.RUNNING.value]
         new_rows: list[NewAttempt] = []

@@ -1,0 +1,713 @@
+"""Backend conformance: what every store backend promises, tested through ``get_backend()`` alone.
+
+The same tests run unchanged against whichever database the test run uses
+(``make test`` runs the suite on SQLite, PostgreSQL and MariaDB), in the
+spirit of OpenWorkflow's shared ``backend.testsuite.ts``. They call the
+backend's operations directly, with no worker and no engine, and hold every
+backend to the same promises:
+
+1. claims: due runs oldest first, at most ``limit``; never a run that is not
+   due yet, finished, or held under a live lease; ``fresh`` and
+   ``lease_expired`` tell what came before; heartbeats, release, the due list;
+2. fencing: a worker that lost its run (taken over or canceled) gets
+   ``LeaseLost`` from every fenced write, and the write changes nothing;
+3. the journal: ids in call order, values round-tripped exactly, pending
+   changes committed with the next fenced write, child runs and parent wake-ups;
+4. idempotency keys: one run per (workflow, key) under concurrent starts, keys
+   compared byte for byte, signals and events deduplicated;
+5. signal and event delivery: open waits completed, signals buffered FIFO;
+6. JSON containment with PostgreSQL's ``@>`` rules, on every database;
+7. the clock: aware UTC, right even when the session's time zone is not UTC;
+8. the backend class made for the database, and its settings checks.
+
+A test branches on ``connection.vendor`` only to set up a condition that
+exists on one database (a session time zone, a vendor's settings check).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+from django.core import checks
+from django.db import connection, transaction
+from django.utils import timezone
+
+from django_openworkflow.models import FINISHED_STATUSES, Event, Signal, StepAttempt, WorkflowRun
+from django_openworkflow.store import get_backend
+from django_openworkflow.store.backends.base import Backend
+from django_openworkflow.store.core import contains
+from django_openworkflow.store.records import (
+    AttemptRecord,
+    AttemptUpdate,
+    ChildStart,
+    DeliveredSignal,
+    LeaseLost,
+    NewAttempt,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = timedelta(seconds=30)
+LATER = timedelta(hours=1)
+CLOSE = timedelta(seconds=5)  # how far two clock readings of one test may be apart
+THREADS = 20
+
+
+# -- helpers --
+
+
+def db_now():
+    return get_backend().now()
+
+
+def new_run(*, due_in=None, key=None, name="conformance"):
+    """Insert a pending run (due now, or ``due_in`` from now); returns its id."""
+    available_at = None if due_in is None else db_now() + due_in
+    run, _ = get_backend().insert_run(
+        workflow_name=name,
+        version=None,
+        input={"n": 1},
+        available_at=available_at,
+        deadline_at=None,
+        idempotency_key=key,
+    )
+    return run.id
+
+
+def held(worker="w1"):
+    """A new run, claimed by ``worker``."""
+    claimed = get_backend().claim_run(new_run(), worker, LEASE)
+    assert claimed is not None
+    return claimed
+
+
+def expire(run_id):
+    """Let the run's lease run out (or its sleep end): make it due a second ago."""
+    WorkflowRun.objects.filter(id=run_id).update(available_at=db_now() - timedelta(seconds=1))
+
+
+def reclaim(run_id, worker):
+    """Claim the run now, whatever it was due for."""
+    expire(run_id)
+    claimed = get_backend().claim_run(run_id, worker, LEASE)
+    assert claimed is not None
+    return claimed
+
+
+def take_over(run_id, worker="w2"):
+    """Another worker claims the run after its lease ran out."""
+    claimed = reclaim(run_id, worker)
+    assert claimed.lease_expired
+    return claimed
+
+
+def cancel(run_id):
+    assert get_backend().cancel_run(run_id) is True
+
+
+def row(run_id):
+    return WorkflowRun.objects.get(id=run_id)
+
+
+def attempt(step_name, kind="run", status="running", **fields):
+    return NewAttempt(step_name, kind, status, started_at=db_now(), **fields)
+
+
+def snapshot():
+    """Every row a store operation could write: runs, the journal, signals and events."""
+    return [list(model.objects.order_by("id").values()) for model in (WorkflowRun, StepAttempt, Signal, Event)]
+
+
+def exact(value):
+    """A JSON value's text with sorted keys: ``1`` and ``1.0``, ``True`` and ``1`` differ."""
+    return json.dumps(value, sort_keys=True)
+
+
+def race(call, n=THREADS):
+    """Run ``call()`` in ``n`` threads released at once, each on its own connection; returns the results."""
+    barrier = threading.Barrier(n)
+    results, errors = [], []
+
+    def run():
+        try:
+            barrier.wait(timeout=10)
+            results.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors, errors
+    assert len(results) == n
+    return results
+
+
+def wait(run_id, kind, name, match=None, worker="w1"):
+    """The engine's new signal or event wait for a held run; returns (wait id, delivered signal)."""
+    now = db_now()
+    if kind == "signal":
+        context, target = {"signal": name}, {"signal_name": name}
+    else:
+        context, target = {"event": name, "match": match}, {"event_type": name}
+    new_wait = attempt(name, kind, context=context)
+    return get_backend().wait_for_delivery(run_id, worker, now, [], park_until=now + LATER, insert=new_wait, **target)
+
+
+def parked_on(kind, name, match=None):
+    """A run parked on a new open wait; returns (run id, wait id)."""
+    run_id = held().run.id
+    wait_id, delivered = wait(run_id, kind, name, match)
+    assert delivered is None and row(run_id).worker_id is None
+    return run_id, wait_id
+
+
+# -- 1. claims and their order --
+
+
+def claim_one(run_id, worker):
+    """``claim`` with one due run in the table: that run, or None."""
+    claimed = get_backend().claim(worker, 10, LEASE)
+    assert [c.run.id for c in claimed] in ([], [run_id])
+    return claimed[0] if claimed else None
+
+
+CLAIMS = {"claim": claim_one, "claim_run": lambda run_id, worker: get_backend().claim_run(run_id, worker, LEASE)}
+
+
+def test_claim_takes_the_oldest_due_runs_first_up_to_limit():
+    ids = [new_run(due_in=timedelta(seconds=-age)) for age in (4, 1, 3, 2)]
+    assert [c.run.id for c in get_backend().claim("w1", 3, LEASE)] == [ids[0], ids[2], ids[3]]
+    assert [c.run.id for c in get_backend().claim("w2", 3, LEASE)] == [ids[1]]
+    assert get_backend().claim("w3", 3, LEASE) == []
+    assert list(WorkflowRun.objects.order_by("worker_id").values_list("worker_id", flat=True)) == ["w1"] * 3 + ["w2"]
+
+
+def finished_run(status):
+    run_id = new_run(due_in=timedelta(seconds=-1))  # due by time: only its status keeps it unclaimed
+    WorkflowRun.objects.filter(id=run_id).update(status=status)
+    return run_id
+
+
+UNCLAIMABLE = {
+    "not_yet_due": lambda: new_run(due_in=LATER),
+    "held_under_a_live_lease": lambda: held("w0").run.id,
+    "unknown": uuid.uuid4,
+    **{status.value: lambda status=status: finished_run(status) for status in FINISHED_STATUSES},
+}
+
+
+@pytest.mark.parametrize("make", UNCLAIMABLE.values(), ids=UNCLAIMABLE.keys())
+def test_runs_that_are_not_due_are_neither_claimed_nor_listed(make):
+    run_id = make()
+    before = snapshot()
+    assert get_backend().claim("w1", 10, LEASE) == []
+    assert get_backend().claim_run(run_id, "w1", LEASE) is None
+    assert get_backend().due_runs(10) == []
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("claim", CLAIMS.values(), ids=CLAIMS.keys())
+def test_fresh_and_lease_expired_tell_what_came_before_the_claim(claim):
+    run_id = new_run()
+    first = claim(run_id, "w1")
+    assert (first.run.id, first.worker_id, first.fresh, first.lease_expired) == (run_id, "w1", True, False)
+    assert (first.run.workflow_name, first.run.input, first.run.attempts) == ("conformance", {"n": 1}, 0)
+    assert abs(first.claimed_at - timezone.now()) < CLOSE
+    assert claim(run_id, "w2") is None  # the lease holds
+
+    expire(run_id)
+    second = claim(run_id, "w2")
+    assert (second.worker_id, second.fresh, second.lease_expired) == ("w2", False, True)
+    assert row(run_id).worker_id == "w2"
+
+    assert get_backend().release(second) is True
+    expire(run_id)
+    third = claim(run_id, "w3")
+    assert (third.worker_id, third.fresh, third.lease_expired) == ("w3", False, False)  # handed back, not lost
+
+
+def test_extend_leases_extends_only_the_runs_this_worker_holds():
+    mine, theirs, released = held("w1"), held("w2"), held("w1")
+    assert get_backend().release(released) is True
+    before = {c.run.id: row(c.run.id).available_at for c in (theirs, released)}
+    ids = [mine.run.id, theirs.run.id, released.run.id]
+    assert get_backend().extend_leases("w1", timedelta(minutes=10), ids) == 1
+    assert abs(row(mine.run.id).available_at - (db_now() + timedelta(minutes=10))) < CLOSE
+    assert {run_id: row(run_id).available_at for run_id in before} == before
+    assert get_backend().extend_leases("w1", timedelta(minutes=10), []) == 0
+
+
+def test_release_hands_the_run_back_due_within_a_second():
+    claimed = held("w1")
+    now = db_now()
+    assert get_backend().release(claimed) is True
+    run = row(claimed.run.id)
+    assert (run.status, run.worker_id) == ("running", None)
+    assert now <= run.available_at <= now + timedelta(seconds=2)
+
+
+def test_due_runs_lists_due_runs_oldest_first():
+    ids = [new_run(due_in=timedelta(seconds=-age)) for age in (1, 3, 2)]
+    new_run(due_in=LATER)
+    held("w1")
+    due = get_backend().due_runs(10)
+    assert [run_id for run_id, _ in due] == [ids[1], ids[2], ids[0]]
+    assert [at for _, at in due] == [row(run_id).available_at for run_id in (ids[1], ids[2], ids[0])]
+    assert get_backend().due_runs(2) == due[:2]
+
+
+# -- 2. fencing --
+
+
+@dataclass
+class Journaled:
+    """A run held by w1 with a running step (which ``pending`` finishes) and an open signal wait."""
+
+    run_id: uuid.UUID
+    step_id: int
+    wait_id: int
+
+    def pending(self, now):
+        return [
+            AttemptUpdate(self.step_id, "completed", now, output={"a": 1}),
+            NewAttempt("b", "run", "completed", now, output=2, finished_at=now),
+        ]
+
+
+def journaled():
+    run_id, backend, now = held("w1").run.id, get_backend(), db_now()
+    step_id = backend.record_step(run_id, "w1", now, [], attempt("a"))
+    wait_id = backend.record_step(run_id, "w1", now, [], attempt("w", "signal", context={"signal": "go"}))
+    assert backend.send_signal(run_id, "other", "buffered", None) is False  # for a new wait to take
+    return Journaled(run_id, step_id, wait_id)
+
+
+def atomic_write(backend, j, worker, now, pending):
+    with backend.atomic_step(j.run_id, worker, lambda: now, pending) as record:
+        record(NewAttempt("atomic", "run", "completed", now, output=3, finished_at=now))
+
+
+FENCED_WRITES = {
+    "record_step": lambda b, j, w, now, p: b.record_step(j.run_id, w, now, p, attempt("c")),
+    "park": lambda b, j, w, now, p: b.park(j.run_id, w, now, p, now + LATER, attempt=attempt("nap", "sleep")),
+    "park_with_child": lambda b, j, w, now, p: b.park(
+        j.run_id, w, now, p, now + LATER, attempt=attempt("kid", "workflow"), child=ChildStart("kid", None, {"n": 2})
+    ),
+    "complete_run": lambda b, j, w, now, p: b.complete_run(j.run_id, w, now, p, {"done": True}, None),
+    "fail_run": lambda b, j, w, now, p: b.fail_run(j.run_id, w, now, p, {"type": "Boom"}, None, attempts=1),
+    "reschedule_run": lambda b, j, w, now, p: b.reschedule_run(j.run_id, w, now, p, now + LATER, {"type": "Boom"}, 1),
+    "wait_for_delivery": lambda b, j, w, now, p: b.wait_for_delivery(
+        j.run_id,
+        w,
+        now,
+        p,
+        park_until=now + LATER,
+        insert=attempt("other", "signal", context={"signal": "other"}),
+        signal_name="other",
+    ),
+    "expire_wait": lambda b, j, w, now, p: b.expire_wait(j.run_id, w, now, p, attempt_id=j.wait_id),
+    "atomic_step": atomic_write,
+}
+
+
+@pytest.mark.parametrize("write", FENCED_WRITES.values(), ids=FENCED_WRITES.keys())
+@pytest.mark.parametrize("lose", [take_over, cancel], ids=["taken_over", "canceled"])
+def test_a_worker_that_lost_its_run_gets_lease_lost_and_writes_nothing(lose, write):
+    j = journaled()
+    lose(j.run_id)
+    before = snapshot()
+    with pytest.raises(LeaseLost):
+        write(get_backend(), j, "w1", db_now(), j.pending(db_now()))
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize("write", FENCED_WRITES.values(), ids=FENCED_WRITES.keys())
+def test_each_fenced_write_commits_the_pending_changes_with_it(write):
+    j = journaled()
+    write(get_backend(), j, "w1", db_now(), j.pending(db_now()))
+    steps = {record.step_name: record for record in get_backend().load_history(j.run_id)}
+    assert (steps["a"].status, steps["a"].output) == ("completed", {"a": 1})
+    assert (steps["b"].status, steps["b"].output) == ("completed", 2)
+    assert steps["a"].id < steps["w"].id < steps["b"].id
+
+
+def test_release_by_a_worker_that_lost_the_run_changes_nothing():
+    claimed = held("w1")
+    take_over(claimed.run.id)
+    before = snapshot()
+    assert get_backend().release(claimed) is False
+    assert snapshot() == before
+
+
+# -- 3. the journal --
+
+
+def test_record_step_returns_ascending_ids_in_call_order():
+    run_id, now = held().run.id, db_now()
+    names = [f"s{i}" for i in range(5)]
+    ids = [get_backend().record_step(run_id, "w1", now, [], attempt(name)) for name in names]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    history = get_backend().load_history(run_id)
+    assert all(isinstance(record, AttemptRecord) for record in history)
+    assert [(record.id, record.step_name) for record in history] == list(zip(ids, names))
+
+
+def test_pending_attempts_are_journaled_in_order_before_the_new_step():
+    run_id, now = held().run.id, db_now()
+    pending = [NewAttempt(f"p{i}", "run", "completed", now, output=i, finished_at=now) for i in range(3)]
+    new_id = get_backend().record_step(run_id, "w1", now, pending, attempt("last"))
+    history = get_backend().load_history(run_id)
+    assert [(r.step_name, r.output) for r in history] == [("p0", 0), ("p1", 1), ("p2", 2), ("last", None)]
+    assert [r.id for r in history] == sorted(r.id for r in history) and history[-1].id == new_id
+
+
+JSON_VALUES = {
+    "nested": {"a": {"b": [1, {"c": [None, True, False]}], "d": {}}, "e": [], "f": [[[]]]},
+    "unicode": 'é ß 中文 ☃ 😀 𝄞 \U0010fffd "quoted" \\ back\tslash\nnewline',
+    "unicode_keys": {"ключ": "значение", "😀": "𝄞", "": "empty key"},
+    "large_ints": [2**53, -(2**53), 2**53 - 1, 2**31, 0, -1],
+    "floats": [0.1, -2.5, 1.0, 3.141592653589793, 1e-07, 123456.789, -0.0001],
+    "booleans_and_null": [True, False, None, 0, 1, ""],
+    "string": "just text",
+    "int": 42,
+    "float": 2.5,
+    "true": True,
+    "null": None,
+}
+
+
+@pytest.mark.parametrize("value", JSON_VALUES.values(), ids=JSON_VALUES.keys())
+def test_history_round_trips_outputs_errors_and_contexts_exactly(value):
+    run_id, backend, now = held().run.id, get_backend(), db_now()
+    step_id = backend.record_step(run_id, "w1", now, [], attempt("v", context={"value": value}))
+    error = {"type": "E", "message": "😀", "detail": value}
+    failed = NewAttempt("f", "run", "failed", now, context={"value": value}, output=value, error=error, finished_at=now)
+    backend.complete_run(
+        run_id, "w1", now, [AttemptUpdate(step_id, "completed", now, output=value), failed], value, None
+    )
+    first, second = backend.load_history(run_id)
+    assert [exact(first.output), exact(first.context)] == [exact(value), exact({"value": value})]
+    assert [exact(second.output), exact(second.error)] == [exact(value), exact(error)]
+    assert exact(backend.run_outcome(run_id).output) == exact(value)
+
+
+def parent_with_child():
+    """A parent parked on a child it started, and the child claimed by w2; returns (parent id, child claim)."""
+    parent_id, now = held("w1").run.id, db_now()
+    child = ChildStart("kid", "v1", {"n": 2})
+    get_backend().park(parent_id, "w1", now, [], now + LATER, attempt=attempt("kid", "workflow"), child=child)
+    (child_id,) = get_backend().child_run_ids(parent_id)
+    claimed = get_backend().claim_run(child_id, "w2", LEASE)
+    assert claimed is not None and claimed.fresh
+    return parent_id, claimed
+
+
+def test_park_with_a_child_starts_a_linked_child_run():
+    parent_id, child = parent_with_child()
+    (wait,) = get_backend().load_history(parent_id)
+    assert (wait.kind, wait.status, wait.child_workflow_run_id) == ("workflow", "running", child.run.id)
+    assert child.run.parent_step_attempt_id == wait.id
+    assert (child.run.workflow_name, child.run.version, child.run.input) == ("kid", "v1", {"n": 2})
+    assert get_backend().parent_run_id(child.run.id) == parent_id
+    parent = row(parent_id)
+    assert parent.worker_id is None and parent.available_at > db_now() + LATER - CLOSE
+
+
+FINISH_CHILD = {
+    "complete_run": lambda c, now: get_backend().complete_run(c.run.id, "w2", now, [], 1, c.run.parent_step_attempt_id),
+    "fail_run": lambda c, now: get_backend().fail_run(c.run.id, "w2", now, [], {}, c.run.parent_step_attempt_id),
+    "cancel_run": lambda c, now: cancel(c.run.id),
+}
+
+
+@pytest.mark.parametrize("finish", FINISH_CHILD.values(), ids=FINISH_CHILD.keys())
+def test_a_finishing_child_wakes_its_parked_parent(finish):
+    parent_id, child = parent_with_child()
+    assert get_backend().claim_run(parent_id, "w1", LEASE) is None
+    finish(child, db_now())
+    assert get_backend().claim_run(parent_id, "w1", LEASE) is not None
+
+
+@pytest.mark.parametrize("child_done", [True, False], ids=["child_done", "child_running"])
+def test_parking_on_a_child_that_already_finished_is_due_at_once(child_done):
+    parent_id, child = parent_with_child()
+    if child_done:
+        get_backend().complete_run(child.run.id, "w2", db_now(), [], 1, None)  # no wake-up: the parent re-checks
+    reclaim(parent_id, "w1")
+    now = db_now()
+    get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=child.run.id)
+    assert (get_backend().claim_run(parent_id, "w3", LEASE) is not None) is child_done
+
+
+# -- 4. idempotency keys --
+
+
+def start(key, name="conformance"):
+    """(run id, created) of an idempotent start."""
+    run, created = get_backend().insert_run(
+        workflow_name=name, version=None, input=None, available_at=None, deadline_at=None, idempotency_key=key
+    )
+    return run.id, created
+
+
+def test_concurrent_starts_with_one_key_make_one_run():
+    results = race(lambda: start("order-1"))
+    (run_id,) = WorkflowRun.objects.values_list("id", flat=True)
+    assert {result_id for result_id, _ in results} == {run_id}
+    assert [created for _, created in results].count(True) == 1
+
+
+def test_different_keys_and_no_key_make_new_runs():
+    starts = [start("k1"), start("k2"), start("k1", name="other"), start(None), start(None)]
+    assert all(created for _, created in starts)
+    assert len({run_id for run_id, _ in starts}) == WorkflowRun.objects.count() == 5
+    assert start("k1") == (starts[0][0], False)
+
+
+KEYED_WRITES = {
+    "run": (WorkflowRun, lambda run_id, key: start(key)),
+    "signal": (Signal, lambda run_id, key: get_backend().send_signal(run_id, "go", None, key)),
+    "event": (Event, lambda run_id, key: get_backend().send_event("order.paid", {}, key)),
+}
+
+
+@pytest.mark.parametrize(
+    "keys", [("Order-1", "order-1"), ("k", "k "), ("resume", "résumé")], ids=["case", "trailing_space", "accent"]
+)
+@pytest.mark.parametrize("kind", KEYED_WRITES)
+def test_keys_differing_in_case_trailing_space_or_accents_are_different_keys(kind, keys):
+    model, write = KEYED_WRITES[kind]
+    target = new_run()
+    for key in keys:
+        write(target, key)
+    stored = model.objects.filter(idempotency_key__isnull=False).values_list("idempotency_key", flat=True)
+    assert sorted(stored) == sorted(keys)
+
+
+def test_concurrent_signals_with_one_key_are_delivered_once():
+    run_id, wait_id = parked_on("signal", "go")
+    results = race(lambda: get_backend().send_signal(run_id, "go", "once", "sig-1"))
+    assert results.count(True) == 1 and results.count(False) == THREADS - 1
+    (signal,) = Signal.objects.all()
+    assert signal.consumed_by_id == wait_id
+    _, delivered = wait(reclaim(run_id, "w1").run.id, "signal", "go")
+    assert delivered is None and row(run_id).worker_id is None  # nothing left to deliver
+
+
+def test_concurrent_events_with_one_key_report_the_first_sends_count():
+    for _ in range(2):
+        parked_on("event", "order.paid", {"order": {"id": 7}})
+    payload = {"order": {"id": 7}}
+    assert race(lambda: get_backend().send_event("order.paid", payload, "paid-7")) == [2] * THREADS
+    assert Event.objects.get().woke == 2
+    assert all(status == "completed" for status in StepAttempt.objects.values_list("status", flat=True))
+    _, late_wait = parked_on("event", "order.paid", {"order": {"id": 7}})
+    assert get_backend().send_event("order.paid", payload, "paid-7") == 2
+    assert StepAttempt.objects.get(id=late_wait).status == "running"
+
+
+# -- 5. signal and event delivery --
+
+
+def test_a_signal_completes_the_open_wait_and_makes_the_parked_run_due():
+    run_id, wait_id = parked_on("signal", "go")
+    assert row(run_id).available_at > db_now() + LATER - CLOSE
+    assert get_backend().send_signal(run_id, "go", {"ok": 1}, None) is True
+    signal = Signal.objects.get()
+    assert signal.consumed_by_id == wait_id and signal.consumed_at is not None
+    (record,) = get_backend().load_history(run_id)
+    assert (record.status, record.output) == ("completed", {"signal_id": signal.id, "data": {"ok": 1}})
+    assert get_backend().claim_run(run_id, "w2", LEASE) is not None
+
+
+def test_buffered_signals_go_to_new_waits_first_in_first_out():
+    run_id = held().run.id
+    sends = [("go", 1), ("stop", 9), ("go", 2)]
+    assert [get_backend().send_signal(run_id, name, data, None) for name, data in sends] == [False] * 3
+    ids = dict(Signal.objects.values_list("data", "id"))
+    assert wait(run_id, "signal", "go")[1] == DeliveredSignal(ids[1], 1)
+    assert row(run_id).worker_id == "w1"  # a wait that took a signal does not park
+    assert wait(run_id, "signal", "go")[1] == DeliveredSignal(ids[2], 2)
+    assert wait(run_id, "signal", "go")[1] is None
+    assert row(run_id).worker_id is None
+    history = get_backend().load_history(run_id)
+    assert [(r.status, (r.output or {}).get("data")) for r in history] == [
+        ("completed", 1),
+        ("completed", 2),
+        ("running", None),
+    ]
+    assert Signal.objects.get(id=ids[9]).consumed_by_id is None
+
+
+def test_a_delivery_while_the_run_is_held_makes_it_due_when_it_parks():
+    run_id, now = held().run.id, db_now()
+    wait_id = get_backend().record_step(run_id, "w1", now, [], attempt("go", "signal", context={"signal": "go"}))
+    assert get_backend().send_signal(run_id, "go", "early", None) is True
+    assert row(run_id).worker_id == "w1"  # a held run is not woken: its worker sees the delivery
+    rearmed = get_backend().wait_for_delivery(run_id, "w1", now, [], park_until=now + LATER, waiting_attempt_id=wait_id)
+    assert rearmed == (None, None)
+    assert get_backend().claim_run(run_id, "w2", LEASE) is not None
+
+
+def test_an_event_wakes_only_the_waits_whose_pattern_its_payload_contains():
+    (run_42, wait_42), (run_43, wait_43) = (parked_on("event", "order.paid", {"order": {"id": i}}) for i in (42, 43))
+    assert get_backend().send_event("order.refunded", {"order": {"id": 42}}, None) == 0
+    assert get_backend().send_event("order.paid", {"order": {"id": 41}}, None) == 0
+    payload = {"order": {"id": 42, "total": "9.99"}, "via": "card"}
+    assert get_backend().send_event("order.paid", payload, None) == 1
+    event = Event.objects.get(woke=1)
+    record = StepAttempt.objects.get(id=wait_42)
+    assert (record.status, record.output) == ("completed", {"event_id": event.id, "payload": payload})
+    assert StepAttempt.objects.get(id=wait_43).status == "running"
+    assert get_backend().claim_run(run_42, "w2", LEASE) is not None
+    assert get_backend().claim_run(run_43, "w2", LEASE) is None
+
+
+# -- 6. JSON containment --
+
+CONTAINMENT = [
+    # (pattern, payload, does the payload contain the pattern?) -- PostgreSQL's `payload @> pattern`
+    ({"a": 1}, {"a": 1, "b": 2}, True),
+    ({"a": {"b": 1}}, {"a": {"b": 1, "c": 2}}, True),
+    ({"a": [1]}, {"a": [1, 2]}, True),
+    ({"a": [2, 1]}, {"a": [1, 2, 3]}, True),
+    ({"a": [1, 1]}, {"a": [1]}, True),
+    ({"a": [[1]]}, {"a": [[1, 2]]}, True),
+    ({"a": 1}, {"a": [1, 2]}, False),  # MySQL's JSON_CONTAINS says yes
+    ({"a": {"b": 1}}, {"a": [{"b": 1}]}, False),  # and here too
+    ({"a": [1]}, {"a": 1}, False),
+    ({"a": 1}, {"a": 1.0}, True),
+    ({"a": 2.5}, {"a": 2.5}, True),
+    ({"a": 1}, {"a": 2}, False),
+    ({"a": True}, {"a": 1}, False),
+    ({"a": False}, {"a": 0}, False),
+    ({"a": False}, {"a": False}, True),
+    ({"a": "1"}, {"a": 1}, False),
+    ({"a": "x"}, {"a": "X"}, False),
+    ({"a": "e"}, {"a": "é"}, False),
+    ({"a": "k"}, {"a": "k "}, False),
+    ({"ключ": "😀"}, {"ключ": "😀", "b": 1}, True),
+    ({}, {"a": 1}, True),
+    ({}, {}, True),
+    ({"a": None}, {"a": None}, True),
+    ({"a": None}, {}, False),
+    ({"a": None}, {"a": False}, False),
+]
+
+
+@pytest.mark.parametrize(
+    "pattern, payload, expected", CONTAINMENT, ids=[f"{exact(p)}-in-{exact(q)}" for p, q, _ in CONTAINMENT]
+)
+def test_event_matching_follows_postgresql_containment(pattern, payload, expected):
+    assert contains(payload, pattern) is expected
+    StepAttempt.objects.create(
+        workflow_run_id=new_run(),
+        step_name="w",
+        kind="event",
+        status="running",
+        context={"event": "t", "match": pattern},
+    )
+    open_waits = StepAttempt.objects.filter(kind="event", status="running", context__event="t")
+    with transaction.atomic():  # a backend may lock the waits it reads
+        assert len(get_backend().event_waits(open_waits, payload)) == expected
+    assert get_backend().send_event("t", payload, None) == expected
+
+
+# -- 7. the clock --
+
+NON_UTC_SESSION = {"postgresql": "SET TIME ZONE 'Asia/Kolkata'", "mysql": "SET time_zone = '+05:30'"}
+
+
+@pytest.fixture(params=["utc_session", "non_utc_session"])
+def session_time_zone(request):
+    """The database session's time zone: as Django sets it, or UTC+05:30 where sessions have one."""
+    if request.param == "utc_session":
+        yield
+        return
+    if connection.vendor not in NON_UTC_SESSION:
+        pytest.skip(f"{connection.vendor} has no session time zone")
+    with connection.cursor() as cursor:
+        cursor.execute(NON_UTC_SESSION[connection.vendor])
+    try:
+        yield
+    finally:
+        connection.close()  # the next query reconnects with Django's session settings
+
+
+def test_now_is_aware_utc_and_close_to_this_process_clock(session_time_zone):
+    now = get_backend().now()
+    assert now.tzinfo is not None and now.utcoffset() == timedelta(0)
+    assert abs(now - timezone.now()) < CLOSE
+
+
+def lands_near(run_id, delta=timedelta(0)):
+    """The run is due about ``delta`` from now, compared in SQL (reading a datetime back may depend on the session)."""
+    when = timezone.now() + delta
+    return WorkflowRun.objects.filter(id=run_id, available_at__range=(when - CLOSE, when + CLOSE)).exists()
+
+
+def test_database_clock_writes_land_now_not_hours_off(session_time_zone):
+    run_id = new_run()  # default available_at: the database clock
+    assert lands_near(run_id)
+    (claimed,) = get_backend().claim("w1", 10, LEASE)
+    assert claimed.run.id == run_id and lands_near(run_id, LEASE)
+    assert get_backend().extend_leases("w1", LATER, [run_id]) == 1
+    assert lands_near(run_id, LATER)
+    assert get_backend().release(claimed) is True
+    assert lands_near(run_id, timedelta(seconds=1)), "release: due again within about a second"
+    assert abs(claimed.claimed_at - timezone.now()) < CLOSE
+
+
+# -- 8. the backend class --
+
+BACKEND_CLASSES = {
+    "sqlite": "django_openworkflow.store.backends.sqlite.SQLiteBackend",
+    "postgresql": "django_openworkflow.store.backends.postgresql.PostgreSQLBackend",
+    "mysql": "django_openworkflow.store.backends.mysql.MySQLBackend",
+}
+
+
+def test_get_backend_is_the_class_for_the_database_made_once():
+    backend = get_backend()
+    assert isinstance(backend, Backend)
+    assert f"{type(backend).__module__}.{type(backend).__qualname__}" == BACKEND_CLASSES[connection.vendor]
+    assert get_backend() is backend and get_backend("default") is backend
+
+
+def test_check_passes_with_the_test_settings():
+    assert get_backend().check() == []
+
+
+SETTINGS_CHECKS = [
+    ("mysql", {"isolation_level": "repeatable read"}, checks.Error, "openworkflow.E020"),
+    ("mysql", {"charset": "utf8"}, checks.Warning, "openworkflow.W020"),
+    ("sqlite", {"transaction_mode": None}, checks.Warning, "openworkflow.W001"),
+    ("sqlite", {"init_command": "PRAGMA synchronous=NORMAL;"}, checks.Warning, "openworkflow.W001"),
+]
+
+
+@pytest.mark.parametrize(
+    "vendor, options, level, check_id",
+    SETTINGS_CHECKS,
+    ids=["mysql_repeatable_read", "mysql_charset_utf8", "sqlite_not_immediate", "sqlite_without_wal"],
+)
+def test_check_reports_database_settings_that_would_misbehave(vendor, options, level, check_id):
+    if connection.vendor != vendor:
+        pytest.skip(f"a check of {vendor} settings; this run is on {connection.vendor}")
+    original = connection.settings_dict["OPTIONS"]
+    connection.settings_dict["OPTIONS"] = {**original, **options}
+    try:
+        messages = get_backend().check()
+    finally:
+        connection.settings_dict["OPTIONS"] = original
+    assert [(type(m), m.id) for m in messages] == [(level, check_id)]
