@@ -24,11 +24,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="openworkflow.E001",
             )
         )
-    for key, read in (("LEASE", lambda: owf_settings.lease), ("POLL_INTERVAL", lambda: owf_settings.poll_interval)):
+    durations = (
+        ("LEASE", lambda: owf_settings.lease),
+        ("POLL_INTERVAL", lambda: owf_settings.poll_interval),
+        ("DRAIN_TIMEOUT", lambda: owf_settings.drain_timeout),
+    )
+    for key, read in durations:
         try:
             read()
         except ValueError as exc:
             messages.append(checks.Error(f"OPENWORKFLOW[{key!r}]: {exc}", id="openworkflow.E002"))
+    for read_int in (
+        lambda: owf_settings.concurrency,
+        lambda: owf_settings.max_step_attempts,
+        lambda: owf_settings.max_payload_bytes,
+    ):
+        try:
+            read_int()
+        except ValueError as exc:
+            messages.append(checks.Error(str(exc), id="openworkflow.E005"))
     if owf_settings.database not in settings.DATABASES:
         messages.append(
             checks.Error(

@@ -15,7 +15,7 @@ from .conf import owf_settings
 from .durations import Duration, parse_duration
 from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
 from .models import WorkflowRun
-from .payload import to_json_value
+from .payload import check_text, to_json_value
 from .registry import registry
 from .states import RunStatus
 from .store import get_backend
@@ -54,7 +54,7 @@ def start_run(
     elif registry.get(workflow_name, version) is None:
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
     _check_key(idempotency_key)
-    stored_input = to_json_value(input, f"input of workflow {workflow_name!r}")
+    stored_input = to_json_value(input, f"input of workflow {workflow_name!r}", "input")
     store = get_backend()
     db_clock = functools.cache(store.now)  # read the database clock at most once per start
     available = _as_datetime(available_at, "available_at", db_clock)
@@ -165,15 +165,14 @@ class RunHandle:
 
 
 def _check_key(idempotency_key: str | None) -> None:
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not 0 < len(idempotency_key) <= 255):
-        raise ValueError(
-            f"idempotency_key must be a non-empty string of at most 255 characters, got {idempotency_key!r:.80}"
-        )
+    if idempotency_key is not None:
+        _check_name("idempotency_key", idempotency_key)
 
 
 def _check_name(what: str, name: str) -> None:
     if not isinstance(name, str) or not 0 < len(name) <= 255:
         raise ValueError(f"{what} must be a non-empty string of at most 255 characters, got {name!r:.80}")
+    check_text(name, what)
 
 
 def send_signal(run_id: uuid.UUID | str, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
@@ -187,7 +186,7 @@ def send_signal(run_id: uuid.UUID | str, name: str, data: Any = None, idempotenc
     """
     _check_name("signal name", name)
     _check_key(idempotency_key)
-    payload = to_json_value(data, f"data of signal {name!r}")
+    payload = to_json_value(data, f"data of signal {name!r}", "data")
     try:
         run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except ValueError:
@@ -205,7 +204,7 @@ def send_event(event: str, payload: Any = None, idempotency_key: str | None = No
     """
     _check_name("event type", event)
     _check_key(idempotency_key)
-    stored = to_json_value(payload, f"payload of event {event!r}")
+    stored = to_json_value(payload, f"payload of event {event!r}", "payload")
     return get_backend().send_event(event, stored, idempotency_key)
 
 

@@ -20,6 +20,9 @@ DEFAULTS: dict[str, Any] = {
     "LEASE": "30s",
     # How often an idle worker looks for due runs.
     "POLL_INTERVAL": "100ms",
+    # On SIGTERM, how long a worker waits for its slices to finish before it
+    # releases what is still running to other workers and exits.
+    "DRAIN_TIMEOUT": "30s",
     # Worker slots (threads) per `runworkflows` process.
     "CONCURRENCY": 10,
     # A run may record at most this many step attempts.
@@ -56,16 +59,26 @@ class Settings:
         return parse_duration(self._get("POLL_INTERVAL"))
 
     @property
+    def drain_timeout(self) -> timedelta:
+        return parse_duration(self._get("DRAIN_TIMEOUT"))
+
+    def _positive_int(self, key: str) -> int:
+        value = self._get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"OPENWORKFLOW[{key!r}] must be a whole number of at least 1, got {value!r:.60}")
+        return value
+
+    @property
     def concurrency(self) -> int:
-        return int(self._get("CONCURRENCY"))
+        return self._positive_int("CONCURRENCY")
 
     @property
     def max_step_attempts(self) -> int:
-        return int(self._get("MAX_STEP_ATTEMPTS"))
+        return self._positive_int("MAX_STEP_ATTEMPTS")
 
     @property
     def max_payload_bytes(self) -> int:
-        return int(self._get("MAX_PAYLOAD_BYTES"))
+        return self._positive_int("MAX_PAYLOAD_BYTES")
 
     @property
     def autodiscover_module(self) -> str:

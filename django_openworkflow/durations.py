@@ -38,12 +38,22 @@ _UNIT_ALIASES = {
     "y": "y", "yr": "y", "yrs": "y", "year": "y", "years": "y",
 }  # fmt: skip
 
+MAX_DURATION = timedelta(days=1000 * 365.25)
+"""The longest duration accepted: a point that far ahead is still a date every database stores."""
+
 _PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]+)\s*")
 _BARE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*")
 
 
 def parse_duration(value: Duration) -> timedelta:
-    """Return ``value`` as a non-negative ``timedelta``; ``ValueError`` names a bad value."""
+    """Return ``value`` as a non-negative ``timedelta`` of at most 1,000 years; ``ValueError`` names a bad value."""
+    duration = _parse(value)
+    if duration > MAX_DURATION:
+        raise ValueError(f"duration {value!r:.60} is longer than 1000 years, the limit")
+    return duration
+
+
+def _parse(value: Duration) -> timedelta:
     if isinstance(value, timedelta):
         if value < timedelta(0):
             raise ValueError(f"duration {value!r} is negative")
@@ -53,10 +63,10 @@ def parse_duration(value: Duration) -> timedelta:
     if isinstance(value, (int, float)):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"duration {value!r} must be a finite, non-negative number of ms")
-        return timedelta(milliseconds=value)
+        return _milliseconds(value, value)
     bare = _BARE.fullmatch(value)
     if bare:
-        return timedelta(milliseconds=float(bare.group(1)))
+        return _milliseconds(float(bare.group(1)), value)
     total_ms = 0.0
     pos = 0
     for match in _PART.finditer(value):
@@ -70,4 +80,10 @@ def parse_duration(value: Duration) -> timedelta:
             f"invalid duration {value!r}: expected e.g. '250ms', '5s', '1h30m', '2 days', "
             "a number of milliseconds, or a timedelta"
         )
-    return timedelta(milliseconds=total_ms)
+    return _milliseconds(total_ms, value)
+
+
+def _milliseconds(ms: float, value: Duration) -> timedelta:
+    if ms > MAX_DURATION / timedelta(milliseconds=1):
+        raise ValueError(f"duration {value!r:.60} is longer than 1000 years, the limit")
+    return timedelta(milliseconds=ms)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import Duration
 from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
-from .errors import UnknownWorkflowError, WorkflowRegistrationError
+from .errors import PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 
 if TYPE_CHECKING:
     from .client import RunHandle
@@ -148,6 +148,13 @@ def workflow(
             raise WorkflowRegistrationError(
                 f"workflow version must be None or a non-empty string of at most 255 characters, got {version!r}"
             )
+        from .payload import check_text  # not at import time: settings may import this package
+
+        for label, text in (("name", wf_name), ("version", version)):
+            try:
+                check_text(text or "", f"workflow {label}")
+            except PayloadError as exc:
+                raise WorkflowRegistrationError(str(exc)) from None
         for label, policy in (("retry_policy", retry_policy), ("step_retry_policy", step_retry_policy)):
             if policy is not None and not isinstance(policy, RetryPolicy):
                 raise WorkflowRegistrationError(f"{label} must be a RetryPolicy, got {policy!r}")

@@ -64,6 +64,7 @@ class Worker:
         concurrency: int | None = None,
         lease: Duration | None = None,
         poll_interval: Duration | None = None,
+        drain_timeout: Duration | None = None,
         burst: bool = False,
         worker_id: str | None = None,
     ) -> None:
@@ -74,6 +75,7 @@ class Worker:
         if self.lease < timedelta(seconds=1):
             raise ValueError(f"lease must be at least 1s, got {self.lease}")
         self.poll_interval = parse_duration(owf_settings.poll_interval if poll_interval is None else poll_interval)
+        self.drain_timeout = parse_duration(owf_settings.drain_timeout if drain_timeout is None else drain_timeout)
         self.heartbeat_interval = self.lease / 3
         self.burst = burst
         self.store = get_backend()
@@ -81,10 +83,13 @@ class Worker:
         self.slices_done = 0
         self._slots: queue.SimpleQueue[ClaimedRun | None] = queue.SimpleQueue()
         self._in_flight: dict[Any, ClaimedRun] = {}
+        self._slot_threads: dict[str, threading.Thread] = {}
+        self._slot_runs: dict[str, ClaimedRun] = {}  # what each slot thread is executing
+        self._releases: dict[Any, int] = {}  # runs handed back after a transient error, by count in a row
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._heartbeat_stop = threading.Event()
+        self._supervisor_stop = threading.Event()
         self._signals_seen = 0
         # When the heartbeat last renewed every lease this worker held.
         self._leases_renewed_at = time.monotonic()
@@ -92,7 +97,7 @@ class Worker:
     # -- control --
 
     def stop(self) -> None:
-        """Stop claiming; ``run()`` returns once in-flight slices have finished."""
+        """Stop claiming; ``run()`` returns once in-flight slices have finished (or the drain timeout passed)."""
         self._stopping.set()
         self._wake.set()
 
@@ -102,9 +107,10 @@ class Worker:
             logger.warning("second signal: exiting now; leases of in-flight runs will expire")
             os._exit(1)
         logger.info(
-            "%s received: finishing %d in-flight run(s), then exiting",
+            "%s received: finishing %d in-flight run(s) within %gs, then exiting",
             signal.Signals(signum).name,
             len(self._in_flight),
+            self.drain_timeout.total_seconds(),
         )
         self.stop()
 
@@ -116,12 +122,10 @@ class Worker:
         if install_signal_handlers and threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGTERM, signal.SIGINT):
                 previous_handlers[signum] = signal.signal(signum, self._on_signal)
-        threads = [
-            threading.Thread(target=self._slot_loop, name=f"owf-slot-{i}", daemon=True) for i in range(self.concurrency)
-        ]
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="owf-heartbeat", daemon=True)
-        for thread in [*threads, heartbeat]:
-            thread.start()
+        for i in range(self.concurrency):
+            self._start_slot(f"owf-slot-{i}")
+        supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
+        supervisor.start()
         # Where the database notifies (PostgreSQL), a committed start, wake-up or
         # retry wakes the claim loop at once instead of at the next poll.
         # Polling stays as the safety net.
@@ -137,16 +141,42 @@ class Worker:
             if listener is not None:
                 listener.stop()
                 listener.join(5)
-            for _ in threads:
-                self._slots.put(None)
-            for thread in threads:
-                thread.join()
-            self._heartbeat_stop.set()
-            heartbeat.join()
+            self._drain()
+            self._supervisor_stop.set()
+            supervisor.join()
+            self._release_stuck()
             connections.close_all()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
+
+    def _drain(self) -> None:
+        """Let the slots finish their slices, for at most the drain timeout."""
+        with self._lock:
+            threads = list(self._slot_threads.values())
+        for _ in threads:
+            self._slots.put(None)
+        give_up = time.monotonic() + self.drain_timeout.total_seconds()
+        for thread in threads:
+            thread.join(max(0.0, give_up - time.monotonic()))
+
+    def _release_stuck(self) -> None:
+        """After the drain timeout: hand back what slots are still executing, so another worker takes it now.
+
+        Their threads cannot be stopped (Python has no way to kill one); they
+        die with the process, and anything they would still write is fenced
+        out. A step that was running will run again elsewhere.
+        """
+        with self._lock:
+            stuck = list(self._slot_runs.values())
+        for claimed in stuck:
+            logger.warning(
+                "run %s (%s) still executing after the %gs drain timeout: releasing it to other workers",
+                claimed.run.id,
+                claimed.run.workflow_name,
+                self.drain_timeout.total_seconds(),
+            )
+            self.store.release(claimed, timedelta(0))
 
     def _claim_loop(self, until: Callable[[], bool] | None) -> None:
         errors = 0
@@ -188,17 +218,30 @@ class Worker:
 
     # -- slots --
 
+    def _start_slot(self, name: str) -> None:
+        thread = threading.Thread(target=self._slot_loop, name=name, daemon=True)
+        with self._lock:
+            self._slot_threads[name] = thread
+        thread.start()
+
     def _slot_loop(self) -> None:
+        name = threading.current_thread().name
         try:
             while True:
                 claimed = self._slots.get()
                 if claimed is None:
                     return
+                with self._lock:
+                    self._slot_runs[name] = claimed
                 try:
                     self._execute(claimed)
+                except BaseException:  # nothing that happens to one run may take the slot down
+                    logger.exception("run %s: slot %s failed; releasing the run", claimed.run.id, name)
+                    self._release(claimed, timedelta(seconds=1))
                 finally:
                     with self._lock:
                         self._in_flight.pop(claimed.run.id, None)
+                        self._slot_runs.pop(name, None)
                         self.slices_done += 1
                     self._wake.set()
                     recycle_connections()
@@ -219,36 +262,66 @@ class Worker:
         try:
             result = execute_slice(claimed, lease_valid)
         except DatabaseError as exc:
-            logger.warning("run %s (%s): database error, releasing it: %s", run.id, run.workflow_name, exc)
-            self._release(claimed)
+            # The connection or a lock (anything else the engine handles itself).
+            with self._lock:
+                count = self._releases[run.id] = self._releases.get(run.id, 0) + 1
+            delay = min(_ERROR_BACKOFF[0] * 2 ** (count - 1), _ERROR_BACKOFF[1])
+            logger.warning(
+                "run %s (%s): database error, releasing it for %.1fs: %s", run.id, run.workflow_name, delay, exc
+            )
+            self._release(claimed, timedelta(seconds=delay))
             return
-        except Exception:
-            logger.exception("run %s (%s): engine error, releasing it", run.id, run.workflow_name)
-            self._release(claimed)
-            return
+        with self._lock:
+            self._releases.pop(run.id, None)
         result.log(logger)
 
-    def _release(self, claimed: ClaimedRun) -> None:
+    def _release(self, claimed: ClaimedRun, retry_in: timedelta) -> None:
         """Hand a run back after an infrastructure error, so it is retried soon, not after the lease."""
         recycle_connections()
-        self.store.release(claimed)  # never raises: a slot thread must not die
+        self.store.release(claimed, retry_in)  # never raises: a slot thread must not die
 
-    # -- heartbeat --
+    # -- supervision: heartbeats, slots --
 
-    def _heartbeat_loop(self) -> None:
+    def _supervise(self) -> None:
+        """Renew the leases of the runs in flight every lease/3, and replace slot threads that died."""
+        tick = min(self.heartbeat_interval.total_seconds(), 1.0)
+        next_beat = time.monotonic() + self.heartbeat_interval.total_seconds()
         try:
-            while not self._heartbeat_stop.wait(self.heartbeat_interval.total_seconds()):
-                with self._lock:
-                    held = list(self._in_flight)
-                started = time.monotonic()
-                if not held:
-                    self._leases_renewed_at = started
-                    continue
-                try:
-                    self.store.extend_leases(self.worker_id, self.lease, held)
-                    self._leases_renewed_at = started
-                except DatabaseError as exc:
-                    logger.warning("heartbeat failed: %s", exc)
-                    recycle_connections()
+            while not self._supervisor_stop.wait(tick):
+                self._replace_dead_slots()
+                if time.monotonic() >= next_beat:
+                    next_beat += self.heartbeat_interval.total_seconds()
+                    self._heartbeat()
         finally:
             connections.close_all()
+
+    def _heartbeat(self) -> None:
+        with self._lock:
+            held = list(self._in_flight)
+        started = time.monotonic()
+        if not held:
+            self._leases_renewed_at = started
+            return
+        try:
+            self.store.extend_leases(self.worker_id, self.lease, held)
+            self._leases_renewed_at = started
+        except DatabaseError as exc:
+            logger.warning("heartbeat failed: %s", exc)
+            recycle_connections()
+
+    def _replace_dead_slots(self) -> None:
+        """A slot thread that died anyway: stop renewing its run's lease (so another worker takes it), start another."""
+        if self._stopping.is_set():
+            return
+        with self._lock:
+            dead = [name for name, thread in self._slot_threads.items() if not thread.is_alive()]
+            lost = [self._slot_runs.pop(name) for name in dead if name in self._slot_runs]
+            for claimed in lost:
+                self._in_flight.pop(claimed.run.id, None)
+        for claimed in lost:
+            logger.error(
+                "run %s: its slot thread died; its lease will expire and another worker take it", claimed.run.id
+            )
+        for name in dead:
+            logger.error("slot %s died; starting a new one", name)
+            self._start_slot(name)

@@ -26,11 +26,12 @@ def test_nothing_is_lost_or_completed_twice_under_kills_and_stops(workers):
     rng = random.Random(7)
     handles = [chaos_5.run({"i": i, "pause": 0.1}) for i in range(RUNS)]
     live = [workers.start(*WORKER_ARGS) for _ in range(2)]
-    kills = stops = 0
+    kills = stops = faults_on_runs_in_flight = 0
     chaos_until = time.monotonic() + 6
     while time.monotonic() < chaos_until:
         time.sleep(rng.uniform(0.3, 0.8))
         victim = live.pop(rng.randrange(len(live)))
+        faults_on_runs_in_flight += WorkflowRun.objects.exclude(status="completed").exists()
         if rng.random() < 0.3:
             # A zombie: paused past its lease, then resumed after others took over.
             victim.send_signal(signal.SIGSTOP)
@@ -42,11 +43,10 @@ def test_nothing_is_lost_or_completed_twice_under_kills_and_stops(workers):
             victim.wait(10)
             kills += 1
         live.append(workers.start(*WORKER_ARGS))
-    in_flight_when_chaos_ended = WorkflowRun.objects.exclude(status="completed").count()
     wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == RUNS, timeout=90)
 
     assert kills + stops >= 5
-    assert in_flight_when_chaos_ended > 0, "the faults must hit runs in flight"
+    assert faults_on_runs_in_flight >= 3, "the faults must hit runs in flight"
     assert WorkflowRun.objects.count() == RUNS  # nothing lost
     assert [h.result() for h in handles] == [15] * RUNS
     duplicate_completions = (

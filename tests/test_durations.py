@@ -38,3 +38,13 @@ def test_bad_durations_name_the_value(bad):
     with pytest.raises(ValueError) as info:
         parse_duration(bad)
     assert repr(bad) in str(info.value)
+
+
+@pytest.mark.parametrize("huge", ["99999y", "9999999999y", 1e300, "1" * 400 + "ms", timedelta(days=400_000)])
+def test_durations_past_a_thousand_years_are_a_clear_error_not_an_overflow(huge):
+    with pytest.raises(ValueError, match="longer than 1000 years"):
+        parse_duration(huge)
+
+
+def test_a_thousand_years_is_still_accepted():
+    assert parse_duration("1000y") == timedelta(days=365250)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.core import checks
 from django.db import connection
@@ -97,10 +99,27 @@ def test_unknown_settings_key_is_a_check_error():
     assert "openworkflow.E001" in ids
 
 
-def test_bad_duration_setting_is_a_check_error():
-    with override_settings(OPENWORKFLOW={"LEASE": "a while"}):
+@pytest.mark.parametrize(("key", "value"), [("LEASE", "a while"), ("LEASE", "99999y"), ("DRAIN_TIMEOUT", 1e300)])
+def test_bad_duration_setting_is_a_check_error(key, value):
+    with override_settings(OPENWORKFLOW={key: value}):
         messages = check_settings()
-    assert any(m.id == "openworkflow.E002" and "LEASE" in m.msg for m in messages)
+    assert any(m.id == "openworkflow.E002" and key in m.msg for m in messages)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("MAX_PAYLOAD_BYTES", "abc"), ("CONCURRENCY", 0), ("MAX_STEP_ATTEMPTS", True), ("CONCURRENCY", 2.5)],
+)
+def test_bad_number_setting_is_a_check_error_naming_it(key, value):
+    with override_settings(OPENWORKFLOW={key: value}):
+        messages = check_settings()
+    assert [m.id for m in messages if key in m.msg] == ["openworkflow.E005"]
+
+
+@pytest.mark.parametrize("name", ["a\x00b", json.loads('"\\ud800x"')], ids=["nul", "surrogate"])
+def test_workflow_names_no_database_stores_are_refused_at_declaration(name):
+    with pytest.raises(WorkflowRegistrationError, match="NUL|surrogate"):
+        workflow(name=name)(lambda ctx: None)
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite settings check")

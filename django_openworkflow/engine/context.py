@@ -6,6 +6,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -14,7 +15,7 @@ from django.utils.dateparse import parse_datetime
 from ..conf import owf_settings
 from ..durations import Duration, parse_duration
 from ..errors import DeterminismError, NonRetryableError, PayloadError, RetryAfter, StepFailed, StepUsageError
-from ..payload import to_json_value
+from ..payload import check_text, storable_text, to_json_value
 from ..states import RunStatus, StepKind, StepStatus
 from ..store import get_backend
 from ..store.records import (
@@ -23,6 +24,7 @@ from ..store.records import (
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
+    EngineInterrupt,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -35,11 +37,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Suspend(BaseException):
+class Suspend(EngineInterrupt):
     """Unwinds the workflow function to park the run until ``until``.
 
-    Derives from ``BaseException`` so that ``except Exception`` in user code
-    cannot swallow it; ``finally:`` blocks still run.
+    An :class:`EngineInterrupt` (a ``BaseException``), so that ``except
+    Exception`` in user code cannot swallow it; ``finally:`` blocks still run.
     """
 
     def __init__(
@@ -60,7 +62,22 @@ class Suspend(BaseException):
         self.wake_when_child_done = wake_when_child_done
 
 
-class FailRun(BaseException):
+STALE_NOTES = ("UnknownWorkflow", "EngineError")
+"""Error types a run carries only until it executes again."""
+
+
+@dataclass
+class RunningStep:
+    """The step whose code is running now, and its journal row once one is written."""
+
+    key: str
+    started_at: datetime
+    started_monotonic: float
+    attempt_id: int | None
+    recorded_late: bool = False  # by the watchdog, while the step ran
+
+
+class FailRun(EngineInterrupt):
     """Unwinds the workflow function to fail the run at once, with no retry."""
 
     def __init__(self, error: dict[str, Any]) -> None:
@@ -71,17 +88,26 @@ class FailRun(BaseException):
 def error_from_exception(exc: BaseException, step: str | None = None) -> dict[str, Any]:
     """The stored shape of an error: type, message, traceback (no local values), step."""
     kind = type(exc)
+    try:
+        message = str(exc)
+        trace = "".join(traceback.format_exception(exc))
+    except Exception as broken:  # a __str__ that raises must not take the engine down with it
+        message = f"<{kind.__qualname__} whose str() raised {type(broken).__name__}>"
+        trace = "".join(traceback.format_tb(exc.__traceback__))
+    # Text from user code is stored whatever it holds: NULs and lone surrogates become escapes.
     error: dict[str, Any] = {
-        "type": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
+        "type": storable_text(
+            kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        ),
+        "message": storable_text(message),
+        "traceback": storable_text(trace),
     }
     if step is not None:
         error["step"] = step
     return error
 
 
-def retry_decision(exc: Exception) -> tuple[bool, timedelta | None]:
+def retry_decision(exc: BaseException) -> tuple[bool, timedelta | None]:
     """Whether a step's exception may be retried, and after what fixed delay (``RetryAfter``)."""
     retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
     return retryable, exc.delay if isinstance(exc, RetryAfter) else None
@@ -144,26 +170,38 @@ class Slice:
         self.lease_valid = lease_valid
         self.spec = spec
         self.worker_id = claimed.worker_id
-        self._claimed_at = claimed.claimed_at
-        self._claimed_monotonic = claimed.claimed_monotonic
+        self._claimed = claimed
         attempts = [] if claimed.fresh else self.store.load_history(self.run.id)
         self.history = History(attempts, self.run.attempts)
         self.pending: Pending = []
-        # Set when the previous holder died mid-slice without leaving an open
-        # attempt: replay is deterministic, so the first new step this pass
-        # reaches is the one it was running (see ``charge_crash``).
-        self.unattributed_crash = claimed.lease_expired
+        # What the previous slice left to charge: its holder died mid-slice (the
+        # lease expired), or it ended in an engine error. Replay is
+        # deterministic, so the first new step this pass reaches is the one
+        # that was running or whose result was lost (see ``starting_new_step``).
+        self._charge: tuple[str | None, dict[str, Any]] | None = None
+        if claimed.lease_expired:
+            self._charge = (None, engine_error("LeaseExpired", "the worker running this step lost its lease"))
+        note = self.run.error or {}
+        if note.get("type") == "EngineError" and note.get("step"):
+            self._charge = (note["step"], {key: note[key] for key in ("type", "message") if key in note})
+        self.latest_new_step: str | None = None
         self.thread_id = threading.get_ident()
         self.active = True
         self.in_step: str | None = None
+        self._running: RunningStep | None = None
+        self._step_lock = threading.Lock()
         self._used_keys: set[str] = set()
         self._next_index: dict[str, int] = {}
         self.max_attempts = owf_settings.max_step_attempts
         self._close_abandoned_attempts()
+        if note.get("type") in STALE_NOTES:
+            # A note about an earlier slice (no code for this version, an engine
+            # error) is stale once the run executes again.
+            self.store.clear_error(self.run.id, self.worker_id, self.now())
 
     def now(self) -> datetime:
         """The database clock, estimated from the claim's timestamp and elapsed time."""
-        return self._claimed_at + timedelta(seconds=time.monotonic() - self._claimed_monotonic)
+        return self._claimed.clock()
 
     def _close_abandoned_attempts(self) -> None:
         # A `run` attempt still open was started by a worker that lost its lease
@@ -173,26 +211,71 @@ class Slice:
         for key, attempt in list(self.history.open.items()):
             if attempt.kind != StepKind.RUN:
                 continue
-            self.unattributed_crash = False
-            self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=self._lease_error(key)))
+            _, cause = self._charge or (
+                None,
+                engine_error("LeaseExpired", "the worker running this step lost its lease"),
+            )
+            self._charge = None
+            self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=self._failure(key, cause)))
             del self.history.open[key]
 
-    def _lease_error(self, key: str) -> dict[str, Any]:
-        error = engine_error("LeaseExpired", "the worker running this step lost its lease", step=key)
-        error["run_attempt"] = self.run.attempts
+    def _failure(self, key: str, cause: dict[str, Any]) -> dict[str, Any]:
+        error = {**cause, "step": key, "run_attempt": self.run.attempts}
         self.history.add_failure(key, error)
         return error
 
-    def charge_crash(self, key: str, kind: str) -> None:
-        """Record the previous holder's death against the first new step, if it runs code."""
-        if not self.unattributed_crash:
+    def starting_new_step(self, key: str, kind: str) -> None:
+        """A step not in the journal is about to start: charge it what the previous slice left, if it runs code."""
+        self.latest_new_step = key
+        if self._charge is None:
             return
-        self.unattributed_crash = False
-        if kind == StepKind.RUN:
+        (for_step, cause), self._charge = self._charge, None
+        if kind == StepKind.RUN and for_step in (None, key):
             now = self.now()
             self.add_finished(
-                NewAttempt(key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._lease_error(key))
+                NewAttempt(
+                    key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._failure(key, cause)
+                )
             )
+
+    # -- the step in progress (read by the watchdog's thread) --
+
+    def begin_step(self, key: str, started: datetime, attempt_id: int | None) -> None:
+        self.in_step = key
+        with self._step_lock:
+            self._running = RunningStep(key, started, time.monotonic(), attempt_id)
+
+    def end_step(self) -> int | None:
+        """The step's code returned or raised; returns its attempt id if its start was recorded."""
+        self.in_step = None
+        with self._step_lock:
+            running, self._running = self._running, None
+        if running is None:
+            return None
+        if running.recorded_late:
+            self.history.count += 1
+        return running.attempt_id
+
+    def record_slow_step(self, older_than: float) -> bool:
+        """From another thread: record the start of a step running longer than ``older_than`` seconds.
+
+        The first step of a slice writes no start record, to keep a step
+        boundary at one write; a step still running after a moment gets one,
+        so the admin and the CLI show what the run is executing and since
+        when. Its completion then updates that row.
+        """
+        with self._step_lock:
+            running = self._running
+            if running is None or running.attempt_id is not None:
+                return False
+            if time.monotonic() - running.started_monotonic < older_than:
+                return False
+            # Nothing is pending while a step runs whose start was not written,
+            # so this write carries only the start (and stays fenced).
+            attempt = NewAttempt(running.key, StepKind.RUN, StepStatus.RUNNING, started_at=running.started_at)
+            running.attempt_id = self.store.record_step(self.run.id, self.worker_id, self.now(), [], attempt)
+            running.recorded_late = True
+            return True
 
     def add_finished(self, change: AttemptUpdate | NewAttempt) -> None:
         """Buffer a finished attempt; it is committed with the next write."""
@@ -261,6 +344,7 @@ class Slice:
             raise StepUsageError(f"step name must be a non-empty string, got {name!r}")
         if len(name) > 240:
             raise StepUsageError(f"step name {name[:40]!r}... is {len(name)} characters long; the limit is 240")
+        check_text(name, "step name")
         return self._resolve_key(name)
 
     def _resolve_key(self, name: str) -> str:
@@ -345,7 +429,7 @@ class StepApi:
         if not callable(fn):
             raise StepUsageError(f"ctx.step.run({name!r}, fn): fn must be callable, got {fn!r}")
         policy = retry_policy or s.spec.step_retry_policy
-        s.charge_crash(key, StepKind.RUN)
+        s.starting_new_step(key, StepKind.RUN)
         failures = s.history.failures.get(key, 0)
         last_error = s.history.last_error.get(key)
         if last_error is not None and (not last_error.get("retryable", True) or not policy.allows_another(failures)):
@@ -359,19 +443,22 @@ class StepApi:
             # The writes buffered so far must be durable before this step's side
             # effects start; recording the start rides along in that commit. The
             # first step of a slice writes nothing up front: if its worker dies,
-            # the next claim charges the crash to it (see Slice.charge_crash).
+            # the next claim charges the crash to it (see Slice.starting_new_step).
             attempt_id = s.record_step(NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
-        s.in_step = key
+        s.begin_step(key, started, attempt_id)
         try:
             value = fn()
-        except Exception as exc:
-            s.in_step = None
+        except EngineInterrupt:
+            s.end_step()
+            raise
+        except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
+            error = error_from_exception(exc, step=key)
+            attempt_id = s.end_step()
             retryable, delay = retry_decision(exc)
-            self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), retryable, policy, delay)
-        finally:
-            s.in_step = None
+            self._fail_attempt(key, attempt_id, started, error, retryable, policy, delay)
+        attempt_id = s.end_step()
         try:
-            stored = to_json_value(value, f"output of step {key!r}")
+            stored = to_json_value(value, f"output of step {key!r}", "output")
         except PayloadError as exc:
             self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), False, policy)
         now = s.now()
@@ -390,9 +477,11 @@ class StepApi:
         try:
             # The journal's own write or the commit failing raises StoreUnavailable, which passes through.
             with s.store.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
-                stored = to_json_value(fn(), f"output of step {key!r}")
+                stored = to_json_value(fn(), f"output of step {key!r}", "output")
                 record(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started, output=stored, finished_at=s.now()))
-        except Exception as exc:
+        except EngineInterrupt:
+            raise
+        except BaseException as exc:  # user code, as in run()
             # Rolled back: neither fn's writes nor the journal entry happened.
             s.in_step = None
             retryable, delay = retry_decision(exc)
@@ -449,7 +538,7 @@ class StepApi:
                 s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now))
                 return
             raise Suspend(resume_at, f"sleep {key!r}")
-        s.charge_crash(key, StepKind.SLEEP)
+        s.starting_new_step(key, StepKind.SLEEP)
         resume_at = now + delay
         s.check_can_start(key, resume_at)
         insert = NewAttempt(
@@ -493,8 +582,8 @@ class StepApi:
         now = s.now()
         waiting = s.history.open.get(key)
         if waiting is None:
-            s.charge_crash(key, StepKind.WORKFLOW)
-            child_input = to_json_value(input, f"input of child workflow {child_name!r} (step {key!r})")
+            s.starting_new_step(key, StepKind.WORKFLOW)
+            child_input = to_json_value(input, f"input of child workflow {child_name!r} (step {key!r})", "input")
             s.check_can_start(key)
             timeout_at = now + wait
             insert = NewAttempt(
@@ -516,7 +605,10 @@ class StepApi:
             return child.output
         elif child.status in (RunStatus.FAILED, RunStatus.CANCELED):
             error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child.status}", key)
-            error["child_error"] = child.error
+            # The child's own error, without the errors of its children: a chain of
+            # failed descendants would otherwise nest one level deeper per generation
+            # (each run's error links its child by child_run_id).
+            error["child_error"] = {k: v for k, v in (child.error or {}).items() if k != "child_error"}
         else:
             wait_until = parse_datetime((waiting.context or {})["timeout_at"])
             assert wait_until is not None
@@ -556,7 +648,8 @@ class StepApi:
         """
         if not isinstance(event, str) or not event:
             raise StepUsageError(f"event type must be a non-empty string, got {event!r}")
-        pattern = to_json_value(match or {}, f"match of event wait {name!r}")
+        check_text(event, "event type")
+        pattern = to_json_value(match or {}, f"match of event wait {name!r}", "match")
         if not isinstance(pattern, dict):
             raise StepUsageError(f"match must be a dict, got {match!r}")
         context = {"event": event, "match": pattern}
@@ -583,7 +676,7 @@ class StepApi:
         now = s.now()
         waiting = s.history.open.get(key)
         if waiting is None:
-            s.charge_crash(key, kind)
+            s.starting_new_step(key, kind)
             s.check_can_start(key)
             timeout_at = now + wait
             insert = NewAttempt(

@@ -7,18 +7,24 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..errors import PayloadError
 from ..payload import to_json_value
 from ..registry import registry
 from ..store import get_backend
-from ..store.records import ClaimedRun, LeaseLost, StoreUnavailable
+from ..store.records import ClaimedRun, EngineInterrupt, LeaseLost, StoreUnavailable
 from .context import FailRun, Slice, Suspend, WorkflowContext, engine_error, error_from_exception
 from .retry import UNKNOWN_WORKFLOW_BACKOFF
+from .watchdog import watchdog
 
 logger = logging.getLogger("django_openworkflow.engine")
+
+ENGINE_ERROR_LIMIT = 3
+"""Slices in a row that may end in an engine error before the run is failed."""
+ENGINE_ERROR_BACKOFF = timedelta(seconds=1)
+"""The wait before the first retry after an engine error; doubled after each."""
 
 
 class Outcome(enum.StrEnum):
@@ -28,6 +34,7 @@ class Outcome(enum.StrEnum):
     FAILED = "failed"
     PARKED = "parked"  # sleeping, waiting, or backing off before a retry
     RETRY = "retry"  # workflow-level failure, rescheduled
+    RELEASED = "released"  # an engine error: handed back, to be tried again shortly
     UNKNOWN_WORKFLOW = "unknown-workflow"  # this process lacks the name/version
     LEASE_LOST = "lease-lost"  # canceled, taken over, or deleted: wrote nothing
 
@@ -47,7 +54,7 @@ class SliceResult:
     def log(self, logger: logging.Logger) -> None:
         """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost."""
         level = logging.INFO if self.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
-        if self.outcome == Outcome.LEASE_LOST:
+        if self.outcome in (Outcome.LEASE_LOST, Outcome.RELEASED):
             level = logging.WARNING
         detail = f": {self.detail}" if self.detail and self.outcome != Outcome.COMPLETED else ""
         logger.log(
@@ -71,18 +78,62 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
     """
     started = time.monotonic()
     run = claimed.run
+    store = get_backend()
+    slices: list[Slice] = []
     try:
-        outcome, detail, wake_at = _execute(claimed, lease_valid)
-    except StoreUnavailable as exc:
-        # Hand the database error to the caller, which releases the run.
-        assert exc.__cause__ is not None
-        raise exc.__cause__ from None
+        outcome, detail, wake_at = _execute(claimed, lease_valid, slices)
     except LeaseLost:
         outcome, detail, wake_at = Outcome.LEASE_LOST, "the run was canceled or another worker holds it", None
+    except StoreUnavailable as exc:
+        if store.is_transient(exc.__cause__):
+            # The connection or a lock: the caller releases the run, to be retried with backoff.
+            assert exc.__cause__ is not None
+            raise exc.__cause__ from None
+        outcome, detail, wake_at = _engine_failure(claimed, exc.__cause__ or exc, slices)
+    except Exception as exc:  # the engine's own failure: user code's exceptions are handled inside
+        outcome, detail, wake_at = _engine_failure(claimed, exc, slices)
     return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at)
 
 
-def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tuple[Outcome, str, datetime | None]:
+def _engine_failure(
+    claimed: ClaimedRun, exc: BaseException, slices: list[Slice]
+) -> tuple[Outcome, str, datetime | None]:
+    """Anything but a transient database error went wrong in the engine: release the run, or fail it.
+
+    The run is handed back with an ``EngineError`` note and a short backoff.
+    The note names the step whose result the failed slice could not keep;
+    the next slice charges it one failed attempt, so the step's own retry
+    budget bounds how often it runs. After :data:`ENGINE_ERROR_LIMIT`
+    slices in a row end this way, the run is failed with that error.
+    """
+    run = claimed.run
+    previous = run.error or {}
+    occurrences = int(previous.get("occurrences", 0)) + 1 if previous.get("type") == "EngineError" else 1
+    cause = error_from_exception(exc)
+    error = engine_error("EngineError", f"{cause['type']}: {cause['message']}")
+    error.update(traceback=cause["traceback"], occurrences=occurrences)
+    step = slices[0].latest_new_step if slices else None
+    if step is not None:
+        error["step"] = step
+    logger.error("run %s (%s): engine error %d of %d: %s", run.id, run.workflow_name, occurrences, ENGINE_ERROR_LIMIT,
+                 error["message"], exc_info=exc)  # fmt: skip
+    store = get_backend()
+    try:
+        if occurrences >= ENGINE_ERROR_LIMIT:
+            error["message"] += f" ({occurrences} slices in a row ended in an engine error: the run is failed)"
+            store.fail_run(run.id, claimed.worker_id, claimed.clock(), [], error, run.parent_step_attempt_id)
+            return Outcome.FAILED, error["message"], None
+    except (LeaseLost, StoreUnavailable):
+        logger.warning("run %s: could not record its failure; its lease will expire", run.id)
+        return Outcome.LEASE_LOST, error["message"], None
+    delay = ENGINE_ERROR_BACKOFF * 2 ** (occurrences - 1)
+    store.release(claimed, delay, error)
+    return Outcome.RELEASED, error["message"], claimed.clock() + delay
+
+
+def _execute(
+    claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
+) -> tuple[Outcome, str, datetime | None]:
     run = claimed.run
     if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
         # Checked before the registry: a run past its deadline fails even on a
@@ -94,11 +145,13 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
     if spec is None:
         return _reschedule_unknown(claimed)
     slice_ = Slice(claimed, spec, lease_valid)
+    slices.append(slice_)
+    watchdog.watch(slice_)
     try:
         result = spec.fn(WorkflowContext(slice_))
         if slice_.in_step is not None:  # pragma: no cover - defensive
             raise RuntimeError("workflow returned from inside a step")
-        output = to_json_value(result, f"output of workflow {run.workflow_name!r}")
+        output = to_json_value(result, f"output of workflow {run.workflow_name!r}", "output")
     except Suspend as suspend:
         if not suspend.written:
             slice_.park(suspend)
@@ -109,15 +162,18 @@ def _execute(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None) -> tup
     except PayloadError as exc:
         slice_.fail(error_from_exception(exc))
         return Outcome.FAILED, str(exc), None
-    except Exception as exc:
+    except EngineInterrupt:
+        raise
+    except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
         return _workflow_failure(slice_, exc)
     finally:
         slice_.active = False
+        watchdog.forget(slice_)
     slice_.complete(output)
     return Outcome.COMPLETED, "", None
 
 
-def _workflow_failure(slice_: Slice, exc: Exception) -> tuple[Outcome, str, datetime | None]:
+def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, datetime | None]:
     """An exception escaped the workflow function: retry the run by its policy or fail it."""
     error = error_from_exception(exc)
     step = getattr(exc, "step_name", None)

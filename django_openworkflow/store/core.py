@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Expression, QuerySet
 from django.db.models.functions import Now
@@ -59,6 +59,14 @@ class BackendCore:
     def connection(self) -> BaseDatabaseWrapper:
         """This thread's connection to the alias."""
         return connections[self.alias]
+
+    def close_connection(self) -> None:
+        """Close this thread's connection to the alias (threads that write rarely)."""
+        self.connection.close()
+
+    def is_transient(self, error: BaseException | None) -> bool:
+        """Whether a database error is about the connection or a lock, and worth retrying as it is."""
+        return isinstance(error, OperationalError | InterfaceError)
 
     # -- the clock --
 

@@ -156,15 +156,25 @@ class JournalOps(BackendCore):
             fields["attempts"] = attempts
         self._commit(run_id, worker_id, now, pending, run_fields=fields)
 
-    def release(self, claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1)) -> bool:
-        """Hand a held run back after an infrastructure error, so it is retried soon rather than after its lease.
+    @engine_op
+    def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None:
+        """Drop a note the run carried from an earlier slice (it is executing again)."""
+        self._commit(run_id, worker_id, now, [], run_fields={"error": None})
 
-        False when that failed too (the database is still away): the lease
-        expires instead, and nothing is lost either way.
+    def release(
+        self, claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1), error: dict[str, Any] | None = None
+    ) -> bool:
+        """Hand a held run back after an error, so it is retried after ``retry_in`` rather than after its lease.
+
+        ``error`` is kept on the run as a note for people and for the next
+        slice. False when that failed too (the database is still away): the
+        lease expires instead, and nothing is lost either way.
         """
         try:
             now = self.now()
-            fields = {"worker_id": None, "available_at": now + retry_in}
+            fields: dict[str, Any] = {"worker_id": None, "available_at": now + retry_in}
+            if error is not None:
+                fields["error"] = error
             self._commit(claimed.run.id, claimed.worker_id, now, [], run_fields=fields)
         except (Exception, LeaseLost):
             logger.debug("could not release run %s", claimed.run.id, exc_info=True)

@@ -9,24 +9,30 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 
-class LeaseLost(BaseException):
-    """This worker no longer holds the run (lease taken over, run canceled or deleted).
+class EngineInterrupt(BaseException):
+    """Base of the engine's own control flow: suspending, failing, losing the run, a failed write.
 
-    A ``BaseException`` so that it unwinds user code like a suspension does.
+    A ``BaseException`` so that a workflow's ``except Exception:`` cannot
+    swallow it; the engine tells these apart from whatever user code raises,
+    ``SystemExit`` and ``KeyboardInterrupt`` included.
     """
 
 
-class StoreUnavailable(BaseException):
+class LeaseLost(EngineInterrupt):
+    """This worker no longer holds the run (lease taken over, run canceled or deleted)."""
+
+
+class StoreUnavailable(EngineInterrupt):
     """The journal could not be read or written; the slice is abandoned.
 
     Raised by the store's fenced operations in place of the database error
-    (kept as ``__cause__``). A ``BaseException`` so that a workflow's
-    ``except Exception:`` around a step cannot swallow it and carry on with
-    a journal that missed a write.
+    (kept as ``__cause__``), so that a workflow's ``except Exception:``
+    around a step cannot swallow it and carry on with a journal that missed
+    a write.
     """
 
 
@@ -68,6 +74,10 @@ class ClaimedRun:
     fresh: bool = False  # never claimed before: no history to load
     lease_expired: bool = False  # the previous holder died or stalled mid-slice
     claimed_monotonic: float = field(default_factory=time.monotonic)
+
+    def clock(self) -> datetime:
+        """The database clock now, estimated from the claim's timestamp and the time elapsed since."""
+        return self.claimed_at + timedelta(seconds=time.monotonic() - self.claimed_monotonic)
 
 
 @dataclass(frozen=True)

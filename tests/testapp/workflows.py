@@ -171,3 +171,55 @@ def chaos_5(ctx):
     total += ctx.step.run("s4", lambda: effect("s4", 4))
     total += ctx.step.run("s5", lambda: effect("s5", 5))
     return total
+
+
+@workflow(name="exits-in-a-step", step_retry_policy=RetryPolicy(maximum_attempts=2, initial_interval="10ms"))
+def exits_in_a_step(ctx):
+    """sys.exit() (a BaseException) inside a step's code."""
+
+    def leave():
+        record(ctx, "leave")
+        raise SystemExit(3)
+
+    return ctx.step.run("leave", leave)
+
+
+@workflow(name="exits-in-the-body")
+def exits_in_the_body(ctx):
+    """sys.exit() from the workflow function itself, after a step."""
+    ctx.step.run("first", lambda: record(ctx, "first"))
+    raise SystemExit("bye")
+
+
+@workflow(name="poison-write", step_retry_policy=RetryPolicy(maximum_attempts=5, initial_interval="10ms"))
+def poison_write(ctx):
+    """A step whose completion the database refuses (a trigger in the test makes it so)."""
+    return ctx.step.run("poison-write", lambda: record(ctx, "poison-write") or "done")
+
+
+@workflow(name="hangs-first-time")
+def hangs_first_time(ctx):
+    """A step that never returns the first time it runs (the worker is stopped under it), and returns after."""
+
+    def step():
+        record(ctx, "hang")
+        if executions(ctx, "hang") == 1:
+            time.sleep(3600)
+        return "finished"
+
+    return ctx.step.run("hang", step)
+
+
+@workflow(name="poison-payloads", step_retry_policy=RetryPolicy(maximum_attempts=3, initial_interval="10ms"))
+def poison_payloads(ctx):
+    """A step that returns, raises or is named with text no database stores (ctx.input["where"] picks which)."""
+    where = ctx.input["where"]
+    bad = "charge\x00card" if ctx.input.get("nul", True) else "charge\ud800card"
+
+    def step():
+        record(ctx, "step")
+        if where == "message":
+            raise ValueError(f"declined: {bad}")
+        return {"receipt": bad}
+
+    return ctx.step.run(bad if where == "name" else "charge", step)

@@ -28,6 +28,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--lease", type=_duration, default=None, help="lease per claimed run, e.g. 30s")
         parser.add_argument("--poll", type=_duration, default=None, help="idle poll interval, e.g. 100ms")
+        parser.add_argument(
+            "--drain-timeout",
+            type=_duration,
+            default=None,
+            help="on SIGTERM, wait this long for running slices, then release them to other workers and exit; "
+            "default OPENWORKFLOW['DRAIN_TIMEOUT']",
+        )
         parser.add_argument("--burst", action="store_true", help="exit once no run is due and none is in flight")
         parser.add_argument(
             "--dispatch-only",
@@ -45,6 +52,7 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 lease=options["lease"],
                 poll_interval=options["poll"],
+                drain_timeout=options["drain_timeout"],
                 burst=options["burst"],
             )
         except ValueError as exc:

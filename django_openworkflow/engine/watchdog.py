@@ -1,0 +1,68 @@
+"""One thread per process that writes the start record of steps that run long.
+
+The first step of a slice writes no start record, so that a step boundary
+costs one write. A step that is still running after :data:`SLOW_STEP`
+seconds gets its record from here, so the admin and the CLI can show what
+a run is executing, and since when, within about a second — also for a
+step whose code never returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+from ..store import get_backend
+from ..store.records import EngineInterrupt
+
+if TYPE_CHECKING:
+    from .context import Slice
+
+logger = logging.getLogger("django_openworkflow.engine")
+
+SLOW_STEP = 0.5
+"""Seconds a step runs before its start is recorded."""
+_INTERVAL = 0.25
+
+
+class Watchdog:
+    """Looks at every slice in progress in this process four times a second."""
+
+    def __init__(self) -> None:
+        self._slices: weakref.WeakSet[Slice] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, slice_: Slice) -> None:
+        with self._lock:
+            self._slices.add(slice_)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="owf-watchdog", daemon=True)
+                self._thread.start()
+
+    def forget(self, slice_: Slice) -> None:
+        with self._lock:
+            self._slices.discard(slice_)
+
+    def _loop(self) -> None:
+        stop = threading.Event()
+        while not stop.wait(_INTERVAL):
+            with self._lock:
+                slices = list(self._slices)
+            wrote = False
+            for slice_ in slices:
+                try:
+                    wrote = slice_.record_slow_step(SLOW_STEP) or wrote
+                except EngineInterrupt:
+                    wrote = True  # the run is gone or the database is away: the slice finds out itself
+                except Exception:
+                    wrote = True
+                    logger.exception("could not record the start of a slow step of run %s", slice_.run.id)
+            if wrote:
+                # Writes from here are rare: keep no connection open between them.
+                get_backend().close_connection()
+
+
+watchdog = Watchdog()
