@@ -24,30 +24,12 @@ from django.db import DatabaseError, connections
 
 from .conf import owf_settings
 from .durations import Duration, parse_duration
-from .engine.execute import execute_slice
+from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 from .store import get_backend
 from .store.notify import DUE_CHANNEL
 from .store.records import ClaimedRun
 
 logger = logging.getLogger("django_openworkflow.worker")
-
-# How long to back off after the database refused a claim or a heartbeat.
-_ERROR_BACKOFF = (0.1, 5.0)
-
-
-def recycle_connections() -> None:
-    """Between slices: drop this thread's connections that broke or aged out.
-
-    ``CONN_MAX_AGE = 0`` means "per request" to Django; a worker has no
-    requests, so it keeps such connections open and replaces them only when
-    they fail. A positive ``CONN_MAX_AGE`` is honoured.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if conn.settings_dict.get("CONN_MAX_AGE") == 0 and not conn.errors_occurred:
-            continue
-        conn.close_if_unusable_or_obsolete()
 
 
 class Worker:
@@ -85,14 +67,13 @@ class Worker:
         self._in_flight: dict[Any, ClaimedRun] = {}
         self._slot_threads: dict[str, threading.Thread] = {}
         self._slot_runs: dict[str, ClaimedRun] = {}  # what each slot thread is executing
-        self._releases: dict[Any, int] = {}  # runs handed back after a transient error, by count in a row
+        self.runner = SliceRunner(self.store, logger)
+        self.leases = LeaseKeeper(self.store, self.worker_id, self.lease)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
         self._signals_seen = 0
-        # When the heartbeat last renewed every lease this worker held.
-        self._leases_renewed_at = time.monotonic()
 
     # -- control --
 
@@ -197,7 +178,7 @@ class Worker:
                 errors = 0
             except DatabaseError as exc:
                 errors += 1
-                delay = min(_ERROR_BACKOFF[0] * 2 ** (errors - 1), _ERROR_BACKOFF[1])
+                delay = backoff(errors)
                 logger.warning("claim failed (%s); retrying in %.1fs", exc, delay)
                 recycle_connections()
                 self._stopping.wait(delay)
@@ -234,10 +215,11 @@ class Worker:
                 with self._lock:
                     self._slot_runs[name] = claimed
                 try:
-                    self._execute(claimed)
+                    self.runner.run(claimed, self.leases.lease_valid(claimed))
                 except BaseException:  # nothing that happens to one run may take the slot down
                     logger.exception("run %s: slot %s failed; releasing the run", claimed.run.id, name)
-                    self._release(claimed, timedelta(seconds=1))
+                    recycle_connections()
+                    self.store.release(claimed)
                 finally:
                     with self._lock:
                         self._in_flight.pop(claimed.run.id, None)
@@ -247,38 +229,6 @@ class Worker:
                     recycle_connections()
         finally:
             connections.close_all()
-
-    def _execute(self, claimed: ClaimedRun) -> None:
-        run = claimed.run
-        renewal_window = self.lease.total_seconds() * 0.9
-
-        def lease_valid() -> bool:
-            # A run's lease runs from its claim or the last successful heartbeat.
-            renewed = max(claimed.claimed_monotonic, self._leases_renewed_at)
-            return time.monotonic() < renewed + renewal_window
-
-        if claimed.fresh:
-            logger.info("run %s (%s) started", run.id, run.workflow_name)
-        try:
-            result = execute_slice(claimed, lease_valid)
-        except DatabaseError as exc:
-            # The connection or a lock (anything else the engine handles itself).
-            with self._lock:
-                count = self._releases[run.id] = self._releases.get(run.id, 0) + 1
-            delay = min(_ERROR_BACKOFF[0] * 2 ** (count - 1), _ERROR_BACKOFF[1])
-            logger.warning(
-                "run %s (%s): database error, releasing it for %.1fs: %s", run.id, run.workflow_name, delay, exc
-            )
-            self._release(claimed, timedelta(seconds=delay))
-            return
-        with self._lock:
-            self._releases.pop(run.id, None)
-        result.log(logger)
-
-    def _release(self, claimed: ClaimedRun, retry_in: timedelta) -> None:
-        """Hand a run back after an infrastructure error, so it is retried soon, not after the lease."""
-        recycle_connections()
-        self.store.release(claimed, retry_in)  # never raises: a slot thread must not die
 
     # -- supervision: heartbeats, slots --
 
@@ -291,23 +241,11 @@ class Worker:
                 self._replace_dead_slots()
                 if time.monotonic() >= next_beat:
                     next_beat += self.heartbeat_interval.total_seconds()
-                    self._heartbeat()
+                    with self._lock:
+                        held = list(self._in_flight)
+                    self.leases.renew(held)
         finally:
             connections.close_all()
-
-    def _heartbeat(self) -> None:
-        with self._lock:
-            held = list(self._in_flight)
-        started = time.monotonic()
-        if not held:
-            self._leases_renewed_at = started
-            return
-        try:
-            self.store.extend_leases(self.worker_id, self.lease, held)
-            self._leases_renewed_at = started
-        except DatabaseError as exc:
-            logger.warning("heartbeat failed: %s", exc)
-            recycle_connections()
 
     def _replace_dead_slots(self) -> None:
         """A slot thread that died anyway: stop renewing its run's lease (so another worker takes it), start another."""

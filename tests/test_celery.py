@@ -31,6 +31,13 @@ from tests.testapp.workflows import slow_steps, three_steps  # noqa: E402
 QUEUE = "workflows"
 
 
+@pytest.fixture(autouse=True)
+def _tests_celery_app_is_current() -> None:
+    # A test elsewhere may have imported example_project, whose __init__ loads
+    # (and so makes current) the example's own Celery app.
+    app.set_current()
+
+
 @pytest.fixture
 def broker() -> Iterator[Any]:
     """The test Redis database, empty."""

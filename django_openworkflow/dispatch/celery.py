@@ -12,6 +12,7 @@ side and at startup (``dispatch/checks.py``) so Celery workers know the tasks.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -26,11 +27,11 @@ from celery import Task, shared_task  # type: ignore[import-untyped]
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import owf_settings
-from ..engine.execute import Outcome, SliceResult, execute_slice
+from ..engine.execute import Outcome, SliceResult
+from ..runner import LeaseKeeper, SliceRunner, recycle_connections
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
 from ..store.records import ClaimedRun
-from ..worker import recycle_connections
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -174,18 +175,9 @@ def _execute_run(task: Task, run_id: str, due_at: str | None) -> str:
             _send_again_if_early(run_id, datetime.fromisoformat(due_at))
         return "not-claimed"
     run = claimed.run
-    with _Heartbeat(claimed, lease) as heartbeat:
-        try:
-            result = execute_slice(claimed, heartbeat.lease_valid)
-        except DatabaseError as exc:
-            logger.warning("run %s (%s): database error, releasing it: %s", run.id, run.workflow_name, exc)
-            _release(claimed)
-            return "released"
-        except Exception:
-            logger.exception("run %s (%s): engine error, releasing it", run.id, run.workflow_name)
-            _release(claimed)
-            return "released"
-    result.log(logger)
+    leases = LeaseKeeper(get_backend(), worker_id, lease)
+    with _Heartbeat(leases, claimed):
+        result = _runner().run(claimed, leases.lease_valid(claimed))
     try:
         _dispatch_follow_ups(result)
     except DatabaseError as exc:
@@ -248,29 +240,19 @@ def _send_again_if_early(run_id: str, due_at: datetime) -> None:
         _schedule(run_id, state.available_at, now)
 
 
-def _release(claimed: ClaimedRun) -> None:
-    """Hand a run back after an infrastructure error and send it again shortly."""
-    recycle_connections()
-    if get_backend().release(claimed):  # otherwise its lease expires, and the sweep finds it
-        send_execute_run(claimed.run.id, countdown=1.0)
+@functools.cache
+def _runner() -> SliceRunner:
+    return SliceRunner(get_backend(), logger)
 
 
 class _Heartbeat:
-    """Extends the lease of one claimed run while its slice executes, on its own thread.
+    """Renews the lease of one claimed run every lease/3 while its slice executes, on its own thread."""
 
-    ``lease_valid`` tells the engine whether the lease is still known to be
-    held, so no step starts after heartbeats have been failing.
-    """
-
-    def __init__(self, claimed: ClaimedRun, lease: timedelta) -> None:
+    def __init__(self, leases: LeaseKeeper, claimed: ClaimedRun) -> None:
+        self.leases = leases
         self.claimed = claimed
-        self.lease = lease
-        self.renewed_at = claimed.claimed_monotonic
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"owf-heartbeat-{claimed.run.id}", daemon=True)
-
-    def lease_valid(self) -> bool:
-        return time.monotonic() < self.renewed_at + self.lease.total_seconds() * 0.9
 
     def __enter__(self) -> _Heartbeat:
         self._thread.start()
@@ -283,18 +265,9 @@ class _Heartbeat:
         self._thread.join()
 
     def _loop(self) -> None:
-        interval = self.lease.total_seconds() / 3
         try:
-            while not self._stop.wait(interval):
-                started = time.monotonic()
-                try:
-                    held = get_backend().extend_leases(self.claimed.worker_id, self.lease, [self.claimed.run.id])
-                except DatabaseError as exc:
-                    logger.warning("run %s: heartbeat failed: %s", self.claimed.run.id, exc)
-                    recycle_connections()
-                    continue
-                if not held:
+            while not self._stop.wait(self.leases.interval.total_seconds()):
+                if self.leases.renew([self.claimed.run.id]) == 0:
                     return  # canceled or taken over: the slice's next write finds out
-                self.renewed_at = started
         finally:
             connections.close_all()  # this thread's connection, if it opened one

@@ -11,7 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from ..conf import owf_settings
-from ..worker import recycle_connections
+from ..runner import recycle_connections
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 

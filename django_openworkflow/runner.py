@@ -1,0 +1,128 @@
+"""What every dispatcher does with a run it claimed: keep its lease, execute a slice, release it, log.
+
+``runworkflows`` slots and the Celery task both run slices through a
+:class:`SliceRunner` and keep leases with a :class:`LeaseKeeper`, so the
+lease arithmetic, the release after a transient database error and the
+log lines exist once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.db import DatabaseError, connections
+
+from .engine.execute import Outcome, SliceResult, execute_slice
+from .store.backends.base import Backend
+from .store.records import ClaimedRun
+
+TRANSIENT_BACKOFF = (0.1, 5.0)
+"""Seconds before a run released after a transient database error is due again: first, and at most."""
+
+LEASE_SAFETY = 0.9
+"""No step starts in the last tenth of a lease that could not be renewed."""
+
+
+def recycle_connections() -> None:
+    """Between slices: drop this thread's connections that broke or aged out.
+
+    ``CONN_MAX_AGE = 0`` means "per request" to Django; a worker has no
+    requests, so it keeps such connections open and replaces them only when
+    they fail. A positive ``CONN_MAX_AGE`` is honoured.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.settings_dict.get("CONN_MAX_AGE") == 0 and not conn.errors_occurred:
+            continue
+        conn.close_if_unusable_or_obsolete()
+
+
+def backoff(count: int) -> float:
+    """Seconds to wait after ``count`` failures in a row (1, 2, 3 ...): doubling, capped."""
+    first, most = TRANSIENT_BACKOFF
+    return float(min(first * 2 ** (count - 1), most))
+
+
+class LeaseKeeper:
+    """Renews the leases a worker id holds, one UPDATE at a time, and says whether a lease still holds.
+
+    A run's lease runs from its claim or from the last renewal that
+    succeeded; once renewals fail for most of a lease, ``lease_valid`` says
+    no and the engine starts no further step.
+    """
+
+    def __init__(self, store: Backend, worker_id: str, lease: timedelta) -> None:
+        self.store = store
+        self.worker_id = worker_id
+        self.lease = lease
+        self.interval = lease / 3
+        self.renewed_at = time.monotonic()
+
+    def renew(self, run_ids: Iterable[Any]) -> int | None:
+        """Extend the leases of ``run_ids``; returns how many are still held, or None if the database failed."""
+        started = time.monotonic()
+        held = list(run_ids)
+        if not held:
+            self.renewed_at = started
+            return 0
+        try:
+            renewed = self.store.extend_leases(self.worker_id, self.lease, held)
+        except DatabaseError as exc:
+            logging.getLogger("django_openworkflow.worker").warning("heartbeat failed: %s", exc)
+            recycle_connections()
+            return None
+        self.renewed_at = started
+        return renewed
+
+    def lease_valid(self, claimed: ClaimedRun) -> Callable[[], bool]:
+        """For the engine: whether ``claimed``'s lease is still known to be held."""
+        window = self.lease.total_seconds() * LEASE_SAFETY
+        return lambda: time.monotonic() < max(claimed.claimed_monotonic, self.renewed_at) + window
+
+
+class SliceRunner:
+    """Executes slices of claimed runs and logs them; hands a run back after a transient database error.
+
+    Transient means the connection or a lock (the engine itself handles
+    everything else): the run is released, due again after a backoff that
+    doubles with each such release in a row.
+    """
+
+    def __init__(self, store: Backend, logger: logging.Logger) -> None:
+        self.store = store
+        self.logger = logger
+        self._releases: dict[Any, int] = {}
+        self._lock = threading.Lock()
+
+    def run(self, claimed: ClaimedRun, lease_valid: Callable[[], bool]) -> SliceResult:
+        run = claimed.run
+        if claimed.fresh:
+            self.logger.info("run %s (%s) started", run.id, run.workflow_name)
+        started = time.monotonic()
+        try:
+            result = execute_slice(claimed, lease_valid)
+        except DatabaseError as exc:
+            with self._lock:
+                count = self._releases[run.id] = self._releases.get(run.id, 0) + 1
+            delay = timedelta(seconds=backoff(count))
+            recycle_connections()
+            self.store.release(claimed, delay)  # never raises: when it fails, the lease expires instead
+            result = SliceResult(
+                run.id,
+                run.workflow_name,
+                Outcome.RELEASED,
+                time.monotonic() - started,
+                f"database error, released for {delay.total_seconds():g}s: {exc}",
+                claimed.clock() + delay,
+            )
+        else:
+            with self._lock:
+                self._releases.pop(run.id, None)
+        result.log(self.logger)
+        return result
