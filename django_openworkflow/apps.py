@@ -18,7 +18,7 @@ class SimpleOpenWorkflowConfig(AppConfig):
         from . import checks  # noqa: F401  (registers system checks)
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
-        dispatch_checks.load_dispatcher()  # with DISPATCH = "celery": registers the Celery tasks
+        dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
 
 
 class OpenWorkflowConfig(SimpleOpenWorkflowConfig):

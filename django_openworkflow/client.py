@@ -11,7 +11,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from .conf import owf_settings
+from .dispatch import get_dispatcher
 from .durations import Duration, parse_duration
 from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
 from .models import WorkflowRun
@@ -69,10 +69,8 @@ def start_run(
         deadline_at=deadline,
         idempotency_key=idempotency_key,
     )
-    if created and owf_settings.dispatch == "celery":
-        from .dispatch.celery import dispatch_on_commit
-
-        dispatch_on_commit(run.id)
+    if created:
+        get_dispatcher().run_started(run.id)
     return RunHandle(run.id)
 
 

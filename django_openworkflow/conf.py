@@ -31,8 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     # Module imported from every installed app at startup.
     "AUTODISCOVER_MODULE": "workflows",
-    # "worker": runworkflows processes poll/LISTEN; "celery": starting a run
-    # also sends a Celery task (see dispatch/celery.py).
+    # The dotted path of a django_openworkflow.dispatch.Dispatcher subclass, or
+    # a short name: "worker" (runworkflows processes poll/LISTEN) or "celery"
+    # (starting a run also sends a Celery task, see dispatch/celery.py).
     "DISPATCH": "worker",
     # Celery queue for workflow tasks (DISPATCH = "celery").
     "CELERY_QUEUE": "workflows",

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
+from . import hooks
 from .engine.execute import Outcome, SliceResult, execute_slice
 from .store.backends.base import Backend
 from .store.records import ClaimedRun
@@ -104,6 +105,7 @@ class SliceRunner:
         run = claimed.run
         if claimed.fresh:
             self.logger.info("run %s (%s) started", run.id, run.workflow_name)
+            hooks.send(hooks.run_started, run.workflow_name, run_id=run.id)
         started = time.monotonic()
         try:
             result = execute_slice(claimed, lease_valid)
@@ -125,4 +127,10 @@ class SliceRunner:
             with self._lock:
                 self._releases.pop(run.id, None)
         result.log(self.logger)
+        if result.outcome in (Outcome.COMPLETED, Outcome.FAILED):
+            hooks.send(
+                hooks.run_finished, run.workflow_name, run_id=run.id, status=str(result.outcome), error=result.detail
+            )
+        elif result.outcome in (Outcome.PARKED, Outcome.RETRY, Outcome.UNKNOWN_WORKFLOW):
+            hooks.send(hooks.run_parked, run.workflow_name, run_id=run.id, until=result.wake_at, reason=result.detail)
         return result

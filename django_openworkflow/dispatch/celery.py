@@ -6,8 +6,8 @@ the task claims it only if it is due (fenced, the same lease rules as
 lost one only delays the run until :func:`sweep` sends another.
 
 This is the only module of the package that imports Celery. It is imported
-when ``OPENWORKFLOW["DISPATCH"] == "celery"``: by ``start_run`` on the sending
-side and at startup (``dispatch/checks.py``) so Celery workers know the tasks.
+when ``OPENWORKFLOW["DISPATCH"]`` names :class:`CeleryDispatcher` (``"celery"``),
+at startup, so Celery workers know the tasks.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
-from celery import Task, shared_task  # type: ignore[import-untyped]
+import celery  # type: ignore[import-untyped]
+from celery import Task, shared_task
+from django.core import checks
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import owf_settings
@@ -32,6 +34,7 @@ from ..runner import LeaseKeeper, SliceRunner, recycle_connections
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
 from ..store.records import ClaimedRun
+from . import Dispatcher
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -52,6 +55,34 @@ _recently_swept_lock = threading.Lock()
 
 # Claims that fail with a database error are retried this often, then left to the sweep.
 _CLAIM_RETRIES = 5
+
+
+class CeleryDispatcher(Dispatcher):
+    """``DISPATCH = "celery"``: a started run sends a Celery task once the start commits; a sweep sends the rest."""
+
+    def ready(self) -> None:
+        pass  # importing this module registered the tasks
+
+    def run_started(self, run_id: Any) -> None:
+        dispatch_on_commit(run_id)
+
+    def sweep(self, limit: int) -> int:
+        return sweep(limit)
+
+    def check(self) -> list[checks.CheckMessage]:
+        app = celery.current_app
+        if app.conf.broker_url or app.conf.broker_write_url:
+            return []
+        return [
+            checks.Error(
+                f"OPENWORKFLOW['DISPATCH'] is 'celery' but the current Celery app ({app.main!r}) "
+                "has no broker configured",
+                hint="Create your project's Celery app (proj/celery.py: Celery('proj') with "
+                "config_from_object('django.conf:settings', namespace='CELERY')), import it in "
+                "proj/__init__.py so every process loads it, and set CELERY_BROKER_URL.",
+                id="openworkflow.E012",
+            )
+        ]
 
 
 class WorkflowTask(Task):

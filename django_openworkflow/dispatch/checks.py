@@ -1,69 +1,55 @@
-"""Startup of the configured dispatcher: system checks, and loading the Celery tasks.
+"""Startup of the configured dispatcher: loading it, and its system checks.
 
-Importing this module registers the checks; it never imports Celery itself,
-so the package works without it.
+Importing this module registers the checks; it imports the dispatcher only
+through its dotted path, so the package works without Celery.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from typing import Any
 
 from django.core import checks
 
 from ..conf import owf_settings
-
-DISPATCHERS = ("worker", "celery")
+from . import SHORT_NAMES, dispatcher_path, get_dispatcher
 
 
 def load_dispatcher() -> None:
-    """With ``DISPATCH = "celery"``, import the Celery task module (called from ``AppConfig.ready()``).
+    """Called from ``AppConfig.ready()``: the dispatcher loads what its processes need (Celery: the tasks).
 
     Celery workers (and beat, which routes by the registered task) then know
-    the tasks without listing the module anywhere. Without Celery installed,
-    nothing is imported and :func:`check_dispatch` reports the problem.
+    the tasks without listing the module anywhere. A dispatcher that cannot
+    be imported is left to :func:`check_dispatch` to report.
     """
-    if owf_settings.dispatch == "celery" and importlib.util.find_spec("celery") is not None:
-        importlib.import_module("django_openworkflow.dispatch.celery")
+    try:
+        dispatcher = get_dispatcher()
+    except ImportError:
+        return
+    dispatcher.ready()
 
 
 @checks.register(checks.Tags.compatibility)
 def check_dispatch(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """``DISPATCH`` names a known dispatcher; for Celery, Celery is installed and an app is configured."""
-    dispatch = owf_settings.dispatch
-    if dispatch not in DISPATCHERS:
+    """``DISPATCH`` names a dispatcher that imports; then the dispatcher checks its own set-up."""
+    name, path = owf_settings.dispatch, dispatcher_path()
+    try:
+        dispatcher = get_dispatcher()
+    except ImportError as exc:
+        if path == SHORT_NAMES["celery"] and "celery" in str(exc).lower():
+            return [
+                checks.Error(
+                    "OPENWORKFLOW['DISPATCH'] is 'celery' but Celery is not installed",
+                    hint="pip install 'django-openworkflow[celery]', or set DISPATCH to 'worker' and run "
+                    "`manage.py runworkflows`.",
+                    id="openworkflow.E011",
+                )
+            ]
         return [
             checks.Error(
-                f"OPENWORKFLOW['DISPATCH'] is {dispatch!r}",
-                hint=f"Use one of: {', '.join(repr(name) for name in DISPATCHERS)}.",
+                f"OPENWORKFLOW['DISPATCH'] is {name!r}, which cannot be imported as a dispatcher: {exc}",
+                hint=f"Use {' or '.join(repr(short) for short in SHORT_NAMES)}, or the dotted path of a "
+                "django_openworkflow.dispatch.Dispatcher subclass.",
                 id="openworkflow.E010",
             )
         ]
-    if dispatch != "celery":
-        return []
-    try:
-        import celery  # type: ignore[import-untyped]
-    except ImportError:
-        return [
-            checks.Error(
-                "OPENWORKFLOW['DISPATCH'] is 'celery' but Celery is not installed",
-                hint="pip install 'django-openworkflow[celery]', or set DISPATCH to 'worker' and run "
-                "`manage.py runworkflows`.",
-                id="openworkflow.E011",
-            )
-        ]
-    app = celery.current_app
-    conf = app.conf
-    if not (conf.broker_url or conf.broker_write_url):
-        return [
-            checks.Error(
-                f"OPENWORKFLOW['DISPATCH'] is 'celery' but the current Celery app ({app.main!r}) "
-                "has no broker configured",
-                hint="Create your project's Celery app (proj/celery.py: Celery('proj') with "
-                "config_from_object('django.conf:settings', namespace='CELERY')), import it in "
-                "proj/__init__.py so every process loads it, and set CELERY_BROKER_URL.",
-                id="openworkflow.E012",
-            )
-        ]
-    return []
+    return dispatcher.check()

@@ -10,8 +10,8 @@ from types import FrameType
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
-from ..conf import owf_settings
 from ..runner import recycle_connections
+from . import get_dispatcher
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -23,12 +23,15 @@ class SweepLoop:
     """
 
     def __init__(self, interval: float = 1.0, batch: int = 1000) -> None:
-        if owf_settings.dispatch != "celery":
-            raise ImproperlyConfigured("--dispatch-only needs OPENWORKFLOW['DISPATCH'] = 'celery'")
         try:
-            from .celery import sweep
+            dispatcher = get_dispatcher()
         except ImportError as exc:
-            raise ImproperlyConfigured(f"--dispatch-only needs Celery: {exc}") from None
+            raise ImproperlyConfigured(f"OPENWORKFLOW['DISPATCH'] cannot be imported: {exc}") from None
+        sweep = getattr(dispatcher, "sweep", None)
+        if sweep is None:
+            raise ImproperlyConfigured(
+                "--dispatch-only needs a dispatcher that sends due runs (OPENWORKFLOW['DISPATCH'] = 'celery')"
+            )
         self._sweep = sweep
         self.interval = interval
         self.batch = batch

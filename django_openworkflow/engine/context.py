@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.utils.dateparse import parse_datetime
 
+from .. import hooks
 from ..conf import owf_settings
 from ..durations import Duration, parse_duration
 from ..errors import DeterminismError, NonRetryableError, PayloadError, RetryAfter, StepFailed, StepUsageError
@@ -237,6 +238,21 @@ class Slice:
                     key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._failure(key, cause)
                 )
             )
+
+    def step_finished(
+        self, key: str, status: str, started: datetime, finished: datetime, error: dict[str, Any] | None = None
+    ) -> None:
+        """Tell the ``step_finished`` hook's receivers."""
+        seconds = (finished - started).total_seconds()
+        hooks.send(
+            hooks.step_finished,
+            self.run.workflow_name,
+            run_id=self.run.id,
+            step=key,
+            status=str(status),
+            seconds=seconds,
+            error=error,
+        )
 
     # -- the step in progress (read by the watchdog's thread) --
 
@@ -468,6 +484,7 @@ class StepApi:
             )
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=stored))
+        s.step_finished(key, StepStatus.COMPLETED, started, now)
         return cast(T, stored)
 
     def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:
@@ -492,6 +509,7 @@ class StepApi:
             s.in_step = None
         s.pending = []
         s.history.count += 1
+        s.step_finished(key, StepStatus.COMPLETED, started, s.now())
         return stored
 
     def _fail_attempt(
@@ -516,6 +534,7 @@ class StepApi:
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
         failures = s.history.add_failure(key, error)
+        s.step_finished(key, StepStatus.FAILED, started, now, error)
         if retryable and policy.allows_another(failures):
             wake = now + (policy.delay_after(failures) if delay is None else delay)
             s.check_deadline(wake, key)

@@ -1,0 +1,47 @@
+"""Lifecycle hooks: Django signals sent as runs and steps progress, for metrics, tracing and your own code.
+
+Connect a receiver as to any Django signal::
+
+    from django.dispatch import receiver
+    from django_openworkflow import hooks
+
+    @receiver(hooks.run_finished)
+    def count(sender, *, run_id, workflow_name, status, error, **kwargs): ...
+
+They are sent in the process that executes the run (a ``runworkflows``
+worker, a Celery worker), with ``sender`` the workflow's name. A receiver
+that raises is logged and ignored: it cannot fail a run. Receivers run on
+the worker's slot thread, so keep them quick.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_openworkflow.hooks")
+
+run_started = Signal()
+"""A worker began executing a run for the first time. Keyword arguments: ``run_id``, ``workflow_name``."""
+
+run_finished = Signal()
+"""A run completed or failed. ``run_id``, ``workflow_name``, ``status`` ("completed", "failed"), ``error``."""
+
+run_parked = Signal()
+"""A run let go of its worker until ``until`` (a sleep, a wait, a retry's backoff). ``run_id``,
+``workflow_name``, ``until``, ``reason``."""
+
+step_finished = Signal()
+"""A step's code returned or raised (its journal entry is written with the run's next write).
+``run_id``, ``workflow_name``, ``step``, ``status`` ("completed", "failed"), ``seconds``, ``error``."""
+
+
+def send(signal: Signal, workflow_name: str, **kwargs: Any) -> None:
+    """Send ``signal``; a receiver's exception is logged, never raised."""
+    if not signal.has_listeners(workflow_name):
+        return
+    for receiver, result in signal.send_robust(workflow_name, workflow_name=workflow_name, **kwargs):
+        if isinstance(result, Exception):
+            logger.error("receiver %r of a django-openworkflow hook failed", receiver, exc_info=result)
