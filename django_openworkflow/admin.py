@@ -23,7 +23,6 @@ from django.http import (
     HttpResponseNotAllowed,
     HttpResponseRedirect,
 )
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -33,6 +32,7 @@ from . import formatting as fmt
 from .client import send_signal, start_run
 from .errors import OpenWorkflowError, PayloadError, RunNotFound, SignalError, UnknownWorkflowError
 from .models import WorkflowRun
+from .payload import check_text
 from .registry import registry
 from .store import queries
 
@@ -50,6 +50,15 @@ def _once_per_request(request: HttpRequest, key: str, compute: Callable[[], Any]
     if key not in cache:
         cache[key] = compute()
     return cache[key]
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` could be stored at all: a NUL in a query is an error on PostgreSQL, not a miss."""
+    try:
+        check_text(text, "text")
+    except PayloadError:
+        return False
+    return True
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -77,7 +86,10 @@ class WorkflowNameFilter(admin.SimpleListFilter):
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
-        return queryset.filter(workflow_name=self.value()) if self.value() else queryset
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(workflow_name=value) if _storable(value) else queryset.none()
 
 
 NO_VERSION = "-"
@@ -92,7 +104,9 @@ class VersionFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         chosen = request.GET.get(WorkflowNameFilter.parameter_name)
         if chosen:
-            versions = _once_per_request(request, f"versions:{chosen}", lambda: queries.workflow_versions(chosen))
+            versions = _once_per_request(
+                request, f"versions:{chosen}", lambda: queries.workflow_versions(chosen) if _storable(chosen) else []
+            )
         else:
             # A version given without a workflow (a bookmarked URL) still filters.
             given = request.GET.get(self.parameter_name)
@@ -103,7 +117,9 @@ class VersionFilter(admin.SimpleListFilter):
         value = self.value()
         if not value:
             return queryset
-        return queryset.filter(version__isnull=True) if value == NO_VERSION else queryset.filter(version=value)
+        if value == NO_VERSION:
+            return queryset.filter(version__isnull=True)
+        return queryset.filter(version=value) if _storable(value) else queryset.none()
 
 
 _LOCAL_INPUT = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
@@ -160,7 +176,7 @@ class StartRunForm(forms.Form):
         return _parse_json(self.cleaned_data["input"])
 
     def clean_idempotency_key(self) -> str | None:
-        return self.cleaned_data["idempotency_key"].strip() or None
+        return _clean_text(self.cleaned_data["idempotency_key"], "The idempotency key") or None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -189,7 +205,7 @@ class StartRunForm(forms.Form):
             self.add_error("input", str(exc))
         except UnknownWorkflowError as exc:
             self.add_error("workflow", str(exc))
-        except (OpenWorkflowError, ValueError) as exc:
+        except (OpenWorkflowError, ValueError, OverflowError) as exc:
             # start_run's ValueErrors name the argument first ("deadline_at … is already in the past").
             self.add_error("deadline_at" if str(exc).startswith("deadline_at") else None, str(exc))
         else:
@@ -203,13 +219,25 @@ def _parse_json(text: str) -> Any:
     if not text:
         return None
     try:
-        return json.loads(text)
+        return fmt.read_json(text)
     except json.JSONDecodeError as exc:
         raise forms.ValidationError(
             "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
             params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
             code="json",
         ) from None
+    except ValueError as exc:  # nested too deep to read
+        raise forms.ValidationError("The JSON %(problem)s.", params={"problem": exc}, code="json") from None
+
+
+def _clean_text(text: str, what: str) -> str:
+    """A stripped name or key; a ValidationError when no database could store it (a lone surrogate)."""
+    text = text.strip()
+    try:
+        check_text(text, what)
+    except PayloadError as exc:
+        raise forms.ValidationError(str(exc), code="text") from None
+    return text
 
 
 class SendSignalForm(forms.Form):
@@ -228,7 +256,7 @@ class SendSignalForm(forms.Form):
     )
 
     def clean_name(self) -> str:
-        name: str = self.cleaned_data["name"].strip()
+        name = _clean_text(self.cleaned_data["name"], "The signal name")
         if not name:
             raise forms.ValidationError("A signal needs a name.", code="required")
         return name
@@ -237,7 +265,7 @@ class SendSignalForm(forms.Form):
         return _parse_json(self.cleaned_data["json_data"])
 
     def clean_idempotency_key(self) -> str | None:
-        return self.cleaned_data["idempotency_key"].strip() or None
+        return _clean_text(self.cleaned_data["idempotency_key"], "The idempotency key") or None
 
 
 def _list_action(run_action: views.RunAction) -> Any:
@@ -317,7 +345,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return queryset.filter(condition), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = super().changelist_view(request, {"title": "Workflow runs", **(extra_context or {})})
+        response = views.printable_page(
+            super().changelist_view(request, {"title": "Workflow runs", **(extra_context or {})})
+        )
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             cl = context["cl"]
@@ -369,6 +399,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     @admin.display(description="duration")
     def duration(self, run: WorkflowRun) -> str:
         return fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None) -> Any:
+        return views.printable_page(super().history_view(request, object_id, extra_context))
 
     # -- permissions: runs change only through actions, are never deleted here --
 
@@ -430,6 +463,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             short_id=fmt.short_id(run.id),
             status_badge=views.status_badge(run.status, run.worker_id),
             wake_hint=fmt.wake_hint(run, now),
+            executing=fmt.executing_hint(run, attempts, now),
             times={
                 "created": fmt.format_time(run.created_at),
                 "started": fmt.format_time(run.started_at),
@@ -457,7 +491,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             consumed_signals=consumed_signals,
             signal_form=(signal_form or SendSignalForm()) if can_signal else None,
         )
-        return TemplateResponse(request, "django_openworkflow/run_page.html", context)
+        return views.PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
 
     def send_signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST from the run page's signal form: send a signal to this run (needs the change permission)."""
@@ -481,7 +515,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             delivered = send_signal(run.id, name, form.cleaned_data["json_data"], form.cleaned_data["idempotency_key"])
         except (SignalError, RunNotFound) as exc:
             self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
-        except ValueError as exc:  # PayloadError (too large) or a bad key
+        except ValueError as exc:  # PayloadError: the data cannot be stored
+            form.add_error("json_data" if isinstance(exc, PayloadError) else None, str(exc))
             self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
             return self._run_page(request, run, signal_form=form)
         else:
@@ -534,7 +569,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             select_across=request.POST.get("select_across") == "1",
             changelist_url=request.get_full_path(),
         )
-        return TemplateResponse(request, "django_openworkflow/confirm_action.html", context)
+        return views.PrintableTemplateResponse(request, "django_openworkflow/confirm_action.html", context)
 
     def add_view(
         self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -564,4 +599,4 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             no_workflows=not form.fields["workflow"].choices,  # type: ignore[attr-defined]
             changelist_url=reverse("admin:django_openworkflow_workflowrun_changelist"),
         )
-        return TemplateResponse(request, "django_openworkflow/start_run.html", context)
+        return views.PrintableTemplateResponse(request, "django_openworkflow/start_run.html", context)

@@ -3,20 +3,21 @@
 ``admin.py`` wires these into Django's admin; this module holds the parts
 that can be read and tested on their own: formatting, the journal rows, the
 timeline picture and the run actions. Payloads are
-turned into plain strings here and escaped by the templates, never marked safe.
+turned into plain strings here and escaped by the templates, never marked safe;
+the pages' control characters and lone surrogates are written as escapes
+(:class:`PrintableTemplateResponse`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
-from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -25,10 +26,15 @@ from django.utils.html import format_html, format_html_join
 from .client import start_run
 from .errors import OpenWorkflowError
 from .formatting import (
+    PAGE_TEXT,
     elapsed,
     format_duration,
     format_time,
+    json_text,
     pretty_json,
+    printable,
+    retry_failed_refusal,
+    retry_now_refusal,
     short_id,
     split_error,
 )
@@ -42,7 +48,7 @@ from .models import (
     WorkflowRun,
 )
 from .store import get_backend
-from .store.queries import display_status
+from .store.queries import display_status, open_wait
 
 # -- formatting ---------------------------------------------------------------
 
@@ -56,6 +62,33 @@ def status_badge(status: str, worker_id: str | None = None) -> str:
     """A coloured badge; ``parked`` for a running run that no worker holds."""
     shown = display_status(status, worker_id)
     return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, shown)
+
+
+class PrintableTemplateResponse(TemplateResponse):
+    """A page whose control characters and lone surrogates are written as escapes (``\\x1b``, ``\\ud800``).
+
+    Rows written before payloads were checked, or by other code, may hold a
+    lone surrogate in their JSON (SQLite keeps it), which no UTF-8 response
+    can carry, or control characters in names and keys. The templates leave
+    none of their own, so escaping the rendered page catches every such
+    character wherever a page shows it.
+    """
+
+    @property
+    def rendered_content(self) -> str:
+        return printable(super().rendered_content, PAGE_TEXT)
+
+
+def printable_page(response: Any) -> Any:
+    """Django's own page (the change list, a run's history) served as a :class:`PrintableTemplateResponse`.
+
+    The run's ``str()`` and names appear in markup Django writes (a checkbox's
+    label, the filters), so the page is escaped as a whole, like ours. A
+    redirect or an already rendered response is returned as it is.
+    """
+    if type(response) is TemplateResponse and not response.is_rendered:
+        response.__class__ = PrintableTemplateResponse  # it adds no state: only how the content renders
+    return response
 
 
 # -- the journal and the timeline ---------------------------------------------
@@ -149,7 +182,7 @@ def wait_info(attempt: StepAttempt, day_of: datetime | None = None) -> WaitInfo:
     is_event = attempt.kind == StepKind.EVENT
     name = str(context.get("event" if is_event else "signal") or attempt.step_name)
     pattern = context.get("match") if is_event else None
-    match = json.dumps(pattern, ensure_ascii=False, separators=(",", ":"), cls=DjangoJSONEncoder) if pattern else ""
+    match = json_text(pattern) if pattern else ""
     timeout_at = parse_datetime(str(context.get("timeout_at") or ""))
     timeout = format_time(timeout_at, precise=True, day_of=day_of) if timeout_at else ""
     info = WaitInfo(str(attempt.kind), name, match, timeout, "waiting")
@@ -355,6 +388,20 @@ class ActionRefused(Exception):
     """An action cannot apply to this run; the message says why."""
 
 
+def _retry_now(run: WorkflowRun) -> bool:
+    refusal = retry_now_refusal(run, open_wait(run.id))
+    if refusal:
+        raise ActionRefused(refusal)
+    return get_backend().wake_run(run.id)
+
+
+def _retry_failed(run: WorkflowRun) -> bool:
+    refusal = retry_failed_refusal(run)
+    if refusal:
+        raise ActionRefused(refusal)
+    return get_backend().retry_failed_run(run.id)
+
+
 def _rerun(run: WorkflowRun) -> Any:
     try:
         return start_run(run.workflow_name, run.input, version=run.version).id
@@ -400,7 +447,7 @@ ACTIONS: dict[str, RunAction] = {
             offered=lambda run: (
                 run.status in CLAIMABLE_STATUSES and run.worker_id is None and run.available_at > timezone.now()
             ),
-            apply=lambda run: get_backend().wake_run(run.id),
+            apply=_retry_now,
         ),
         RunAction(
             "retry_failed",
@@ -410,7 +457,7 @@ ACTIONS: dict[str, RunAction] = {
             "Sent back to pending",
             "it had not failed",
             offered=lambda run: run.status == RunStatus.FAILED,
-            apply=lambda run: get_backend().retry_failed_run(run.id),
+            apply=_retry_failed,
         ),
         RunAction(
             "rerun",

@@ -3,24 +3,46 @@
 The management command only builds the parser (:func:`add_arguments`) and
 calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
 JSON with ``--json``; every error is a ``CommandError`` with one clear line,
-which Django turns into a non-zero exit.
+which Django turns into a non-zero exit. What comes from data (names, keys,
+payloads, error messages) is printed with its control characters escaped
+(:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
-from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from .client import RunHandle, send_signal, start_run
-from .errors import OpenWorkflowError, ResultTimeout, RunNotFound, SignalError, WorkflowCanceled, WorkflowFailed
-from .formatting import elapsed, format_duration, format_time, wake_hint
+from .errors import (
+    OpenWorkflowError,
+    PayloadError,
+    ResultTimeout,
+    RunNotFound,
+    WorkflowCanceled,
+    WorkflowFailed,
+)
+from .formatting import (
+    LINES,
+    elapsed,
+    executing_hint,
+    format_duration,
+    format_time,
+    json_text,
+    printable,
+    read_json,
+    retry_failed_refusal,
+    retry_now_refusal,
+    wake_hint,
+)
 from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
+from .payload import check_text
 from .store import get_backend, queries
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
@@ -33,6 +55,13 @@ def _positive_int(value: str) -> int:
     number = int(value)
     if number <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive number, got {value}")
+    return number
+
+
+def _seconds(value: str) -> float:
+    number = float(value)
+    if not math.isfinite(number) or number < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite, non-negative number of seconds, got {value}")
     return number
 
 
@@ -62,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--idempotency-key", default=None, metavar="KEY", help="start at most one run with this key")
     start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
     start.add_argument(
-        "--timeout", type=float, default=None, metavar="SECONDS", help="with --wait: give up after this long"
+        "--timeout", type=_seconds, default=None, metavar="SECONDS", help="with --wait: give up after this long"
     )
 
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a pending or running run")
@@ -96,18 +125,38 @@ def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
 
 
 def _print_json(out: OutputWrapper, value: Any) -> None:
-    out.write(json.dumps(value, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+    out.write(json_text(value, indent=2))
 
 
 def _compact_json(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, separators=(",", ":"))
+    text = json_text(value)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _error(exc: Exception) -> CommandError:
+    """An exception from the client as a one-line CommandError (its text may quote client data)."""
+    lines = str(exc).splitlines()
+    return CommandError(printable(lines[0]) if lines else type(exc).__name__)
+
+
+def _read_json(text: str | None, option: str) -> Any:
+    """An option's JSON text (None: null), or a CommandError saying what is wrong with it."""
+    if text is None:
+        return None
+    try:
+        return read_json(text)
+    except json.JSONDecodeError as exc:
+        raise CommandError(f"{option} is not valid JSON: {exc}") from None
+    except ValueError as exc:  # nested too deep to read
+        raise CommandError(f"{option} {exc}") from None
+
+
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Columns two spaces apart, headers in capitals; columns of numbers are right-aligned."""
+    """Columns two spaces apart, headers in capitals; columns of numbers are right-aligned; cells printable."""
     numeric = [bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
-    cells = [[str(h).upper() for h in headers]] + [["" if c is None else str(c) for c in row] for row in rows]
+    cells = [[str(h).upper() for h in headers]] + [
+        ["" if c is None else printable(str(c)) for c in row] for row in rows
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = []
     for row in cells:
@@ -184,7 +233,7 @@ def _attempt_result(attempt: StepAttempt) -> str:
 
 def _error_line(error: Any) -> str:
     if isinstance(error, dict):
-        return ": ".join(str(p) for p in (error.get("type"), error.get("message")) if p)
+        return printable(": ".join(str(p) for p in (error.get("type"), error.get("message")) if p))
     return _compact_json(error)
 
 
@@ -197,6 +246,11 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
     unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
     if unknown:
         raise CommandError(f"unknown status {unknown[0]!r}; choose from {', '.join(queries.DISPLAY_STATUSES)}")
+    if options["workflow"]:
+        try:
+            check_text(options["workflow"], "--workflow")  # a NUL is an error in a PostgreSQL query
+        except PayloadError as exc:
+            raise _error(exc) from None
     found = queries.list_runs(statuses=statuses, workflow_name=options["workflow"], limit=options["limit"])
     if options["json"]:
         _print_json(out, [_run_dict(run, payloads=False) for run in found])
@@ -237,7 +291,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         _print_json(out, {"run": _run_dict(run), "journal": [_attempt_dict(a, n) for a, n in numbered]})
         return
     now = timezone.now()
-    hint = wake_hint(run, now)
+    hint = wake_hint(run, now) or executing_hint(run, attempts, now)
     fields = [
         ("status", queries.display_status(run.status, run.worker_id) + (f" ({hint})" if hint else "")),
         ("workflow", run.workflow_name + (f" {run.version}" if run.version else "")),
@@ -257,7 +311,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     if run.error is not None:
         fields.append(("error", _error_line(run.error)))
     out.write(f"Run {run.id}")
-    out.write("\n".join(f"  {label:<17}{value}" for label, value in fields))
+    out.write("\n".join(f"  {label:<17}{printable(str(value))}" for label, value in fields))
     out.write("")
     out.write(f"Journal: {len(numbered)} step attempt{'' if len(numbered) == 1 else 's'}")
     if numbered:
@@ -285,21 +339,18 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         )
     if isinstance(run.error, dict) and run.error.get("traceback"):
         out.write("")
-        out.write(str(run.error["traceback"]).rstrip())
+        out.write(printable(str(run.error["traceback"]).rstrip(), LINES))
 
 
 def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows start NAME``: start a run (and with ``--wait``, wait for its output)."""
-    try:
-        input_value = json.loads(options["input"]) if options["input"] is not None else None
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"--input is not valid JSON: {exc}") from None
+    input_value = _read_json(options["input"], "--input")
     name, key = options["name"], options["idempotency_key"]
-    existing = queries.existing_run_for_key(name, key) if key else None
     try:
+        existing = _existing_run(name, key)
         handle = start_run(name, input_value, version=options["version"], idempotency_key=key)
-    except (OpenWorkflowError, ValueError) as exc:
-        raise CommandError(str(exc)) from None
+    except (OpenWorkflowError, ValueError, OverflowError) as exc:
+        raise _error(exc) from None
     run = handle.fetch()
     result: dict[str, Any] = {
         "id": str(run.id),
@@ -312,16 +363,33 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
         if options["json"]:
             _print_json(out, result)
         elif existing is not None:
-            out.write(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}.")
+            out.write(printable(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}."))
         else:
-            out.write(f"Started run {run.id} of {run.workflow_name}" + (f" {run.version}." if run.version else "."))
+            out.write(
+                printable(f"Started run {run.id} of {run.workflow_name}" + (f" {run.version}." if run.version else "."))
+            )
         return
     output = _wait(handle, options["timeout"])
     if options["json"]:
         _print_json(out, {**result, "status": RunStatus.COMPLETED, "output": output})
     else:
-        out.write(f"Run {run.id} of {run.workflow_name} completed. Output:")
-        out.write(json.dumps(output, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+        out.write(printable(f"Run {run.id} of {run.workflow_name} completed. Output:"))
+        out.write(json_text(output, indent=2))
+
+
+def _existing_run(name: str, key: str | None) -> WorkflowRun | None:
+    """The run a start with this key would return; not looked up when start_run will refuse the name or key.
+
+    (A NUL in a query parameter is an error on PostgreSQL, not a miss.)
+    """
+    if not key:
+        return None
+    try:
+        check_text(name, "name")
+        check_text(key, "key")
+    except PayloadError:
+        return None
+    return queries.existing_run_for_key(name, key)
 
 
 def _wait(handle: RunHandle, timeout: float | None) -> Any:
@@ -353,10 +421,16 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     shown = queries.display_status(run.status, run.worker_id)
     if options["from_failed_step"]:
+        refusal = retry_failed_refusal(run)
+        if refusal:
+            raise CommandError(f"run {run.id} cannot be retried from its failed step: {refusal}")
         if not get_backend().retry_failed_run(run.id):
             raise CommandError(f"run {run.id} is {shown}, not failed: nothing to retry from a failed step")
         message, status = f"Run {run.id} is pending again; it resumes at its failed step.", str(RunStatus.PENDING)
     else:
+        refusal = retry_now_refusal(run, queries.open_wait(run.id))
+        if refusal:
+            raise CommandError(f"run {run.id} cannot be retried now: {refusal}")
         if not get_backend().wake_run(run.id):
             advice = " (use --from-failed-step for a failed run)" if run.status == RunStatus.FAILED else ""
             raise CommandError(
@@ -371,20 +445,15 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows signal RUN_ID NAME``: send a signal; says whether a waiting step took it or it is buffered."""
-    try:
-        data = json.loads(options["data"]) if options["data"] is not None else None
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"--data is not valid JSON: {exc}") from None
+    data = _read_json(options["data"], "--data")
     run = resolve_run(options["run_id"])
     name = options["name"]
     try:
         delivered = send_signal(run.id, name, data, options["idempotency_key"])
-    except SignalError as exc:
-        raise CommandError(str(exc)) from None
     except RunNotFound:  # deleted between the lookup and the send
         raise CommandError(f"no workflow run with id {run.id}") from None
-    except (OpenWorkflowError, ValueError) as exc:
-        raise CommandError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    except (OpenWorkflowError, ValueError) as exc:  # SignalError (the run finished), PayloadError, a bad key
+        raise _error(exc) from None
     if options["json"]:
         _print_json(
             out, {"id": str(run.id), "signal": name, "delivered": delivered, "buffered": not delivered, "data": data}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -109,6 +110,8 @@ class RunHandle:
         """
         if isinstance(timeout, timedelta):
             timeout = timeout.total_seconds()
+        if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0):
+            raise ValueError(f"timeout must be a finite number of seconds (at least 0) or None, got {timeout!r}")
         give_up = None if timeout is None else time.monotonic() + timeout
         # On PostgreSQL a finishing run notifies; polling is only the safety net.
         finished = run_waiters.register(str(self.id))

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+STEP_LIMIT_EXCEEDED = "StepLimitExceeded"
+"""The ``type`` of a run's error when it reached ``OPENWORKFLOW["MAX_STEP_ATTEMPTS"]``."""
+
 
 class OpenWorkflowError(Exception):
     """Base class of every error this package raises on purpose."""

@@ -1,16 +1,78 @@
-"""How durations, times, ids, payloads and errors read to people: one wording for the admin, the CLI and the demo."""
+"""How durations, times, ids, payloads and errors read to people: one wording for the admin, the CLI and the demo.
+
+Stored data is shown, never obeyed: :func:`printable` and :func:`json_text`
+write control characters, bidirectional overrides and lone surrogates as
+escapes, so a payload can neither drive the operator's terminal nor make a
+page impossible to encode as UTF-8 (SQLite keeps ``"\\ud800"`` in JSON).
+"""
 
 from __future__ import annotations
 
+import functools
 import json
+import re
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from .models import WorkflowRun
-from .states import CLAIMABLE_STATUSES, RunStatus
+from .errors import STEP_LIMIT_EXCEEDED
+from .models import StepAttempt, WorkflowRun
+from .payload import MAX_DEPTH
+from .states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
+
+# C0 and C1 controls, DEL, the bidirectional embeddings, overrides and isolates, lone surrogates.
+_UNPRINTABLE = "\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+# What json.dumps(ensure_ascii=False) leaves raw: it escapes C0 controls itself.
+_JSON_UNPRINTABLE = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+LINES = "\n\t"
+"""For :func:`printable`: what a terminal may get of a multi-line text (a carriage return could hide a line)."""
+PAGE_TEXT = "\n\r\t"
+"""For :func:`printable`: what a web page keeps (a browser sends a textarea's lines as CRLF)."""
+
+
+@functools.cache
+def _unprintable(keep: str) -> re.Pattern[str]:
+    return re.compile(f"(?![{re.escape(keep)}])[{_UNPRINTABLE}]" if keep else f"[{_UNPRINTABLE}]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    return _NAMED_ESCAPES.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+
+
+def printable(text: str, keep: str = "") -> str:
+    """``text`` with control characters and lone surrogates written as escapes (``\\x1b``, ``\\ud800``).
+
+    ``keep``: whitespace controls to leave alone, :data:`LINES` or :data:`PAGE_TEXT`.
+    """
+    return _unprintable(keep).sub(_escape, text)
+
+
+def json_text(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON that is safe to print or serve: non-ASCII text stays readable, controls are escaped."""
+    separators = None if indent else (",", ":")
+    text = json.dumps(value, indent=indent, separators=separators, ensure_ascii=False, cls=DjangoJSONEncoder)
+    # These characters only occur inside JSON strings, where \uXXXX is the same value.
+    return _JSON_UNPRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+TOO_DEEP = f"nests deeper than {MAX_DEPTH} levels, the limit"
+
+
+def read_json(text: str) -> Any:
+    """``json.loads(text)``; JSON nested too deep for the parser is a ``ValueError`` saying :data:`TOO_DEEP`.
+
+    A ``json.JSONDecodeError`` (also a ``ValueError``) says where the text breaks.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError(TOO_DEEP) from None
 
 
 def format_duration(value: timedelta | None) -> str:
@@ -72,7 +134,7 @@ def elapsed(start: datetime | None, end: datetime | None, now: datetime) -> time
 
 def pretty_json(value: Any) -> str:
     """Indented JSON text, for a ``<pre>`` (the template escapes it)."""
-    return json.dumps(value, indent=2, ensure_ascii=False, cls=DjangoJSONEncoder)
+    return json_text(value, indent=2)
 
 
 def short_id(run_id: Any) -> str:
@@ -97,3 +159,49 @@ def split_error(error: Any, hide: tuple[str, ...] = ()) -> tuple[str, str, str]:
     rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback", *hide)}
     headline = ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
     return headline, str(error.get("traceback") or ""), pretty_json(rest) if rest else ""
+
+
+def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datetime) -> str:
+    """``executing step 'charge' for 4 m 12 s`` while a worker holds the run inside a step, else empty.
+
+    Read from the step's open attempt (kind ``run``, status ``running``); a
+    held run whose journal has none shows nothing more than its status.
+    """
+    if run.status != RunStatus.RUNNING or run.worker_id is None:
+        return ""
+    open_steps = [a for a in attempts if a.kind == StepKind.RUN and a.status == StepStatus.RUNNING]
+    if not open_steps:
+        return ""
+    step = open_steps[-1]
+    return f"executing step {step.step_name!r} for {format_duration(now - (step.started_at or step.created_at))}"
+
+
+# -- why an action would do nothing: one wording for the admin's actions and the CLI --------
+
+
+def retry_now_refusal(run: WorkflowRun, open_wait: StepAttempt | None) -> str:
+    """Why "retry now" cannot help a run parked in a signal or event wait (``open_wait``); empty otherwise.
+
+    Making such a run due only replays it into the same wait: what it needs
+    is the signal or the event.
+    """
+    if open_wait is None or run.status != RunStatus.RUNNING or run.worker_id is not None:
+        return ""
+    kind = str(open_wait.kind)
+    name = (open_wait.context or {}).get(kind) or open_wait.step_name
+    return f"it waits for {kind} {str(name)!r}, which retry now cannot deliver (send the {kind} instead)"
+
+
+def retry_failed_refusal(run: WorkflowRun) -> str:
+    """Why "retry from failed step" cannot help a run that failed by the step limit; empty otherwise.
+
+    A retry keeps the journal, so the run is at ``MAX_STEP_ATTEMPTS`` again at once.
+    """
+    if run.status != RunStatus.FAILED or not isinstance(run.error, dict):
+        return ""
+    if run.error.get("type") != STEP_LIMIT_EXCEEDED:
+        return ""
+    return (
+        "it failed by reaching OPENWORKFLOW['MAX_STEP_ATTEMPTS']; a retry keeps its journal and would reach "
+        "the limit again at once (re-run it with the same input, or raise the limit)"
+    )

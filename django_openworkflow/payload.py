@@ -44,7 +44,7 @@ def to_json_value(value: Any, what: str, root: str = "value") -> Any:
         encoded = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False, separators=(",", ":"))
         decoded = json.loads(encoded)
     except RecursionError:
-        raise PayloadError(f"{what} nests too deep to encode; the limit is {MAX_DEPTH} levels") from None
+        raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels, the limit") from None
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValueError) and "out of range float" in str(exc).lower():
             raise PayloadError(f"{what} contains NaN or Infinity, which JSON cannot hold") from None

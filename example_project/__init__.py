@@ -1,4 +1,3 @@
-
 from importlib.util import find_spec
 
 # Load the Celery app (when Celery is installed) so that web processes send to its broker.

@@ -1,13 +1,15 @@
-"""URLs: the admin, and /start/, which starts a workflow run from a view."""
+"""URLs: the admin, and /start/, which starts a workflow run from a view (for signed-in users)."""
 
 from django.contrib import admin
+from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.template import engines
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
 
+from django_openworkflow.durations import parse_duration
 from example_project.demo.workflows import onboard_user
 
 START_FORM = engines["django"].from_string(
@@ -17,19 +19,22 @@ START_FORM = engines["django"].from_string(
 )
 
 
+# Signed-in users only: every POST starts a run. The example has no login page of its own: the admin's.
+@login_required(login_url="admin:login")
 @require_http_methods(["GET", "POST"])
 def start(request: HttpRequest) -> HttpResponse:
     if request.method == "GET":
         return HttpResponse(START_FORM.render(request=request))
-    # The run is inserted in this transaction: if the view fails, no run exists.
-    with transaction.atomic():
-        handle = onboard_user.run(
-            {
-                "user_id": 42,
-                "email": request.POST.get("email", "ada@example.com"),
-                "delay": request.POST.get("delay", "2s"),
-            }
-        )
+    delay = request.POST.get("delay", "2s")
+    try:
+        parse_duration(delay)  # the workflow sleeps this long: refuse a bad one now, not in the worker
+        # The run is inserted in this transaction: if the view fails, no run exists.
+        with transaction.atomic():
+            handle = onboard_user.run(
+                {"user_id": 42, "email": request.POST.get("email", "ada@example.com"), "delay": delay}
+            )
+    except ValueError as exc:  # PayloadError (the input cannot be stored) or a bad delay
+        return HttpResponseBadRequest(f"Not started: {exc}\n", content_type="text/plain; charset=utf-8")
     return redirect(reverse("admin:django_openworkflow_workflowrun_change", args=[handle.id]))
 
 

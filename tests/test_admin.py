@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_openworkflow.admin import SendSignalForm, StartRunForm
 from django_openworkflow.admin_views import build_timeline, journal_rows
 from django_openworkflow.formatting import format_duration
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
@@ -955,3 +956,133 @@ def test_run_page_with_waits_and_signals_issues_a_constant_number_of_queries(adm
     with CaptureQueriesContext(connection) as many:
         admin_client.get(run_url(big))
     assert len(few) == len(many) <= 7
+
+
+# -- hostile stored data is shown escaped, never a 500 ------------------------------------------------
+
+CONTROLS = "\x1b[2J\x07\x9b31m\u202e"
+ESCAPED = "\\x1b[2J\\x07\\x9b31m\\u202e"
+
+
+@pytest.mark.django_db
+def test_control_characters_in_stored_text_are_shown_as_escapes(admin_client: Any) -> None:
+    run = make_run(
+        workflow_name=f"wf{CONTROLS}",
+        version=f"v{CONTROLS}",
+        status="failed",
+        idempotency_key=f"key{CONTROLS}",
+        input={f"in{CONTROLS}": 1},
+        error={"type": "E", "message": f"msg{CONTROLS}"},
+        finished_at=timezone.now(),
+    )
+    make_attempt(run, f"step{CONTROLS}", output=f"out{CONTROLS}")
+    history = reverse("admin:django_openworkflow_workflowrun_history", args=[run.id])
+    for url in (run_url(run), LIST_URL, f"{LIST_URL}?workflow={run.workflow_name}", history):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        html = response.content.decode()
+        assert not any(c in html for c in "\x1b\x07\x9b\u202e"), url
+        assert f"wf{ESCAPED}" in html, url
+    html = admin_client.get(run_url(run)).content.decode()
+    for shown in (f"key{ESCAPED}", f"msg{ESCAPED}", f"step{ESCAPED}", f"v{ESCAPED}"):
+        assert shown in html, shown
+    assert "\\u001b" in html  # the JSON payloads escape them as JSON does
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="only SQLite stores a lone surrogate (in JSON)")
+@pytest.mark.django_db
+def test_rows_holding_lone_surrogates_render_escaped(admin_client: Any) -> None:
+    # Written before payloads were checked, or by other code: SQLite keeps a lone surrogate in JSON.
+    run = make_run(
+        status="running",
+        started_at=timezone.now(),
+        idempotency_key="key\x00",
+        input={"\ud800": "\udfff"},
+        output={"partial": "\ud83d"},
+        error={"type": "E\ud800", "message": "m\x00\ud800", "traceback": "t\udcff", "extra": "\ud800"},
+    )
+    make_attempt(run, "out", output={"v": "\ud800"})
+    make_attempt(run, "failed", status="failed", error={"type": "X\ud800", "message": "\ud800", "traceback": "\ud800"})
+    make_attempt(run, "wait", kind="signal", status="running", finished_at=None, context={"signal": "s\ud800"})
+    Signal.objects.create(workflow_run=run, name="go", data={"\ud800": "\udfff"})
+    response = admin_client.get(run_url(run))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "\\ud800" in html and "\\udfff" in html and "E\\ud800: m\\x00\\ud800" in html and "key\\x00" in html
+    assert admin_client.get(LIST_URL).status_code == 200
+    # "Retry now" names the wait it cannot help, escaped.
+    refused = admin_client.post(action_url(run, "retry_now"), follow=True)
+    assert refused.status_code == 200
+    assert any("signal 's\\ud800'" in m for m in messages_of(refused)), messages_of(refused)
+
+
+@pytest.mark.django_db
+def test_filters_with_a_nul_find_nothing_instead_of_failing(admin_client: Any) -> None:
+    # (Django's own search form refuses a NUL in the search box.)
+    make_run()
+    for query in ("workflow=a%00b", "workflow=three-steps&version=v%001"):
+        response = admin_client.get(f"{LIST_URL}?{query}")
+        assert response.status_code == 200, query
+        assert list(response.context["cl"].result_list) == [], query
+
+
+# -- actions that would do nothing refuse, saying why ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_retry_now_refuses_a_run_waiting_for_a_signal(admin_client: Any) -> None:
+    run, _ = waiting_for_signal("approval", available_at=timezone.now() + timedelta(hours=1))
+    response = admin_client.post(action_url(run, "retry_now"), follow=True)
+    assert messages_of(response) == [
+        f"Retry now: skipped 1 run ({str(run.id)[:8]}): it waits for signal 'approval', "
+        "which retry now cannot deliver (send the signal instead)."
+    ]
+    assert WorkflowRun.objects.get(id=run.id).available_at == run.available_at
+    # The list action says the same.
+    listed = admin_client.post(
+        LIST_URL, {"action": "retry_now_runs", "_selected_action": [str(run.id)], "post": "yes"}, follow=True
+    )
+    assert any("it waits for signal 'approval'" in m for m in messages_of(listed)), messages_of(listed)
+
+
+@pytest.mark.django_db
+def test_retry_from_failed_step_refuses_a_run_failed_by_the_step_limit(admin_client: Any) -> None:
+    run = make_run(status="failed", error={"type": "StepLimitExceeded", "message": "reached 1000 step attempts"})
+    response = admin_client.post(action_url(run, "retry_failed"), follow=True)
+    (message,) = messages_of(response)
+    assert "skipped 1 run" in message and "OPENWORKFLOW['MAX_STEP_ATTEMPTS']" in message
+    assert "would reach the limit again at once (re-run it with the same input, or raise the limit)" in message
+    assert WorkflowRun.objects.get(id=run.id).status == "failed"
+
+
+# -- what a held run is executing -------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_run_page_says_which_step_a_held_run_is_executing_and_for_how_long(admin_client: Any) -> None:
+    now = timezone.now()
+    run = make_run(status="running", worker_id="w-1", started_at=now - timedelta(minutes=3))
+    make_attempt(run, "one")
+    make_attempt(run, "charge-card", status="running", started_at=now - timedelta(minutes=2), finished_at=None)
+    html = admin_client.get(run_url(run)).content.decode()
+    assert "executing step &#x27;charge-card&#x27; for 2 m" in html
+    StepAttempt.objects.filter(status="running").delete()
+    assert "executing step" not in admin_client.get(run_url(run)).content.decode()
+
+
+@pytest.mark.django_db
+def test_a_form_shown_again_keeps_the_lines_the_browser_sent(admin_client: Any) -> None:
+    # Browsers send a textarea's lines as CRLF: the page's escaping must leave them be.
+    response = admin_client.post(ADD_URL, {"workflow": _choice("three-steps", None), "input": '{\r\n  "a": nope\r\n}'})
+    html = response.content.decode()
+    assert "{\r\n  &quot;a&quot;: nope\r\n}" in html and "\\r" not in html
+
+
+@pytest.mark.django_db
+def test_forms_refuse_names_and_keys_no_database_can_store() -> None:
+    # A browser cannot send a lone surrogate, but code using the forms can: refused before any query.
+    start = StartRunForm({"workflow": _choice("three-steps", None), "input": "{}", "idempotency_key": "k\ud800"})
+    assert not start.is_valid() and "surrogate" in start.errors["idempotency_key"][0]
+    signal = SendSignalForm({"name": "go\ud800", "json_data": "1", "idempotency_key": "k\x00"})
+    assert not signal.is_valid() and "surrogate" in signal.errors["name"][0]
+    assert "idempotency_key" in signal.errors

@@ -347,6 +347,10 @@ def test_stats_without_runs() -> None:
             "CommandError: no workflow run with id 00000000-0000-0000-0000-000000000003",
         ),
         (["signal", str(uuid.UUID(int=3)), "go", "--data", "[1,"], "CommandError: --data is not valid JSON"),
+        (
+            ["start", "three-steps", "--input", "[" * 5000 + "]" * 5000],
+            "CommandError: --input nests deeper than 30 levels, the limit",
+        ),
     ],
 )
 def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
@@ -424,3 +428,172 @@ def test_signal_errors(args: list[str], message: str) -> None:
         workflows(*args)
     assert message in str(excinfo.value) and "\n" not in str(excinfo.value)
     assert not Signal.objects.exists()
+
+
+# -- hostile data is shown, never obeyed -----------------------------------------------------
+
+# ESC (an escape sequence that would clear the screen), BEL, CR (overwrite the line), a C1 CSI, a bidi override.
+CONTROLS = "\x1b[2J\x07\r\x9b31m\u202e"
+ESCAPED = "\\x1b[2J\\x07\\r\\x9b31m\\u202e"
+
+
+def _hostile_run(**fields: Any) -> WorkflowRun:
+    run = make_run(
+        workflow_name=f"wf{CONTROLS}",
+        status="failed",
+        idempotency_key=f"key{CONTROLS}",
+        input={f"in{CONTROLS}": f"value{CONTROLS}"},
+        error={"type": f"Boom{CONTROLS}", "message": f"msg{CONTROLS}", "traceback": f"line 1\nline 2{CONTROLS}"},
+        **fields,
+    )
+    StepAttempt.objects.create(
+        workflow_run=run,
+        step_name=f"step{CONTROLS}",
+        kind="run",
+        status="failed",
+        started_at=timezone.now(),
+        error={"type": "E", "message": f"step failed{CONTROLS}"},
+    )
+    StepAttempt.objects.create(
+        workflow_run=run,
+        step_name="done",
+        kind="run",
+        status="completed",
+        started_at=timezone.now(),
+        output=f"out{CONTROLS}",
+    )
+    return run
+
+
+def _no_controls(text: str) -> None:
+    raw = [c for c in text if (ord(c) < 0x20 and c not in "\n") or 0x7F <= ord(c) <= 0x9F or c == "\u202e"]
+    assert not raw, f"raw control characters reach the terminal: {raw!r}"
+
+
+@pytest.mark.django_db
+def test_show_and_list_escape_control_characters_from_data() -> None:
+    run = _hostile_run()
+    text = workflows("show", str(run.id))
+    _no_controls(text)
+    for shown in (f"wf{ESCAPED}", f"key{ESCAPED}", f"Boom{ESCAPED}: msg{ESCAPED}", f"step{ESCAPED}", "step failed"):
+        assert shown in text, shown
+    assert f"line 1\nline 2{ESCAPED}" in text  # the traceback keeps its lines
+    _no_controls(workflows("list"))
+    assert f"wf{ESCAPED}" in workflows("list")
+    _no_controls(workflows("stats"))
+
+
+@pytest.mark.django_db
+def test_json_output_escapes_control_characters_and_reads_back() -> None:
+    run = _hostile_run()
+    for args in (("show", str(run.id)), ("list",), ("stats",)):
+        text = workflows(*args, "--json")
+        _no_controls(text.replace("\n", ""))
+    data = as_json("show", str(run.id))
+    assert data["run"]["idempotency_key"] == f"key{CONTROLS}" and data["run"]["input"] == run.input
+    assert data["journal"][1]["output"] == f"out{CONTROLS}"
+
+
+@pytest.mark.django_db
+def test_signal_and_start_messages_escape_names_and_keys() -> None:
+    run = make_run()
+    for text in (
+        workflows("signal", str(run.id), f"go{CONTROLS}", "--idempotency-key", f"k{CONTROLS}"),
+        workflows("start", "three-steps", "--idempotency-key", f"k{CONTROLS}"),
+        workflows("start", "three-steps", "--idempotency-key", f"k{CONTROLS}"),  # already exists
+    ):
+        _no_controls(text.rstrip("\n"))
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="only SQLite stores a lone surrogate (in JSON)")
+@pytest.mark.django_db
+def test_rows_holding_lone_surrogates_and_nul_are_shown_escaped() -> None:
+    run = make_run(
+        status="failed",
+        idempotency_key="key\x00",
+        input={"\ud800": "\udfff", "nul": "a\x00b"},
+        output=["\ud83d"],
+        error={"type": "E\ud800", "message": "m\x00\ud800", "traceback": "t\ud800"},
+    )
+    StepAttempt.objects.create(
+        workflow_run=run, step_name="s\x00", kind="run", status="completed", output={"x": "\udcff"}
+    )
+    text = workflows("show", str(run.id))
+    text.encode()  # a UTF-8 terminal can take it
+    assert '{"\\ud800":"\\udfff","nul":"a\\u0000b"}' in text and "key\\x00" in text
+    assert "E\\ud800: m\\x00\\ud800" in text and "s\\x00" in text and '{"x":"\\udcff"}' in text
+    raw = workflows("show", str(run.id), "--json")
+    raw.encode()
+    data = json.loads(raw)  # the escapes read back as the stored values
+    assert data["run"]["input"] == {"\ud800": "\udfff", "nul": "a\x00b"}
+    assert data["run"]["error"]["message"] == "m\x00\ud800" and data["journal"][0]["output"] == {"x": "\udcff"}
+    workflows("list").encode()
+    workflows("list", "--json").encode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["list", "--workflow", "a\x00b"], '--workflow "a\\u0000b" contains a NUL character'),
+        (["start", "three-steps", "--wait", "--timeout", "nan"], "must be a finite, non-negative number of seconds"),
+        (["start", "three-steps", "--wait", "--timeout", "-1"], "must be a finite, non-negative number of seconds"),
+        (["start", "three-steps", "--input", "[" * 5000 + "]" * 5000], "--input nests deeper than 30 levels"),
+        (["start", f"x{CONTROLS}"], "no workflow named 'x\\x1b[2J\\x07\\r\\x9b31m\\u202e' is registered"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args: list[str], message: str) -> None:
+    with pytest.raises(CommandError) as excinfo:
+        workflows(*args)
+    assert message in str(excinfo.value) and "\n" not in str(excinfo.value)
+    assert WorkflowRun.objects.count() == 0
+
+
+# -- actions that would do nothing refuse, saying why -------------------------------------------
+
+
+def parked_in_a_wait(kind: str, name: str) -> WorkflowRun:
+    now = timezone.now()
+    run = make_run(workflow_name="approval", status="running", started_at=now, available_at=now + timedelta(hours=1))
+    StepAttempt.objects.create(
+        workflow_run=run, step_name="wait", kind=kind, status="running", started_at=now, context={kind: name}
+    )
+    return run
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("kind", "name"), [("signal", "approval"), ("event", "order.paid")])
+def test_retry_now_refuses_a_run_waiting_for_a_signal_or_event(kind: str, name: str) -> None:
+    run = parked_in_a_wait(kind, name)
+    with pytest.raises(CommandError) as excinfo:
+        workflows("retry", str(run.id))
+    assert str(excinfo.value) == (
+        f"run {run.id} cannot be retried now: it waits for {kind} '{name}', "
+        f"which retry now cannot deliver (send the {kind} instead)"
+    )
+    assert WorkflowRun.objects.get(id=run.id).available_at == run.available_at
+
+
+@pytest.mark.django_db
+def test_retry_from_failed_step_refuses_a_run_failed_by_the_step_limit() -> None:
+    run = make_run(status="failed", error={"type": "StepLimitExceeded", "message": "reached 1000 step attempts"})
+    with pytest.raises(CommandError, match=r"cannot be retried from its failed step: .*MAX_STEP_ATTEMPTS.*re-run it"):
+        workflows("retry", str(run.id), "--from-failed-step")
+    assert WorkflowRun.objects.get(id=run.id).status == "failed"
+
+
+# -- what a held run is executing ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_show_says_which_step_a_held_run_is_executing_and_for_how_long() -> None:
+    now = timezone.now()
+    run = make_run(status="running", worker_id="w-1", started_at=now - timedelta(minutes=3))
+    StepAttempt.objects.create(workflow_run=run, step_name="one", kind="run", status="completed", started_at=now)
+    StepAttempt.objects.create(
+        workflow_run=run, step_name="charge-card", kind="run", status="running", started_at=now - timedelta(minutes=2)
+    )
+    assert "status           running (executing step 'charge-card' for 2 m)" in workflows("show", str(run.id))
+    # Held with no open attempt: the status alone, as before.
+    StepAttempt.objects.filter(status="running").delete()
+    assert "status           running\n" in workflows("show", str(run.id))

@@ -140,3 +140,10 @@ def test_version_defaults_to_the_highest_registered(run_worker):
     assert start_run("versioned").fetch().version == "v2"
     assert start_run("versioned", version="v1").fetch().version == "v1"
     assert versioned_v1.run().fetch().version == "v1"
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, "5"])
+def test_result_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(timeout):
+    handle = three_steps.run()
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        handle.result(timeout=timeout)

@@ -44,7 +44,7 @@ def test_unstorable_values_name_the_path(value, path, problem):
 
 def test_nesting_up_to_the_limit_is_stored_and_far_past_it_is_a_clear_error():
     assert to_json_value(nested(MAX_DEPTH), "x") == nested(MAX_DEPTH)
-    with pytest.raises(PayloadError, match="nests too deep|deeper than"):
+    with pytest.raises(PayloadError, match=f"nests deeper than {MAX_DEPTH} levels"):
         to_json_value(nested(10_000), "x")
 
 

@@ -15,7 +15,15 @@ from django.utils.dateparse import parse_datetime
 from .. import hooks
 from ..conf import owf_settings
 from ..durations import Duration, parse_duration
-from ..errors import DeterminismError, NonRetryableError, PayloadError, RetryAfter, StepFailed, StepUsageError
+from ..errors import (
+    STEP_LIMIT_EXCEEDED,
+    DeterminismError,
+    NonRetryableError,
+    PayloadError,
+    RetryAfter,
+    StepFailed,
+    StepUsageError,
+)
 from ..payload import check_text, storable_text, to_json_value
 from ..states import RunStatus, StepKind, StepStatus
 from ..store import get_backend
@@ -394,7 +402,7 @@ class Slice:
         if self.history.count >= self.max_attempts:
             raise FailRun(
                 engine_error(
-                    "StepLimitExceeded",
+                    STEP_LIMIT_EXCEEDED,
                     f"the run reached {self.max_attempts} step attempts "
                     "(OPENWORKFLOW['MAX_STEP_ATTEMPTS']); it is failed without retry",
                     step=key,

@@ -15,7 +15,7 @@ from django.db.models import Count, F, Q, QuerySet
 
 from ..conf import owf_settings
 from ..models import IS_HELD, IS_PARKED, Signal, StepAttempt, WorkflowRun
-from ..states import RunStatus
+from ..states import RunStatus, StepKind, StepStatus
 
 PARKED = "parked"
 """A display status, not a stored one: ``running`` with no worker holding the run."""
@@ -189,4 +189,16 @@ def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     """
     return list(
         Signal.objects.filter(workflow_run_id=run_id).order_by(F("consumed_by_id").asc(nulls_first=True), "id")[:limit]
+    )
+
+
+def open_wait(run_id: Any) -> StepAttempt | None:
+    """The signal or event wait a run is parked in, if any (one query)."""
+    return (
+        StepAttempt.objects.filter(
+            workflow_run_id=run_id, kind__in=(StepKind.SIGNAL, StepKind.EVENT), status=StepStatus.RUNNING
+        )
+        .defer("output", "error")
+        .order_by("-id")
+        .first()
     )
