@@ -80,6 +80,15 @@ else:
         }
     }
 
+# A second alias on the same server, for the tests that put the workflow tables
+# on an alias of their own (OPENWORKFLOW["DATABASE"]). Tests ask for it with
+# django_db(databases=[...]); only they create its test database.
+DATABASES["other"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_other", "TEST": {}}
+if DATABASES["other"]["ENGINE"].endswith("sqlite3"):
+    DATABASES["other"]["TEST"] = {"NAME": DATABASES["default"]["TEST"]["NAME"].replace(".sqlite3", "-other.sqlite3")}
+elif DATABASES["other"]["ENGINE"].endswith("backends.mysql"):
+    DATABASES["other"]["TEST"] = {"CHARSET": "utf8mb4"}
+
 # Worker subprocesses started by the tests connect to the test database by name.
 if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["OWF_TEST_DB_NAME"]

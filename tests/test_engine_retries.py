@@ -73,12 +73,16 @@ def slow_then_more(ctx):
     ctx.step.run("after", lambda: record(ctx, "after"))
 
 
+seen_inside_the_step: list[bool] = []
+
+
 @workflow(name="test-cancel-aware")
 def cancel_aware(ctx):
     def check():
-        ctx_handle = WorkflowRun.objects.get(id=ctx.run_id)
-        WorkflowRun.objects.filter(id=ctx_handle.id).update(status="canceled")
-        return ctx.is_canceled()
+        seen_inside_the_step.append(ctx.is_canceled())  # before the cancel
+        WorkflowRun.objects.filter(id=ctx.run_id).update(status="canceled")
+        seen_inside_the_step.append(ctx.is_canceled())  # after it
+        return seen_inside_the_step[-1]
 
     return ctx.step.run("check", check)
 
@@ -208,8 +212,10 @@ def test_cancel_parked_run_is_never_resumed(run_worker):
 
 
 def test_is_canceled_is_visible_inside_a_step():
+    seen_inside_the_step.clear()
     handle = cancel_aware.run()
     assert execute_slice(claim_one()).outcome == Outcome.LEASE_LOST
+    assert seen_inside_the_step == [False, True]
     assert handle.status() == "canceled"
 
 

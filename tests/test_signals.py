@@ -77,8 +77,9 @@ def test_timeout_returns_none_and_a_late_signal_stays_buffered(worker):
 
 def test_idempotent_signal_is_delivered_once(worker):
     handle = approval.run({"waits": 2, "timeout": "300ms"})
-    assert handle.signal("approval", "a", idempotency_key="k1") is False or True
-    assert handle.signal("approval", "a", idempotency_key="k1") is False
+    wait_until(lambda: parked_on_wait(handle))
+    assert handle.signal("approval", "a", idempotency_key="k1") is True  # taken by the open wait
+    assert handle.signal("approval", "a", idempotency_key="k1") is False  # the same key: nothing more
     assert handle.result(timeout=10) == ["a", None]
     assert Signal.objects.filter(workflow_run_id=handle.id).count() == 1
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.db.models import Count
 
 from django_openworkflow.models import StepAttempt
 from django_openworkflow.store import get_backend
 from tests.testapp.models import SideEffect
-from tests.testapp.workflows import always_fails, sleeper, three_steps
+from tests.testapp.workflows import always_fails, fails_at_three, sleeper, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -62,3 +63,20 @@ def test_cancel_runs_in_bulk_counts_only_unfinished_ones(run_worker):
     pending = [three_steps.run({}) for _ in range(3)]
     assert get_backend().cancel_runs([done.id, *(h.id for h in pending)]) == 3
     assert {h.status() for h in pending} == {"canceled"} and done.status() == "completed"
+
+
+def test_retry_from_the_failed_step_keeps_the_steps_before_it(run_worker):
+    handle = fails_at_three.run()
+    run_worker()
+    assert handle.status() == "failed"
+    before = dict(
+        StepAttempt.objects.filter(workflow_run_id=handle.id, status="completed").values_list("step_name", "output")
+    )
+    assert before == {"one": 1, "two": 2}
+    assert get_backend().retry_failed_run(handle.id) is True
+    run_worker()
+    assert handle.result() == 3
+    effects = dict(SideEffect.objects.filter(run_id=handle.id).values_list("step").annotate(n=Count("id")))
+    assert effects == {"one": 1, "two": 1, "three": 2}  # one and two did not run again
+    after = StepAttempt.objects.filter(workflow_run_id=handle.id, status="completed", step_name__in=["one", "two"])
+    assert dict(after.values_list("step_name", "output")) == before

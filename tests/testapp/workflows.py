@@ -223,3 +223,29 @@ def poison_payloads(ctx):
         return {"receipt": bad}
 
     return ctx.step.run(bad if where == "name" else "charge", step)
+
+
+@workflow(name="atomic-write-to", step_retry_policy=RetryPolicy(maximum_attempts=1))
+def atomic_write_to(ctx):
+    """An atomic step writing to the database alias ``ctx.input["database"]``."""
+
+    def write():
+        SideEffect.objects.using(ctx.input["database"]).create(run_id=ctx.run_id, step="atomic")
+        return "written"
+
+    return ctx.step.run("write", write, atomic=True)
+
+
+@workflow(name="fails-at-three", step_retry_policy=RetryPolicy(maximum_attempts=1))
+def fails_at_three(ctx):
+    """Three steps; the third fails the first time it runs (so the run fails), and succeeds after."""
+    one = ctx.step.run("one", lambda: record(ctx, "one") or 1)
+    two = ctx.step.run("two", lambda: record(ctx, "two") or one + 1)
+
+    def three():
+        record(ctx, "three")
+        if executions(ctx, "three") == 1:
+            raise ValueError("the third step fails once")
+        return two + 1
+
+    return ctx.step.run("three", three)
