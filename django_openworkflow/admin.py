@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import (
@@ -30,7 +31,7 @@ from django.utils.html import format_html
 from . import admin_views as views
 from . import formatting as fmt
 from .client import send_signal, start_run
-from .errors import OpenWorkflowError, PayloadError, RunNotFound, SignalError, UnknownWorkflowError
+from .errors import InvalidArgument, OpenWorkflowError, PayloadError, RunNotFound, SignalError, UnknownWorkflowError
 from .models import WorkflowRun
 from .payload import check_text
 from .registry import registry
@@ -189,9 +190,6 @@ class StartRunForm(forms.Form):
         """Start the run; returns (run id, created). Errors become form errors and return (None, False)."""
         name, version = self.cleaned_data["workflow"]
         key = self.cleaned_data["idempotency_key"]
-        existing = queries.existing_run_for_key(name, key) if key else None
-        if existing is not None:
-            return existing.id, False
         try:
             handle = start_run(
                 name,
@@ -201,15 +199,15 @@ class StartRunForm(forms.Form):
                 deadline_at=self.cleaned_data["deadline_at"],
                 idempotency_key=key,
             )
-        except PayloadError as exc:
-            self.add_error("input", str(exc))
         except UnknownWorkflowError as exc:
             self.add_error("workflow", str(exc))
+        except InvalidArgument as exc:
+            # The error names its argument; the form's fields are named after them.
+            self.add_error(exc.argument if exc.argument in self.fields else None, str(exc))
         except (OpenWorkflowError, ValueError, OverflowError) as exc:
-            # start_run's ValueErrors name the argument first ("deadline_at … is already in the past").
-            self.add_error("deadline_at" if str(exc).startswith("deadline_at") else None, str(exc))
+            self.add_error(None, str(exc))
         else:
-            return handle.id, True
+            return handle.id, handle.created
         return None, False
 
 
@@ -541,30 +539,37 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             raise Http404("No such run or action.")
         if not self._allowed(request, action, run):
             raise PermissionDenied
-        results = views.perform_action(request, action, [run], lambda r, result: self._log(request, action, r, result))
+        results = views.perform_action(request, action, [run.id], lambda changed: self._log(request, action, changed))
         target = results[0] if action.creates_runs and results else run.id
         return HttpResponseRedirect(views.run_url(target))
 
-    def _log(self, request: HttpRequest, action: views.RunAction, run: WorkflowRun, result: Any) -> None:
-        # An audit trail in the admin's history: who canceled or retried what.
-        self.log_change(request, run, f"{action.label} (django-openworkflow action)")
+    def _log(self, request: HttpRequest, action: views.RunAction, runs: list[WorkflowRun]) -> None:
+        # An audit trail in the admin's history: who canceled or retried what (one insert for all).
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,  # type: ignore[arg-type]  # staff only: never anonymous here
+            queryset=runs,
+            action_flag=CHANGE,
+            change_message=f"{action.label} (django-openworkflow action)",
+        )
 
     def confirm_or_perform(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], action: views.RunAction
     ) -> HttpResponse | None:
         """The list action: a confirmation page first, then the action on the runs confirmed."""
         if request.POST.get("post") == "yes":
-            views.perform_action(request, action, queryset, lambda r, result: self._log(request, action, r, result))
+            run_ids = queryset.values_list("id", flat=True)
+            views.perform_action(request, action, run_ids, lambda changed: self._log(request, action, changed))
             return None  # back to the list, with the report in messages
         listed = list(queryset[:CONFIRM_LISTED])
         total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
+        skipped = action.refusals(listed)
         context = self._context(
             request,
             title=f"{action.label}: are you sure?",
             action=action,
             action_function=f"{action.name}_runs",
             question=action.question.format(runs=f"the {views.plural(total, 'selected run')}"),
-            runs=[(run, views.status_badge(run.status, run.worker_id), action.offered(run)) for run in listed],
+            runs=[(run, views.status_badge(run.status, run.worker_id), skipped.get(run.id, "")) for run in listed],
             more=total - len(listed),
             select_across=request.POST.get("select_across") == "1",
             changelist_url=request.get_full_path(),

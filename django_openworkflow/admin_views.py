@@ -19,12 +19,10 @@ from django.contrib import messages
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
 
-from .client import start_run
-from .errors import OpenWorkflowError
+from . import operations
 from .formatting import (
     PAGE_TEXT,
     elapsed,
@@ -33,22 +31,18 @@ from .formatting import (
     json_text,
     pretty_json,
     printable,
-    retry_failed_refusal,
-    retry_now_refusal,
     short_id,
     split_error,
 )
 from .models import (
     CLAIMABLE_STATUSES,
-    RunStatus,
     Signal,
     StepAttempt,
     StepKind,
     StepStatus,
     WorkflowRun,
 )
-from .store import get_backend
-from .store.queries import display_status, open_wait
+from .store.queries import PAYLOAD_FIELDS, display_status
 
 # -- formatting ---------------------------------------------------------------
 
@@ -384,44 +378,26 @@ def build_timeline(run: WorkflowRun, rows: list[JournalRow], now: datetime) -> T
 # -- actions ------------------------------------------------------------------
 
 
-class ActionRefused(Exception):
-    """An action cannot apply to this run; the message says why."""
-
-
-def _retry_now(run: WorkflowRun) -> bool:
-    refusal = retry_now_refusal(run, open_wait(run.id))
-    if refusal:
-        raise ActionRefused(refusal)
-    return get_backend().wake_run(run.id)
-
-
-def _retry_failed(run: WorkflowRun) -> bool:
-    refusal = retry_failed_refusal(run)
-    if refusal:
-        raise ActionRefused(refusal)
-    return get_backend().retry_failed_run(run.id)
-
-
-def _rerun(run: WorkflowRun) -> Any:
-    try:
-        return start_run(run.workflow_name, run.input, version=run.version).id
-    except OpenWorkflowError as exc:
-        raise ActionRefused(str(exc)) from None
-
-
 @dataclass(frozen=True)
 class RunAction:
-    """An operation on runs offered on the run list and the run page."""
+    """A run operation offered on the run list and the run page (see ``operations.py``)."""
 
     name: str
+    operation: str  # the name in operations.REFUSALS
     label: str
     permission: str  # the model permission it needs: "change" or "add"
     question: str  # the confirmation, "…the selected runs?"
     done: str  # past tense for the report: "Canceled"
-    refusal: str  # why a run in the wrong state was skipped
-    offered: Callable[[WorkflowRun], bool]  # whether the run page shows it for this run
-    apply: Callable[[WorkflowRun], Any]  # truthy when it changed the run (re-run: the new id)
+    apply: Callable[[Iterable[Any]], operations.BulkResult]
     creates_runs: bool = False
+
+    def refusals(self, runs: Iterable[WorkflowRun]) -> dict[Any, str]:
+        """Why the action would skip each of ``runs`` (the runs it would change are absent)."""
+        return operations.refusals(self.operation, runs)
+
+    def offered(self, run: WorkflowRun) -> bool:
+        """Whether the run page offers it for ``run``."""
+        return not self.refusals([run])
 
 
 ACTIONS: dict[str, RunAction] = {
@@ -429,45 +405,39 @@ ACTIONS: dict[str, RunAction] = {
     for action in (
         RunAction(
             "cancel",
+            "cancel",
             "Cancel",
             "change",
             "Cancel {runs}? A worker executing a run stops at its next step and writes nothing more.",
             "Canceled",
-            "it had already finished",
-            offered=lambda run: run.status in CLAIMABLE_STATUSES,
-            apply=lambda run: get_backend().cancel_run(run.id),
+            operations.cancel_many,
         ),
         RunAction(
+            "retry_now",
             "retry_now",
             "Retry now",
             "change",
             "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
             "Made due now",
-            "it was not sleeping, backing off or scheduled",
-            offered=lambda run: (
-                run.status in CLAIMABLE_STATUSES and run.worker_id is None and run.available_at > timezone.now()
-            ),
-            apply=_retry_now,
+            operations.retry_now_many,
         ),
         RunAction(
             "retry_failed",
+            "retry_from_failed_step",
             "Retry from failed step",
             "change",
             "Retry {runs} from the failed step? Completed steps keep their outputs and are not run again.",
             "Sent back to pending",
-            "it had not failed",
-            offered=lambda run: run.status == RunStatus.FAILED,
-            apply=_retry_failed,
+            operations.retry_from_failed_step_many,
         ),
         RunAction(
+            "rerun",
             "rerun",
             "Re-run with same input",
             "add",
             "Start a new run of the same workflow and version with the same input as {runs}?",
             "Started a new run for",
-            "it could not be started again",
-            offered=lambda run: True,
-            apply=_rerun,
+            operations.rerun_many,
             creates_runs=True,
         ),
     )
@@ -482,35 +452,28 @@ def plural(count: int, word: str = "run") -> str:
 def perform_action(
     request: HttpRequest,
     action: RunAction,
-    runs: Iterable[WorkflowRun],
-    log: Callable[[WorkflowRun, Any], None],
+    run_ids: Iterable[Any],
+    log: Callable[[list[WorkflowRun]], None],
 ) -> list[Any]:
-    """Apply ``action`` to each run, report what changed and what was skipped; return the results.
+    """Apply ``action`` to the runs in bulk, report what changed and what was skipped and why.
 
-    Each run is its own short transaction (the store's), so one refusal
-    never undoes the others. ``log(run, result)`` records the change.
+    ``log(runs)`` records the changes in the admin's history. Returns the
+    ids of the runs changed (of the new runs, for an action that creates
+    them). A fixed number of queries per chunk of runs, however many.
     """
-    changed: list[tuple[WorkflowRun, Any]] = []
-    skipped: list[tuple[WorkflowRun, str]] = []
-    for run in runs:
-        try:
-            result = action.apply(run)
-        except ActionRefused as exc:
-            skipped.append((run, str(exc)))
-            continue
-        if result:
-            changed.append((run, result))
-            log(run, result)
-        else:
-            skipped.append((run, action.refusal))
-    if changed:
+    result = action.apply(run_ids)
+    if result.changed:
+        log(list(WorkflowRun.objects.defer(*PAYLOAD_FIELDS).filter(id__in=result.changed)))
+    if result.changed:
         if action.creates_runs:
-            links = format_html_join(", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for _, new in changed))
-            messages.success(request, format_html("{} {}: {}.", action.done, plural(len(changed)), links))
+            links = format_html_join(
+                ", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for new in result.created)
+            )
+            messages.success(request, format_html("{} {}: {}.", action.done, plural(len(result.changed)), links))
         else:
-            messages.success(request, f"{action.done}: {plural(len(changed))}.")
-    for reason in sorted({reason for _, reason in skipped}):
-        ids = ", ".join(short_id(run.id) for run, why in skipped if why == reason)
-        count = sum(1 for _, why in skipped if why == reason)
-        messages.warning(request, f"{action.label}: skipped {plural(count)} ({ids}): {reason}.")
-    return [result for _, result in changed]
+            messages.success(request, f"{action.done}: {plural(len(result.changed))}.")
+    for reason in sorted(set(result.refused.values())):
+        skipped = [run_id for run_id, why in result.refused.items() if why == reason]
+        ids = ", ".join(short_id(run_id) for run_id in skipped)
+        messages.warning(request, f"{action.label}: skipped {plural(len(skipped))} ({ids}): {reason}.")
+    return result.created if action.creates_runs else result.changed

@@ -19,9 +19,11 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
+from . import operations
 from .client import RunHandle, send_signal, start_run
 from .errors import (
     OpenWorkflowError,
+    OperationRefused,
     PayloadError,
     ResultTimeout,
     RunNotFound,
@@ -37,13 +39,11 @@ from .formatting import (
     json_text,
     printable,
     read_json,
-    retry_failed_refusal,
-    retry_now_refusal,
     wake_hint,
 )
 from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
 from .payload import check_text
-from .store import get_backend, queries
+from .store import queries
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 
@@ -347,7 +347,6 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     input_value = _read_json(options["input"], "--input")
     name, key = options["name"], options["idempotency_key"]
     try:
-        existing = _existing_run(name, key)
         handle = start_run(name, input_value, version=options["version"], idempotency_key=key)
     except (OpenWorkflowError, ValueError, OverflowError) as exc:
         raise _error(exc) from None
@@ -356,13 +355,13 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
         "id": str(run.id),
         "workflow": run.workflow_name,
         "version": run.version,
-        "created": existing is None,
+        "created": handle.created,
     }
     if not options["wait"]:
         result["status"] = run.status
         if options["json"]:
             _print_json(out, result)
-        elif existing is not None:
+        elif not handle.created:
             out.write(printable(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}."))
         else:
             out.write(
@@ -375,21 +374,6 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     else:
         out.write(printable(f"Run {run.id} of {run.workflow_name} completed. Output:"))
         out.write(json_text(output, indent=2))
-
-
-def _existing_run(name: str, key: str | None) -> WorkflowRun | None:
-    """The run a start with this key would return; not looked up when start_run will refuse the name or key.
-
-    (A NUL in a query parameter is an error on PostgreSQL, not a miss.)
-    """
-    if not key:
-        return None
-    try:
-        check_text(name, "name")
-        check_text(key, "key")
-    except PayloadError:
-        return None
-    return queries.existing_run_for_key(name, key)
 
 
 def _wait(handle: RunHandle, timeout: float | None) -> Any:
@@ -408,8 +392,7 @@ def _wait(handle: RunHandle, timeout: float | None) -> Any:
 def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows cancel RUN_ID``."""
     run = resolve_run(options["run_id"])
-    if not get_backend().cancel_run(run.id):
-        raise CommandError(f"run {run.id} is {run.status}: only pending or running runs can be canceled")
+    _apply(operations.cancel, run)
     if options["json"]:
         _print_json(out, {"id": str(run.id), "status": RunStatus.CANCELED})
     else:
@@ -419,28 +402,24 @@ def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
 def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows retry RUN_ID``: wake a parked run; ``--from-failed-step``: retry a failed one."""
     run = resolve_run(options["run_id"])
-    shown = queries.display_status(run.status, run.worker_id)
     if options["from_failed_step"]:
-        refusal = retry_failed_refusal(run)
-        if refusal:
-            raise CommandError(f"run {run.id} cannot be retried from its failed step: {refusal}")
-        if not get_backend().retry_failed_run(run.id):
-            raise CommandError(f"run {run.id} is {shown}, not failed: nothing to retry from a failed step")
+        _apply(operations.retry_from_failed_step, run)
         message, status = f"Run {run.id} is pending again; it resumes at its failed step.", str(RunStatus.PENDING)
     else:
-        refusal = retry_now_refusal(run, queries.open_wait(run.id))
-        if refusal:
-            raise CommandError(f"run {run.id} cannot be retried now: {refusal}")
-        if not get_backend().wake_run(run.id):
-            advice = " (use --from-failed-step for a failed run)" if run.status == RunStatus.FAILED else ""
-            raise CommandError(
-                f"run {run.id} is {shown}: only a sleeping, backing-off or scheduled run can be retried now{advice}"
-            )
-        message, status = f"Run {run.id} is due now.", shown
+        _apply(operations.retry_now, run)
+        message, status = f"Run {run.id} is due now.", queries.display_status(run.status, run.worker_id)
     if options["json"]:
         _print_json(out, {"id": str(run.id), "status": status})
     else:
         out.write(message)
+
+
+def _apply(operation: Callable[[Any], Any], run: WorkflowRun) -> None:
+    """Run an operation; its refusal becomes the command's one-line error, with the reason every front door gives."""
+    try:
+        operation(run.id)
+    except OperationRefused as exc:
+        raise CommandError(printable(str(exc))) from None
 
 
 def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:

@@ -14,7 +14,15 @@ from django.utils import timezone
 
 from .dispatch import get_dispatcher
 from .durations import Duration, parse_duration
-from .errors import ResultTimeout, RunNotFound, UnknownWorkflowError, WorkflowCanceled, WorkflowFailed
+from .errors import (
+    InvalidArgument,
+    OperationRefused,
+    ResultTimeout,
+    RunNotFound,
+    UnknownWorkflowError,
+    WorkflowCanceled,
+    WorkflowFailed,
+)
 from .models import WorkflowRun
 from .payload import check_text, to_json_value
 from .registry import registry
@@ -29,9 +37,12 @@ def _as_datetime(value: datetime | Duration | None, what: str, db_clock: Callabl
         return None
     if isinstance(value, datetime):
         if timezone.is_naive(value):
-            raise ValueError(f"{what} must be timezone-aware, got naive {value!r}")
+            raise InvalidArgument(f"{what} must be timezone-aware, got naive {value!r}", what)
         return value
-    return db_clock() + parse_duration(value)
+    try:
+        return db_clock() + parse_duration(value)
+    except ValueError as exc:
+        raise InvalidArgument(f"{what}: {exc}", what) from None
 
 
 def start_run(
@@ -61,7 +72,7 @@ def start_run(
     available = _as_datetime(available_at, "available_at", db_clock)
     deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
     if deadline is not None and deadline <= db_clock():
-        raise ValueError(f"deadline_at {deadline.isoformat()} is already in the past")
+        raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
     run, created = store.insert_run(
         workflow_name=workflow_name,
         version=version,
@@ -72,14 +83,20 @@ def start_run(
     )
     if created:
         get_dispatcher().run_started(run.id)
-    return RunHandle(run.id)
+    return RunHandle(run.id, created=created)
 
 
 class RunHandle:
-    """A reference to one workflow run. Cheap to create; every method reads the database."""
+    """A reference to one workflow run. Cheap to create; every method reads the database.
 
-    def __init__(self, run_id: uuid.UUID | str) -> None:
+    ``created`` is True on the handle ``run()`` returns when that call
+    created the run, False when an idempotency key returned an existing one
+    (and on handles made any other way).
+    """
+
+    def __init__(self, run_id: uuid.UUID | str, *, created: bool = False) -> None:
         self.id = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+        self.created = created
 
     def __repr__(self) -> str:
         return f"<RunHandle {self.id}>"
@@ -159,10 +176,13 @@ class RunHandle:
 
         A worker executing it stops at its next step boundary and writes nothing more.
         """
-        if get_backend().cancel_run(self.id):
-            return True
-        self.fetch()  # RunNotFound for an unknown id
-        return False
+        from . import operations
+
+        try:
+            operations.cancel(self.id)
+        except OperationRefused:
+            return False
+        return True
 
 
 def _check_key(idempotency_key: str | None) -> None:
@@ -172,7 +192,7 @@ def _check_key(idempotency_key: str | None) -> None:
 
 def _check_name(what: str, name: str) -> None:
     if not isinstance(name, str) or not 0 < len(name) <= 255:
-        raise ValueError(f"{what} must be a non-empty string of at most 255 characters, got {name!r:.80}")
+        raise InvalidArgument(f"{what} must be a non-empty string of at most 255 characters, got {name!r:.80}", what)
     check_text(name, what)
 
 

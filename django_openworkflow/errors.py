@@ -30,8 +30,30 @@ class RunNotFound(OpenWorkflowError):
     """No workflow run has that id."""
 
 
-class PayloadError(OpenWorkflowError, ValueError):
-    """A value cannot be stored: not JSON, NaN/Infinity, or too large."""
+class InvalidArgument(OpenWorkflowError, ValueError):
+    """An argument of a call is wrong; ``argument`` names it (``"input"``, ``"deadline_at"`` ...), if known."""
+
+    def __init__(self, message: str, argument: str | None = None) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class PayloadError(InvalidArgument):
+    """A value cannot be stored: not JSON, NaN/Infinity, too large or too deep, or text no database stores."""
+
+
+class OperationRefused(OpenWorkflowError):
+    """A run operation (cancel, retry now, retry from the failed step, re-run) cannot apply to a run.
+
+    ``operation`` names it, ``run_id`` the run, ``reason`` why: every front
+    door (the client, the CLI, the admin) shows this same reason.
+    """
+
+    def __init__(self, operation: str, run_id: Any, reason: str) -> None:
+        super().__init__(f"cannot {operation.replace('_', ' ')} run {run_id}: {reason}")
+        self.operation = operation
+        self.run_id = run_id
+        self.reason = reason
 
 
 class NonRetryableError(OpenWorkflowError):

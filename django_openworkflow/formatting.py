@@ -18,7 +18,6 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from .errors import STEP_LIMIT_EXCEEDED
 from .models import StepAttempt, WorkflowRun
 from .payload import MAX_DEPTH
 from .states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
@@ -174,34 +173,3 @@ def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datet
         return ""
     step = open_steps[-1]
     return f"executing step {step.step_name!r} for {format_duration(now - (step.started_at or step.created_at))}"
-
-
-# -- why an action would do nothing: one wording for the admin's actions and the CLI --------
-
-
-def retry_now_refusal(run: WorkflowRun, open_wait: StepAttempt | None) -> str:
-    """Why "retry now" cannot help a run parked in a signal or event wait (``open_wait``); empty otherwise.
-
-    Making such a run due only replays it into the same wait: what it needs
-    is the signal or the event.
-    """
-    if open_wait is None or run.status != RunStatus.RUNNING or run.worker_id is not None:
-        return ""
-    kind = str(open_wait.kind)
-    name = (open_wait.context or {}).get(kind) or open_wait.step_name
-    return f"it waits for {kind} {str(name)!r}, which retry now cannot deliver (send the {kind} instead)"
-
-
-def retry_failed_refusal(run: WorkflowRun) -> str:
-    """Why "retry from failed step" cannot help a run that failed by the step limit; empty otherwise.
-
-    A retry keeps the journal, so the run is at ``MAX_STEP_ATTEMPTS`` again at once.
-    """
-    if run.status != RunStatus.FAILED or not isinstance(run.error, dict):
-        return ""
-    if run.error.get("type") != STEP_LIMIT_EXCEEDED:
-        return ""
-    return (
-        "it failed by reaching OPENWORKFLOW['MAX_STEP_ATTEMPTS']; a retry keeps its journal and would reach "
-        "the limit again at once (re-run it with the same input, or raise the limit)"
-    )

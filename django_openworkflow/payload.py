@@ -38,18 +38,20 @@ def to_json_value(value: Any, what: str, root: str = "value") -> Any:
     strings; tuples become lists) and decoding again means the first execution
     sees exactly what every replay will see. ``what`` names the value in
     errors ("input of workflow 'x'"), ``root`` starts the path to the
-    offending part (``input["items"][3]["name"]``).
+    offending part (``input["items"][3]["name"]``) and is the error's
+    ``argument``.
     """
     try:
         encoded = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False, separators=(",", ":"))
         decoded = json.loads(encoded)
     except RecursionError:
-        raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels, the limit") from None
+        raise PayloadError(f"{what} nests deeper than {MAX_DEPTH} levels, the limit", root) from None
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValueError) and "out of range float" in str(exc).lower():
-            raise PayloadError(f"{what} contains NaN or Infinity, which JSON cannot hold") from None
+            raise PayloadError(f"{what} contains NaN or Infinity, which JSON cannot hold", root) from None
         raise PayloadError(
-            f"{what} is not JSON-serializable: {exc} (only JSON types, datetimes, decimals and UUIDs can be stored)"
+            f"{what} is not JSON-serializable: {exc} (only JSON types, datetimes, decimals and UUIDs can be stored)",
+            root,
         ) from None
     # The encoder escapes every non-ASCII character, so text without these
     # escapes holds no NUL and no surrogate: only its depth needs a look.
@@ -57,12 +59,12 @@ def to_json_value(value: Any, what: str, root: str = "value") -> Any:
     problem = _find_problem(decoded, 0, texts)
     if problem is not None:
         path, reason = problem
-        raise PayloadError(f"{what}: {root}{''.join(_step(part) for part in path)} {reason}")
+        raise PayloadError(f"{what}: {root}{''.join(_step(part) for part in path)} {reason}", root)
     limit = owf_settings.max_payload_bytes
     size = len(encoded.encode())
     if size > limit:
         raise PayloadError(
-            f"{what} is {size} bytes of JSON, over the limit of {limit} (OPENWORKFLOW['MAX_PAYLOAD_BYTES'])"
+            f"{what} is {size} bytes of JSON, over the limit of {limit} (OPENWORKFLOW['MAX_PAYLOAD_BYTES'])", root
         )
     return decoded
 
@@ -71,7 +73,7 @@ def check_text(value: str, what: str) -> None:
     """Raise :class:`PayloadError` if a name or key holds a character no supported database stores."""
     reason = _text_problem(value)
     if reason is not None:
-        raise PayloadError(f"{what} {json.dumps(value)} {reason}")
+        raise PayloadError(f"{what} {json.dumps(value)} {reason}", what)
 
 
 def storable_text(text: str) -> str:

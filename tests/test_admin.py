@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from django_openworkflow.admin import SendSignalForm, StartRunForm
 from django_openworkflow.admin_views import build_timeline, journal_rows
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.formatting import format_duration
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
 from tests.conftest import wait_until
@@ -460,7 +461,7 @@ def test_retry_now_refuses_a_finished_run(admin_client: Any) -> None:
     run = one_of_each()["completed"]
     response = admin_client.post(action_url(run, "retry_now"), follow=True)
     assert response.status_code == 200
-    assert any("not sleeping" in m for m in messages_of(response))
+    assert any("it has finished (completed)" in m for m in messages_of(response))
     run.refresh_from_db()
     assert run.status == "completed"
 
@@ -473,7 +474,7 @@ def test_retry_from_failed_step(admin_client: Any) -> None:
     assert runs["failed"].status == "pending" and runs["failed"].error is None
     assert "Sent back to pending: 1 run." in messages_of(response)
     refused = admin_client.post(action_url(runs["completed"], "retry_failed"), follow=True)
-    assert any("had not failed" in m for m in messages_of(refused))
+    assert any("it has not failed" in m for m in messages_of(refused))
 
 
 @pytest.mark.django_db
@@ -540,6 +541,32 @@ def test_list_action_asks_for_confirmation_then_reports(admin_client: Any) -> No
     found = messages_of(done)
     assert "Canceled: 2 runs." in found
     assert any("skipped 1 run" in m and str(runs["completed"].id)[:8] in m for m in found)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("action", "eligible"),
+    [
+        ("cancel", {"status": "pending"}),
+        ("retry_now", {"status": "pending", "available_at": timezone.now() + timedelta(hours=1)}),
+        ("retry_failed", {"status": "failed"}),
+        ("rerun", {"status": "completed"}),
+    ],
+)
+def test_a_list_action_on_many_runs_costs_what_it_costs_on_few(
+    admin_client: Any, action: str, eligible: dict[str, Any]
+) -> None:
+    def queries_to_apply_to(count: int) -> int:
+        WorkflowRun.objects.all().delete()
+        runs = [make_run(**eligible) for _ in range(count)] + [make_run(status="canceled")]  # one is refused
+        form = {"action": f"{action}_runs", "_selected_action": [str(r.id) for r in runs], "post": "yes"}
+        with CaptureQueriesContext(connections[owf_settings.database]) as captured:
+            response = admin_client.post(LIST_URL, form, follow=True)
+        assert any(f" {count} run" in m or f" {count + 1} run" in m for m in messages_of(response))
+        return len(captured)
+
+    queries_to_apply_to(1)  # caches warmed: content types, the session
+    assert queries_to_apply_to(25) == queries_to_apply_to(2)
 
 
 @pytest.mark.django_db

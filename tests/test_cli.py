@@ -252,7 +252,7 @@ def test_cancel() -> None:
     assert workflows("cancel", str(runs["pending"].id)).strip() == f"Canceled run {runs['pending'].id}."
     assert as_json("cancel", str(runs["parked"].id)) == {"id": str(runs["parked"].id), "status": "canceled"}
     assert WorkflowRun.objects.filter(status="canceled").count() == 2
-    with pytest.raises(CommandError, match="is completed: only pending or running runs can be canceled"):
+    with pytest.raises(CommandError, match=r"cannot cancel run .*: it has already finished \(completed\)"):
         workflows("cancel", str(runs["completed"].id))
     with pytest.raises(CommandError, match="no workflow run with id"):
         workflows("cancel", str(uuid.uuid4()))
@@ -264,14 +264,17 @@ def test_retry_wakes_a_parked_run() -> None:
     assert workflows("retry", str(run.id)).strip() == f"Run {run.id} is due now."
     run.refresh_from_db()
     assert run.available_at <= timezone.now()
-    with pytest.raises(CommandError, match="only a sleeping, backing-off or scheduled run can be retried now"):
+    with pytest.raises(CommandError, match="cannot retry now run .*: it is due already"):
         workflows("retry", str(run.id))  # already due
 
 
 @pytest.mark.django_db
 def test_retry_of_a_failed_run_points_to_the_flag() -> None:
     run = some_runs()["failed"]
-    with pytest.raises(CommandError, match=r"is failed: .* \(use --from-failed-step for a failed run\)"):
+    with pytest.raises(
+        CommandError,
+        match=r"cannot retry now run .*: it has finished \(failed\); retry it from the failed step or re-run it",
+    ):
         workflows("retry", str(run.id))
 
 
@@ -282,7 +285,9 @@ def test_retry_from_failed_step() -> None:
     assert data == {"id": str(runs["failed"].id), "status": "pending"}
     runs["failed"].refresh_from_db()
     assert runs["failed"].status == "pending" and runs["failed"].error is None
-    with pytest.raises(CommandError, match="is completed, not failed"):
+    with pytest.raises(
+        CommandError, match=r"cannot retry from failed step run .*: it has not failed \(it is completed\)"
+    ):
         workflows("retry", str(runs["completed"].id), "--from-failed-step")
 
 
@@ -568,7 +573,7 @@ def test_retry_now_refuses_a_run_waiting_for_a_signal_or_event(kind: str, name: 
     with pytest.raises(CommandError) as excinfo:
         workflows("retry", str(run.id))
     assert str(excinfo.value) == (
-        f"run {run.id} cannot be retried now: it waits for {kind} '{name}', "
+        f"cannot retry now run {run.id}: it waits for {kind} '{name}', "
         f"which retry now cannot deliver (send the {kind} instead)"
     )
     assert WorkflowRun.objects.get(id=run.id).available_at == run.available_at
@@ -577,7 +582,7 @@ def test_retry_now_refuses_a_run_waiting_for_a_signal_or_event(kind: str, name: 
 @pytest.mark.django_db
 def test_retry_from_failed_step_refuses_a_run_failed_by_the_step_limit() -> None:
     run = make_run(status="failed", error={"type": "StepLimitExceeded", "message": "reached 1000 step attempts"})
-    with pytest.raises(CommandError, match=r"cannot be retried from its failed step: .*MAX_STEP_ATTEMPTS.*re-run it"):
+    with pytest.raises(CommandError, match=r"cannot retry from failed step run .*: .*MAX_STEP_ATTEMPTS.*re-run it"):
         workflows("retry", str(run.id), "--from-failed-step")
     assert WorkflowRun.objects.get(id=run.id).status == "failed"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -147,3 +148,45 @@ def test_result_refuses_a_timeout_that_is_not_a_finite_number_of_seconds(timeout
     handle = three_steps.run()
     with pytest.raises(ValueError, match="timeout must be a finite number"):
         handle.result(timeout=timeout)
+
+
+def test_a_start_says_whether_it_created_the_run():
+    first = three_steps.run(idempotency_key="order-7")
+    again = three_steps.run(idempotency_key="order-7")
+    assert (first.created, again.created, again == first) == (True, False, True)
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"input": {"bad": float("nan")}}, "input"),
+        ({"deadline_at": "0s"}, "deadline_at"),
+        ({"available_at": "99999y"}, "available_at"),
+        ({"idempotency_key": ""}, "idempotency_key"),
+        ({"idempotency_key": "a\x00b"}, "idempotency_key"),
+    ],
+)
+def test_argument_errors_name_their_argument(options, argument):
+    from django_openworkflow.errors import InvalidArgument
+
+    input_value = options.pop("input", None)
+    with pytest.raises(InvalidArgument) as info:
+        three_steps.run(input_value, **options)
+    assert info.value.argument == argument
+    assert WorkflowRun.objects.count() == 0
+
+
+def test_operations_refuse_with_a_reason_or_say_the_run_is_missing(run_worker):
+    from django_openworkflow import operations
+    from django_openworkflow.errors import OperationRefused
+
+    handle = three_steps.run()
+    run_worker()
+    with pytest.raises(OperationRefused) as info:
+        operations.cancel(handle.id)
+    assert (info.value.operation, info.value.reason) == ("cancel", "it has already finished (completed)")
+    assert handle.cancel() is False  # the handle answers the same refusal with False
+    with pytest.raises(RunNotFound):
+        operations.retry_now(uuid.uuid4())
+    new_id = operations.rerun(handle.id)
+    assert new_id != handle.id and WorkflowRun.objects.get(id=new_id).input == handle.fetch().input

@@ -176,11 +176,6 @@ def journal(run_id: Any) -> list[StepAttempt]:
     )
 
 
-def existing_run_for_key(workflow_name: str, idempotency_key: str) -> WorkflowRun | None:
-    """The run an idempotent start with this key would return instead of starting one."""
-    return runs().defer(*PAYLOAD_FIELDS).filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()
-
-
 def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     """A run's signals, oldest first: buffered ones and consumed ones (one query, at most ``limit``).
 
@@ -192,13 +187,9 @@ def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     )
 
 
-def open_wait(run_id: Any) -> StepAttempt | None:
-    """The signal or event wait a run is parked in, if any (one query)."""
-    return (
-        StepAttempt.objects.filter(
-            workflow_run_id=run_id, kind__in=(StepKind.SIGNAL, StepKind.EVENT), status=StepStatus.RUNNING
-        )
-        .defer("output", "error")
-        .order_by("-id")
-        .first()
-    )
+def open_waits(run_ids: list[Any]) -> dict[Any, StepAttempt]:
+    """The signal or event wait each of ``run_ids`` is parked in, by run id (one query)."""
+    waits = StepAttempt.objects.filter(
+        workflow_run_id__in=run_ids, kind__in=(StepKind.SIGNAL, StepKind.EVENT), status=StepStatus.RUNNING
+    ).defer("output", "error")
+    return {wait.workflow_run_id: wait for wait in waits.order_by("id")}

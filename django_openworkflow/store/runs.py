@@ -63,16 +63,22 @@ class RunOps(JournalOps):
         children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id=run_id).order_by("created_at")
         return list(children.values_list("id", flat=True))
 
+    def insert_runs(self, runs: list[dict[str, Any]]) -> list[Any]:
+        """Insert pending runs (no idempotency keys) in one statement; returns their ids."""
+        now = self.now_expr()
+        rows = [WorkflowRun(status=RunStatus.PENDING, available_at=now, **fields) for fields in runs]
+        return [run.id for run in WorkflowRun.objects.bulk_create(rows)]
+
     def cancel_run(self, run_id: Any) -> bool:
         """Cancel a run that has not finished; False if it already had.
 
         Its open steps are closed, and a parent waiting on it is woken so that
         its wait step fails.
         """
-        return self.cancel_runs([run_id]) == 1
+        return bool(self.cancel_runs([run_id]))
 
-    def cancel_runs(self, run_ids: list[Any]) -> int:
-        """Cancel many runs in one transaction (the admin's "select all"); returns how many."""
+    def cancel_runs(self, run_ids: list[Any]) -> list[Any]:
+        """Cancel many runs in one transaction (the admin's "select all"); returns the ids it canceled."""
         now = self.now()
         with transaction.atomic(using=self.alias):
             targets = list(
@@ -94,38 +100,46 @@ class RunOps(JournalOps):
             for _, parent_step in targets:
                 if parent_step is not None:
                     self.wake_parent(parent_step, now)
-        return len(ids)
+        return ids
 
     def wake_run(self, run_id: Any) -> bool:
-        """ "Retry now": make a parked, backing-off or scheduled run due immediately.
+        """ "Retry now" for one run (see :meth:`wake_runs`)."""
+        return bool(self.wake_runs([run_id]))
+
+    def wake_runs(self, run_ids: list[Any]) -> list[Any]:
+        """ "Retry now": make parked, backing-off or scheduled runs due immediately; returns the ids woken.
 
         A sleep in progress ends now; a retry backoff is skipped; a wait for a
         child simply re-checks the child. A run held by a worker is left alone
-        (its lease decides); False when there was nothing to wake.
+        (its lease decides).
         """
         now = self.now()
         with transaction.atomic(using=self.alias):
-            woken = (
-                WorkflowRun.objects.claimable()
-                .filter(id=run_id, worker_id__isnull=True, available_at__gt=now)
-                .update(available_at=now, updated_at=now)
+            asleep = WorkflowRun.objects.claimable().filter(
+                id__in=run_ids, worker_id__isnull=True, available_at__gt=now
             )
-            if woken:
-                StepAttempt.objects.filter(
-                    workflow_run_id=run_id, kind=StepKind.SLEEP, status=StepStatus.RUNNING
-                ).update(context={"resume_at": now.isoformat(), "woken_early": True})
-        return bool(woken)
+            ids = list(asleep.select_for_update().values_list("id", flat=True))
+            WorkflowRun.objects.filter(id__in=ids).update(available_at=now, updated_at=now)
+            StepAttempt.objects.filter(workflow_run_id__in=ids, kind=StepKind.SLEEP, status=StepStatus.RUNNING).update(
+                context={"resume_at": now.isoformat(), "woken_early": True}
+            )
+        return ids
 
     def retry_failed_run(self, run_id: Any) -> bool:
-        """Send a failed run back to pending; completed steps keep their outputs.
+        """Retry one failed run from its failed step (see :meth:`retry_failed_runs`)."""
+        return bool(self.retry_failed_runs([run_id]))
+
+    def retry_failed_runs(self, run_ids: list[Any]) -> list[Any]:
+        """Send failed runs back to pending; completed steps keep their outputs. Returns the ids sent back.
 
         Bumping ``attempts`` starts a new workflow-level attempt, which gives the
         failed step a fresh retry budget (budgets count failures per attempt).
-        False if the run is not failed.
         """
         now = self.now_expr()
-        return bool(
-            WorkflowRun.objects.filter(id=run_id, status=RunStatus.FAILED).update(
+        with transaction.atomic(using=self.alias):
+            failed = WorkflowRun.objects.filter(id__in=run_ids, status=RunStatus.FAILED)
+            ids = list(failed.select_for_update().values_list("id", flat=True))
+            WorkflowRun.objects.filter(id__in=ids).update(
                 status=RunStatus.PENDING,
                 attempts=F("attempts") + 1,
                 error=None,
@@ -134,4 +148,4 @@ class RunOps(JournalOps):
                 available_at=now,
                 updated_at=now,
             )
-        )
+        return ids

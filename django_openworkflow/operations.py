@@ -1,0 +1,228 @@
+"""Run operations — cancel, retry now, retry from the failed step, re-run — single and in bulk.
+
+The one front door that the client (``RunHandle.cancel``), the command line
+and the admin call, so each operation is written once and refuses the same
+way everywhere: :class:`~django_openworkflow.errors.OperationRefused`
+carrying the reason, or :class:`~django_openworkflow.errors.RunNotFound`.
+
+The bulk forms work by chunks: one read and one write transaction per
+chunk of runs, whatever the number of runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from .dispatch import get_dispatcher
+from .errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
+from .models import StepAttempt, WorkflowRun
+from .registry import registry
+from .states import FINISHED_STATUSES, RunStatus
+from .store import get_backend
+from .store.queries import PAYLOAD_FIELDS, display_status, open_waits
+
+CHUNK = 500
+"""Runs per read and write in the bulk operations."""
+
+
+@dataclass
+class BulkResult:
+    """What a bulk operation did: the runs it changed, and why it left the others alone."""
+
+    changed: list[Any] = field(default_factory=list)
+    """Ids of the runs changed (for re-run: the runs started again)."""
+    created: list[Any] = field(default_factory=list)
+    """For re-run: the ids of the new runs, in the order of ``changed``."""
+    refused: dict[Any, str] = field(default_factory=dict)
+    """Run id -> the reason it was left alone."""
+
+
+# -- why an operation cannot apply (one wording for every front door) --
+
+
+def cancel_refusal(run: WorkflowRun) -> str:
+    if run.status in FINISHED_STATUSES:
+        return f"it has already finished ({run.status})"
+    return ""
+
+
+def retry_now_refusal(run: WorkflowRun, wait: StepAttempt | None) -> str:
+    """Why "retry now" cannot help; empty when it can."""
+    if run.status in FINISHED_STATUSES:
+        hint = "; retry it from the failed step or re-run it" if run.status == RunStatus.FAILED else ""
+        return f"it has finished ({run.status}){hint}"
+    if run.worker_id is not None:
+        return "a worker is executing it now"
+    if wait is not None:
+        # Making it due only replays it into the same wait: it needs the signal or event.
+        kind = str(wait.kind)
+        name = (wait.context or {}).get(kind) or wait.step_name
+        return f"it waits for {kind} {str(name)!r}, which retry now cannot deliver (send the {kind} instead)"
+    if run.available_at <= timezone.now():
+        return "it is due already: a worker will take it at its next poll"
+    return ""
+
+
+def retry_failed_refusal(run: WorkflowRun) -> str:
+    """Why "retry from the failed step" cannot help; empty when it can."""
+    if run.status != RunStatus.FAILED:
+        return f"it has not failed (it is {display_status(run.status, run.worker_id)})"
+    if isinstance(run.error, dict) and run.error.get("type") == STEP_LIMIT_EXCEEDED:
+        # A retry keeps the journal, so the run is at the limit again at once.
+        return (
+            "it failed by reaching OPENWORKFLOW['MAX_STEP_ATTEMPTS']; a retry keeps its journal and would reach "
+            "the limit again at once (re-run it with the same input, or raise the limit)"
+        )
+    return ""
+
+
+def rerun_refusal(run: WorkflowRun) -> str:
+    if registry.get(run.workflow_name, run.version) is None:
+        return f"this process has no workflow {run.workflow_name!r} version {run.version!r} to start"
+    return ""
+
+
+# -- single runs --
+
+
+def cancel(run_id: Any) -> None:
+    """Cancel a pending or running run: a worker executing it stops at its next step and writes nothing more."""
+    _single(cancel_many, "cancel", run_id)
+
+
+def retry_now(run_id: Any) -> None:
+    """Make a sleeping, backing-off or scheduled run due now (a sleep ends early)."""
+    _single(retry_now_many, "retry_now", run_id)
+
+
+def retry_from_failed_step(run_id: Any) -> None:
+    """Send a failed run back to pending: completed steps keep their outputs, the failed step runs again."""
+    _single(retry_from_failed_step_many, "retry_from_failed_step", run_id)
+
+
+def rerun(run_id: Any) -> Any:
+    """Start a new run of the same workflow and version with the same input; returns its id."""
+    return _single(rerun_many, "rerun", run_id)
+
+
+def _single(bulk: Callable[[Iterable[Any]], BulkResult], operation: str, run_id: Any) -> Any:
+    result = bulk([run_id])
+    if result.changed:
+        return result.created[0] if result.created else result.changed[0]
+    reason = next(iter(result.refused.values()), "")
+    if reason == _MISSING:
+        raise RunNotFound(f"no workflow run with id {run_id}")
+    raise OperationRefused(operation, run_id, reason)
+
+
+# -- in bulk --
+
+_MISSING = "there is no such run"
+_CHANGED_MEANWHILE = "it changed meanwhile; look at it again"
+
+
+def refusals(operation: str, runs: Iterable[WorkflowRun]) -> dict[Any, str]:
+    """Why ``operation`` would leave each of ``runs`` alone, by run id (runs it would change are absent).
+
+    For a confirmation page: what the operation would skip, and why.
+    """
+    return REFUSALS[operation]({run.id: run for run in runs})
+
+
+def _retry_now_refusals(runs: dict[Any, WorkflowRun]) -> dict[Any, str]:
+    waits = open_waits(list(runs))
+    return _refusals(runs, lambda run: retry_now_refusal(run, waits.get(run.id)))
+
+
+REFUSALS: dict[str, Callable[[dict[Any, WorkflowRun]], dict[Any, str]]] = {
+    "cancel": lambda runs: _refusals(runs, cancel_refusal),
+    "retry_now": _retry_now_refusals,
+    "retry_from_failed_step": lambda runs: _refusals(runs, retry_failed_refusal),
+    "rerun": lambda runs: _refusals(runs, rerun_refusal),
+}
+
+
+def cancel_many(run_ids: Iterable[Any]) -> BulkResult:
+    """Cancel the runs that have not finished."""
+    return _bulk(run_ids, REFUSALS["cancel"], get_backend().cancel_runs)
+
+
+def retry_now_many(run_ids: Iterable[Any]) -> BulkResult:
+    """Make due now the runs that sleep, back off or wait for their scheduled start."""
+    return _bulk(run_ids, REFUSALS["retry_now"], get_backend().wake_runs)
+
+
+def retry_from_failed_step_many(run_ids: Iterable[Any]) -> BulkResult:
+    """Send the failed runs back to pending, each from its failed step."""
+    return _bulk(run_ids, REFUSALS["retry_from_failed_step"], get_backend().retry_failed_runs)
+
+
+def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
+    """Start a new run for each run, with the same workflow, version and input (one insert per chunk)."""
+    result = BulkResult()
+    dispatcher = get_dispatcher()
+    for chunk in _chunks(run_ids):
+        runs = _read(chunk, with_input=True)
+        refused = {**_missing(chunk, runs), **REFUSALS["rerun"](runs)}
+        again = [run for run_id, run in runs.items() if run_id not in refused]
+        new_ids = get_backend().insert_runs(
+            [{"workflow_name": run.workflow_name, "version": run.version, "input": run.input} for run in again]
+        )
+        for new_id in new_ids:
+            dispatcher.run_started(new_id)
+        result.changed += [run.id for run in again]
+        result.created += new_ids
+        result.refused.update(refused)
+    return result
+
+
+def _bulk(
+    run_ids: Iterable[Any],
+    refusals: Callable[[dict[Any, WorkflowRun]], dict[Any, str]],
+    apply: Callable[[list[Any]], list[Any]],
+) -> BulkResult:
+    """Per chunk: read the runs (one query), refuse what cannot change, apply to the rest (one transaction)."""
+    result = BulkResult()
+    for chunk in _chunks(run_ids):
+        runs = _read(chunk)
+        refused = {**_missing(chunk, runs), **refusals(runs)}
+        eligible = [run_id for run_id in runs if run_id not in refused]
+        changed = apply(eligible) if eligible else []
+        result.changed += changed
+        result.refused.update(refused)
+        # The store's own conditions decide: a run that changed since the read is left alone.
+        result.refused.update({run_id: _CHANGED_MEANWHILE for run_id in set(eligible) - set(changed)})
+    return result
+
+
+def _chunks(run_ids: Iterable[Any]) -> Iterable[list[Any]]:
+    ids = list(dict.fromkeys(_as_uuid(run_id) for run_id in run_ids))
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
+
+
+def _as_uuid(run_id: Any) -> Any:
+    try:
+        return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+    except ValueError:
+        return run_id  # reported as missing
+
+
+def _read(chunk: list[Any], with_input: bool = False) -> dict[Any, WorkflowRun]:
+    ids = [run_id for run_id in chunk if isinstance(run_id, uuid.UUID)]
+    deferred = [name for name in PAYLOAD_FIELDS if not (with_input and name == "input")]
+    deferred.remove("error")  # refusals read it
+    return WorkflowRun.objects.defer(*deferred).in_bulk(ids)
+
+
+def _missing(chunk: list[Any], runs: dict[Any, WorkflowRun]) -> dict[Any, str]:
+    return {run_id: _MISSING for run_id in chunk if run_id not in runs}
+
+
+def _refusals(runs: dict[Any, WorkflowRun], reason: Callable[[WorkflowRun], str]) -> dict[Any, str]:
+    return {run_id: why for run_id, run in runs.items() if (why := reason(run))}
