@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -32,16 +32,22 @@ from .errors import (
 )
 from .formatting import (
     LINES,
+    attempt_result,
+    compact_json,
     elapsed,
+    error_line,
     executing_hint,
     format_duration,
+    format_table,
     format_time,
     json_text,
+    numbered,
+    plural,
     printable,
     read_json,
     wake_hint,
 )
-from .models import RunStatus, StepAttempt, StepKind, StepStatus, WorkflowRun
+from .models import RunStatus, StepAttempt, WorkflowRun
 from .payload import check_text
 from .store import queries
 
@@ -128,11 +134,6 @@ def _print_json(out: OutputWrapper, value: Any) -> None:
     out.write(json_text(value, indent=2))
 
 
-def _compact_json(value: Any, width: int = 60) -> str:
-    text = json_text(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _error(exc: Exception) -> CommandError:
     """An exception from the client as a one-line CommandError (its text may quote client data)."""
     lines = str(exc).splitlines()
@@ -149,20 +150,6 @@ def _read_json(text: str | None, option: str) -> Any:
         raise CommandError(f"{option} is not valid JSON: {exc}") from None
     except ValueError as exc:  # nested too deep to read
         raise CommandError(f"{option} {exc}") from None
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Columns two spaces apart, headers in capitals; columns of numbers are right-aligned; cells printable."""
-    numeric = [bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
-    cells = [[str(h).upper() for h in headers]] + [
-        ["" if c is None else printable(str(c)) for c in row] for row in rows
-    ]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = []
-    for row in cells:
-        padded = (c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, numeric, strict=True))
-        lines.append("  ".join(padded).rstrip())
-    return "\n".join(lines)
 
 
 def resolve_run(value: str) -> WorkflowRun:
@@ -222,21 +209,6 @@ def _attempt_dict(attempt: StepAttempt, number: int) -> dict[str, Any]:
     }
 
 
-def _attempt_result(attempt: StepAttempt) -> str:
-    """What the journal table shows of an attempt: its error, or its output once completed."""
-    if attempt.error:
-        return _error_line(attempt.error)
-    if attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
-        return _compact_json(attempt.output)
-    return ""
-
-
-def _error_line(error: Any) -> str:
-    if isinstance(error, dict):
-        return printable(": ".join(str(p) for p in (error.get("type"), error.get("message")) if p))
-    return _compact_json(error)
-
-
 # -- subcommands ------------------------------------------------------------------
 
 
@@ -282,13 +254,9 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows show RUN_ID``: the run, its payloads and its journal as a table."""
     run = resolve_run(options["run_id"])
     attempts = queries.journal(run.id)
-    numbers: dict[str, int] = {}
-    numbered = []
-    for attempt in attempts:
-        numbers[attempt.step_name] = numbers.get(attempt.step_name, 0) + 1
-        numbered.append((attempt, numbers[attempt.step_name]))
+    journal = numbered(attempts)
     if options["json"]:
-        _print_json(out, {"run": _run_dict(run), "journal": [_attempt_dict(a, n) for a, n in numbered]})
+        _print_json(out, {"run": _run_dict(run), "journal": [_attempt_dict(a, n) for a, n in journal]})
         return
     now = timezone.now()
     hint = wake_hint(run, now) or executing_hint(run, attempts, now)
@@ -304,17 +272,17 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         ("available at", format_time(run.available_at)),
         ("deadline", format_time(run.deadline_at) or "-"),
         ("idempotency key", run.idempotency_key or "-"),
-        ("input", _compact_json(run.input, 100)),
+        ("input", compact_json(run.input, 100)),
     ]
     if run.output is not None:
-        fields.append(("output", _compact_json(run.output, 100)))
+        fields.append(("output", compact_json(run.output, 100)))
     if run.error is not None:
-        fields.append(("error", _error_line(run.error)))
+        fields.append(("error", error_line(run.error)))
     out.write(f"Run {run.id}")
     out.write("\n".join(f"  {label:<17}{printable(str(value))}" for label, value in fields))
     out.write("")
-    out.write(f"Journal: {len(numbered)} step attempt{'' if len(numbered) == 1 else 's'}")
-    if numbered:
+    out.write(f"Journal: {plural(len(journal), 'step attempt')}")
+    if journal:
         day = run.created_at
         # An attempt left open when the run ended (canceled mid-sleep) stopped with the run.
         run_end = run.finished_at if run.is_finished else None
@@ -331,9 +299,9 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
                         format_time(attempt.started_at, precise=True, day_of=day),
                         format_time(attempt.finished_at, precise=True, day_of=day) or "-",
                         format_duration(elapsed(attempt.started_at, attempt.finished_at, run_end or now)),
-                        _attempt_result(attempt),
+                        attempt_result(attempt),
                     )
-                    for index, (attempt, number) in enumerate(numbered, start=1)
+                    for index, (attempt, number) in enumerate(journal, start=1)
                 ],
             )
         )
@@ -380,7 +348,7 @@ def _wait(handle: RunHandle, timeout: float | None) -> Any:
     try:
         return handle.result(timeout=timeout)
     except WorkflowFailed as exc:
-        raise CommandError(f"run {handle.id} failed: {_error_line(exc.error)}") from None
+        raise CommandError(f"run {handle.id} failed: {error_line(exc.error)}") from None
     except WorkflowCanceled:
         raise CommandError(f"run {handle.id} was canceled") from None
     except ResultTimeout:

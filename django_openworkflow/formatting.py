@@ -1,4 +1,4 @@
-"""How durations, times, ids, payloads and errors read to people: one wording for the admin, the CLI and the demo.
+"""How durations, times, payloads, errors and journals read to people: one wording for the admin, the CLI, the demo.
 
 Stored data is shown, never obeyed: :func:`printable` and :func:`json_text`
 write control characters, bidirectional overrides and lone surrogates as
@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -136,6 +136,17 @@ def pretty_json(value: Any) -> str:
     return json_text(value, indent=2)
 
 
+def compact_json(value: Any, width: int = 60) -> str:
+    """One line of JSON, cut to ``width`` characters with an ellipsis: for a table cell."""
+    text = json_text(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def plural(count: int, word: str = "run") -> str:
+    """``1 run``, ``3 runs``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def short_id(run_id: Any) -> str:
     """The first 8 hex digits of a run id: what the list shows and the search accepts."""
     return str(run_id)[:8]
@@ -151,15 +162,6 @@ def wake_hint(run: WorkflowRun, now: datetime) -> str:
     return ("starts in " if run.status == RunStatus.PENDING else "wakes in ") + format_duration(wait)
 
 
-def split_error(error: Any, hide: tuple[str, ...] = ()) -> tuple[str, str, str]:
-    """An error dict as (``Type: message`` headline, traceback, the other keys as JSON but ``hide``)."""
-    if not isinstance(error, dict):
-        return "", "", pretty_json(error) if error is not None else ""
-    rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback", *hide)}
-    headline = ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
-    return headline, str(error.get("traceback") or ""), pretty_json(rest) if rest else ""
-
-
 def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datetime) -> str:
     """``executing step 'charge' for 4 m 12 s`` while a worker holds the run inside a step, else empty.
 
@@ -173,3 +175,58 @@ def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datet
         return ""
     step = open_steps[-1]
     return f"executing step {step.step_name!r} for {format_duration(now - (step.started_at or step.created_at))}"
+
+
+def _headline(error: dict[str, Any]) -> str:
+    return ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
+
+
+def split_error(error: Any, hide: tuple[str, ...] = ()) -> tuple[str, str, str]:
+    """An error dict as (``Type: message`` headline, traceback, the other keys as JSON but ``hide``)."""
+    if not isinstance(error, dict):
+        return "", "", pretty_json(error) if error is not None else ""
+    rest = {k: v for k, v in error.items() if k not in ("type", "message", "traceback", *hide)}
+    return _headline(error), str(error.get("traceback") or ""), pretty_json(rest) if rest else ""
+
+
+def error_line(error: Any) -> str:
+    """An error on one printable line: ``Type: message`` for an error dict, compact JSON otherwise."""
+    if isinstance(error, dict):
+        return printable(_headline(error))
+    return compact_json(error)
+
+
+# -- journals and tables, for a terminal ------------------------------------------
+
+
+def numbered(attempts: Iterable[StepAttempt]) -> list[tuple[StepAttempt, int]]:
+    """The journal in write order, each attempt with its number within its durable key (from 1)."""
+    seen: dict[str, int] = {}
+    rows = []
+    for attempt in attempts:
+        seen[attempt.step_name] = number = seen.get(attempt.step_name, 0) + 1
+        rows.append((attempt, number))
+    return rows
+
+
+def attempt_result(attempt: StepAttempt) -> str:
+    """What a journal table shows of an attempt on one line: its error, or its output once completed."""
+    if attempt.error:
+        return error_line(attempt.error)
+    if attempt.status == StepStatus.COMPLETED and attempt.kind != StepKind.SLEEP:
+        return compact_json(attempt.output)
+    return ""
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns two spaces apart, headers in capitals; columns of numbers are right-aligned; cells printable."""
+    numeric = [bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))]
+    cells = [[str(h).upper() for h in headers]] + [
+        ["" if c is None else printable(str(c)) for c in row] for row in rows
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = (c.rjust(w) if right else c.ljust(w) for c, w, right in zip(row, widths, numeric, strict=True))
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)

@@ -15,8 +15,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from django_openworkflow.admin import SendSignalForm, StartRunForm
-from django_openworkflow.admin_views import build_timeline, journal_rows
+from django_openworkflow.admin.forms import SendSignalForm, StartRunForm
+from django_openworkflow.admin.journal import journal_rows
+from django_openworkflow.admin.timeline import build_timeline
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.formatting import format_duration
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun

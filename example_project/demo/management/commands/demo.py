@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from django_openworkflow.durations import parse_duration
+from django_openworkflow.formatting import (
+    attempt_result,
+    elapsed,
+    error_line,
+    format_duration,
+    format_table,
+    format_time,
+    json_text,
+    numbered,
+    printable,
+)
 from django_openworkflow.models import FINISHED_STATUSES, RunStatus, StepAttempt, WorkflowRun
 from django_openworkflow.worker import Worker
 
 from ...workflows import onboard_user
-
-
-def _clip(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, default=str)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 def _duration(value: str) -> str:
@@ -26,10 +32,6 @@ def _duration(value: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return value
-
-
-def _time(value: Any) -> str:
-    return value.strftime("%H:%M:%S.%f")[:-3] if value else "-"
 
 
 class Command(BaseCommand):
@@ -49,37 +51,39 @@ class Command(BaseCommand):
         )
 
         run = handle.fetch()
-        self.stdout.write(f"\nstatus: {run.status}")
+        self.stdout.write(f"\nstatus:   {run.status}")
+        self.stdout.write(f"duration: {format_duration(elapsed(run.started_at, run.finished_at, timezone.now()))}")
         if run.status == RunStatus.COMPLETED:
-            self.stdout.write(f"output: {json.dumps(run.output)}\n")
+            self.stdout.write(f"output:   {json_text(run.output)}")
         elif run.error:
-            self.stdout.write(f"error:  {run.error.get('type')}: {run.error.get('message')}\n")
-        self._print_journal(StepAttempt.objects.filter(workflow_run=run).order_by("id"))
-        for child in WorkflowRun.objects.filter(parent_step_attempt__workflow_run=run):
-            self.stdout.write(f"\nchild run {child.id} ({child.workflow_name}): {child.status}")
-            self._print_journal(StepAttempt.objects.filter(workflow_run=child).order_by("id"))
+            self.stdout.write(f"error:    {error_line(run.error)}")
+        self.stdout.write("")
+        self._print_journal(run)
+        for child in WorkflowRun.objects.filter(parent_step_attempt__workflow_run=run).order_by("created_at"):
+            self.stdout.write(f"\nchild run {child.id} ({printable(child.workflow_name)}): {child.status}")
+            self._print_journal(child)
         if run.status != RunStatus.COMPLETED:
             raise CommandError(f"run {run.id} ended {run.status}")
 
-    def _print_journal(self, attempts: Any) -> None:
-        header = ("step", "kind", "status", "started", "finished", "ms", "output")
-        rows = [
-            (
-                a.step_name,
-                a.kind,
-                a.status,
-                _time(a.started_at),
-                _time(a.finished_at),
-                f"{(a.finished_at - a.started_at).total_seconds() * 1000:.1f}"
-                if a.started_at and a.finished_at
-                else "-",
-                _clip(a.output) if a.error is None else "error: " + _clip(a.error.get("message")),
+    def _print_journal(self, run: WorkflowRun) -> None:
+        """The run's step attempts in order, as ``manage.py workflows show`` prints them."""
+        attempts = StepAttempt.objects.filter(workflow_run=run).order_by("id")
+        now = timezone.now()
+        self.stdout.write(
+            format_table(
+                ("step", "kind", "status", "attempt", "started", "finished", "duration", "output or error"),
+                [
+                    (
+                        attempt.step_name,
+                        attempt.kind,
+                        attempt.status,
+                        number,
+                        format_time(attempt.started_at, precise=True, day_of=run.created_at),
+                        format_time(attempt.finished_at, precise=True, day_of=run.created_at) or "-",
+                        format_duration(elapsed(attempt.started_at, attempt.finished_at, run.finished_at or now)),
+                        attempt_result(attempt),
+                    )
+                    for attempt, number in numbered(attempts)
+                ],
             )
-            for a in attempts
-        ]
-        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-        for row in [header, tuple("-" * w for w in widths), *rows]:
-            cells = [
-                str(c).rjust(w) if i == 5 else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            ]
-            self.stdout.write("  ".join(cells).rstrip())
+        )

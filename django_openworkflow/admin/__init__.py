@@ -1,0 +1,11 @@
+"""The Django admin for workflow runs, split by job.
+
+``options`` holds the ModelAdmin (its URLs and views) and wires the rest:
+``changelist`` (the run list), ``run_page``, ``journal`` and ``timeline``
+(a run's page), ``forms`` (start a run, send a signal), ``actions`` (cancel,
+retry, re-run, on :mod:`django_openworkflow.operations`), ``responses`` and
+``markup`` (what every page shares). Importing this package registers the
+ModelAdmin, which is what Django's admin autodiscovery does.
+"""
+
+from . import options  # noqa: F401  (registers WorkflowRunAdmin)

@@ -1,0 +1,136 @@
+"""The run actions the list and the run page offer, on :mod:`django_openworkflow.operations`.
+
+Cancel, retry now, retry from the failed step and re-run: each is one bulk
+operation that refuses runs in the wrong state with a reason, which the
+confirmation page shows before and the messages report after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+
+from .. import operations
+from ..formatting import plural, short_id
+from ..models import WorkflowRun
+from ..store.queries import PAYLOAD_FIELDS
+from .markup import run_url, status_badge
+
+CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
+
+
+@dataclass(frozen=True)
+class RunAction:
+    """A run operation offered on the run list and the run page (see ``operations.py``)."""
+
+    name: str
+    operation: str  # the name in operations.REFUSALS
+    label: str
+    permission: str  # the model permission it needs: "change" or "add"
+    question: str  # the confirmation, "…the selected runs?"
+    done: str  # past tense for the report: "Canceled"
+    apply: Callable[[Iterable[Any]], operations.BulkResult]
+    creates_runs: bool = False
+
+    def refusals(self, runs: Iterable[WorkflowRun]) -> dict[Any, str]:
+        """Why the action would skip each of ``runs`` (the runs it would change are absent)."""
+        return operations.refusals(self.operation, runs)
+
+    def offered(self, run: WorkflowRun) -> bool:
+        """Whether the run page offers it for ``run``."""
+        return not self.refusals([run])
+
+
+ACTIONS: dict[str, RunAction] = {
+    action.name: action
+    for action in (
+        RunAction(
+            "cancel",
+            "cancel",
+            "Cancel",
+            "change",
+            "Cancel {runs}? A worker executing a run stops at its next step and writes nothing more.",
+            "Canceled",
+            operations.cancel_many,
+        ),
+        RunAction(
+            "retry_now",
+            "retry_now",
+            "Retry now",
+            "change",
+            "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
+            "Made due now",
+            operations.retry_now_many,
+        ),
+        RunAction(
+            "retry_failed",
+            "retry_from_failed_step",
+            "Retry from failed step",
+            "change",
+            "Retry {runs} from the failed step? Completed steps keep their outputs and are not run again.",
+            "Sent back to pending",
+            operations.retry_from_failed_step_many,
+        ),
+        RunAction(
+            "rerun",
+            "rerun",
+            "Re-run with same input",
+            "add",
+            "Start a new run of the same workflow and version with the same input as {runs}?",
+            "Started a new run for",
+            operations.rerun_many,
+            creates_runs=True,
+        ),
+    )
+}
+
+
+def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str, Any]:
+    """The confirmation page of a list action: the question and the runs, each with why it would be skipped."""
+    listed = list(queryset[:CONFIRM_LISTED])
+    total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
+    skipped = action.refusals(listed)
+    return {
+        "title": f"{action.label}: are you sure?",
+        "action": action,
+        "action_function": f"{action.name}_runs",
+        "question": action.question.format(runs=f"the {plural(total, 'selected run')}"),
+        "runs": [(run, status_badge(run.status, run.worker_id), skipped.get(run.id, "")) for run in listed],
+        "more": total - len(listed),
+    }
+
+
+def perform_action(
+    request: HttpRequest,
+    action: RunAction,
+    run_ids: Iterable[Any],
+    log: Callable[[list[WorkflowRun]], None],
+) -> list[Any]:
+    """Apply ``action`` to the runs in bulk, report what changed and what was skipped and why.
+
+    ``log(runs)`` records the changes in the admin's history. Returns the
+    ids of the runs changed (of the new runs, for an action that creates
+    them). A fixed number of queries per chunk of runs, however many.
+    """
+    result = action.apply(run_ids)
+    if result.changed:
+        log(list(WorkflowRun.objects.defer(*PAYLOAD_FIELDS).filter(id__in=result.changed)))
+    if result.changed:
+        if action.creates_runs:
+            links = format_html_join(
+                ", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for new in result.created)
+            )
+            messages.success(request, format_html("{} {}: {}.", action.done, plural(len(result.changed)), links))
+        else:
+            messages.success(request, f"{action.done}: {plural(len(result.changed))}.")
+    for reason in sorted(set(result.refused.values())):
+        skipped = [run_id for run_id, why in result.refused.items() if why == reason]
+        ids = ", ".join(short_id(run_id) for run_id in skipped)
+        messages.warning(request, f"{action.label}: skipped {plural(len(skipped))} ({ids}): {reason}.")
+    return result.created if action.creates_runs else result.changed

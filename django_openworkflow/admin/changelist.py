@@ -1,0 +1,208 @@
+"""The run list: its columns, filters, search and the status counts above it.
+
+The columns read only what ``get_queryset`` keeps (payloads are deferred), so
+a page costs a fixed number of queries however many rows it shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html
+
+from .. import formatting as fmt
+from ..errors import PayloadError
+from ..models import WorkflowRun
+from ..payload import check_text
+from ..store import queries
+from . import markup
+
+
+def _once_per_request(request: HttpRequest, key: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, at most once per request.
+
+    The changelist builds its filters more than once per request (the status
+    counts rebuild its queryset without the status filter), and each build
+    asks the filters for their choices.
+    """
+    cache: dict[str, Any] = request.__dict__.setdefault("_owf_filter_choices", {})
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` could be stored at all: a NUL in a query is an error on PostgreSQL, not a miss."""
+    try:
+        check_text(text, "text")
+    except PayloadError:
+        return False
+    return True
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """Status, with ``parked`` (running, no worker holds it) apart from ``running``."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(status, status) for status in queries.DISPLAY_STATUSES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        return queryset.filter(queries.status_q(value)) if value in queries.DISPLAY_STATUSES else queryset
+
+
+class WorkflowNameFilter(admin.SimpleListFilter):
+    """Workflow names present in the table (not only registered ones: old runs outlive their code)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        names = _once_per_request(request, "names", queries.workflow_names)
+        return [(name, name) for name in names]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(workflow_name=value) if _storable(value) else queryset.none()
+
+
+NO_VERSION = "-"
+
+
+class VersionFilter(admin.SimpleListFilter):
+    """The chosen workflow's versions; shown once a workflow is chosen (versions belong to a workflow)."""
+
+    title = "version"
+    parameter_name = "version"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        chosen = request.GET.get(WorkflowNameFilter.parameter_name)
+        if chosen:
+            versions = _once_per_request(
+                request, f"versions:{chosen}", lambda: queries.workflow_versions(chosen) if _storable(chosen) else []
+            )
+        else:
+            # A version given without a workflow (a bookmarked URL) still filters.
+            given = request.GET.get(self.parameter_name)
+            versions = [None if given == NO_VERSION else given] if given else []
+        return [(NO_VERSION if v is None else v, "(none)" if v is None else v) for v in versions]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        if value == NO_VERSION:
+            return queryset.filter(version__isnull=True)
+        return queryset.filter(version=value) if _storable(value) else queryset.none()
+
+
+FILTERS = (StatusFilter, WorkflowNameFilter, VersionFilter, ("created_at", admin.DateFieldListFilter))
+
+
+# -- columns ------------------------------------------------------------------
+
+
+def _time(value: Any) -> str:
+    if not value:
+        return "-"
+    return format_html(
+        '<time datetime="{}" title="{}">{}</time>',
+        value.isoformat(),
+        fmt.format_time(value, precise=True),
+        fmt.compact_time(value, timezone.now()),
+    )
+
+
+@admin.display(description="run", ordering="id")
+def run_id(run: WorkflowRun) -> str:
+    return format_html('<code title="{}">{}</code>', run.id, fmt.short_id(run.id))
+
+
+@admin.display(description="workflow", ordering="workflow_name")
+def workflow(run: WorkflowRun) -> str:
+    return run.workflow_name
+
+
+@admin.display(description="status", ordering="status")
+def status_badge(run: WorkflowRun) -> str:
+    return markup.status_badge(run.status, run.worker_id)
+
+
+@admin.display(description="duration")
+def duration(run: WorkflowRun) -> str:
+    return fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
+
+
+@admin.display(description="created", ordering="created_at")
+def created(run: WorkflowRun) -> str:
+    return _time(run.created_at)
+
+
+@admin.display(description="started", ordering="started_at")
+def started(run: WorkflowRun) -> str:
+    return _time(run.started_at)
+
+
+@admin.display(description="finished", ordering="finished_at")
+def finished(run: WorkflowRun) -> str:
+    return _time(run.finished_at)
+
+
+@admin.display(description="worker", ordering="worker_id")
+def worker(run: WorkflowRun) -> str:
+    return format_html('<code class="owf-worker">{}</code>', run.worker_id) if run.worker_id else "-"
+
+
+# Most telling first: on a narrow screen the last columns scroll out of view.
+COLUMNS = (run_id, workflow, "version", status_badge, duration, "attempts", created, started, finished, worker)
+LINKS = (run_id,)
+
+
+# -- search and status counts ---------------------------------------------------
+
+SEARCH_HELP = "A run id (whole, or its first 8 characters), a workflow name, or an idempotency key."
+
+
+def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
+    """Runs with ``term`` as their id (whole or short), in their workflow name, or as their idempotency key."""
+    term = term.strip()
+    if not term:
+        return queryset
+    whole_id = queries.parse_run_id(term)
+    if whole_id is not None:
+        return queryset.filter(id=whole_id)
+    condition = Q(workflow_name__icontains=term) | Q(idempotency_key=term)
+    if len(term) == 8 and all(c in "0123456789abcdefABCDEF" for c in term):
+        condition |= Q(id__startswith=term.lower())  # the short id the list shows
+    return queryset.filter(condition)
+
+
+def status_counts(request: HttpRequest, cl: ChangeList) -> dict[str, Any]:
+    """The counts above the list, each a link to that status; for the change list template."""
+    # Over the list as filtered and searched, except by status, so each count says what clicking it would show.
+    counts = queries.status_counts(cl.get_queryset(request, exclude_parameters=[StatusFilter.parameter_name]))
+    chosen = request.GET.get(StatusFilter.parameter_name)
+    return {
+        "status_counts": [
+            {
+                "status": status,
+                "count": count,
+                "url": cl.get_query_string({StatusFilter.parameter_name: status}, ["p"]),
+                "active": status == chosen,
+            }
+            for status, count in counts.items()
+        ],
+        "all_statuses_url": cl.get_query_string(remove=[StatusFilter.parameter_name, "p"]),
+        "status_total": sum(counts.values()),
+    }

@@ -1,0 +1,21 @@
+"""The bits of admin HTML that several pages share: a run's link and its status badge."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from django.utils.html import format_html
+
+from ..store.queries import display_status
+
+
+def run_url(run_id: Any) -> str:
+    """The admin page of a run."""
+    return reverse("admin:django_openworkflow_workflowrun_change", args=[run_id])
+
+
+def status_badge(status: str, worker_id: str | None = None) -> str:
+    """A coloured badge; ``parked`` for a running run that no worker holds."""
+    shown = display_status(status, worker_id)
+    return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, shown)

@@ -1,0 +1,257 @@
+"""The ModelAdmin for workflow runs: its URLs and views, wiring the list, the run page, the forms and the actions.
+
+Runs change only through the actions (cancel, retry now, retry from the
+failed step, re-run) and the signal form, which go through the same
+operations as the client and the CLI; step attempts are never edited, and
+runs are never deleted here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib import admin
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from ..client import send_signal
+from ..errors import PayloadError, RunNotFound, SignalError
+from ..formatting import short_id
+from ..models import WorkflowRun
+from ..store import queries
+from . import changelist
+from .actions import ACTIONS, RunAction, confirmation, perform_action
+from .forms import SendSignalForm, StartRunForm
+from .markup import run_url
+from .responses import PrintableTemplateResponse, printable_page
+from .run_page import run_page
+
+
+def _list_action(run_action: RunAction) -> Any:
+    """A changelist action for ``run_action`` that asks for confirmation first."""
+
+    def action(modeladmin: WorkflowRunAdmin, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> Any:
+        return modeladmin.confirm_or_perform(request, queryset, run_action)
+
+    # The admin keys actions by function name.
+    action.__name__ = f"{run_action.name}_runs"
+    return admin.action(description=f"{run_action.label}…", permissions=[run_action.permission])(action)
+
+
+@admin.register(WorkflowRun)
+class WorkflowRunAdmin(admin.ModelAdmin):
+    """Every run, newest first, with status counts, filters, search and actions."""
+
+    list_display = changelist.COLUMNS
+    list_display_links = changelist.LINKS
+    list_filter = changelist.FILTERS
+    # The search itself is get_search_results; these only make the admin show the box.
+    search_fields = ("workflow_name", "idempotency_key")
+    search_help_text = changelist.SEARCH_HELP
+    ordering = ("-created_at",)
+    list_per_page = 50
+    # A second COUNT over the whole table buys little and costs a scan per page view.
+    show_full_result_count = False
+    # The status counts above the list replace the filters' per-choice counts
+    # (a COUNT per choice per page view).
+    show_facets = admin.ShowFacets.NEVER
+    actions = tuple(_list_action(action) for action in ACTIONS.values())
+    change_list_template = "django_openworkflow/change_list.html"
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
+
+    # -- list ------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
+        return super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
+    ) -> tuple[QuerySet[WorkflowRun], bool]:
+        return changelist.search(queryset, search_term), False
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        response = printable_page(super().changelist_view(request, {"title": "Workflow runs", **(extra_context or {})}))
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context:
+            context.update(changelist.status_counts(request, context["cl"]))
+        return response
+
+    def history_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None) -> Any:
+        return printable_page(super().history_view(request, object_id, extra_context))
+
+    # -- permissions: runs change only through actions, are never deleted here --
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    # -- the run page, the action endpoint, the start form ------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<path:object_id>/action/<str:action_name>/",
+                self.admin_site.admin_view(self.run_action_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_action",
+            ),
+            path(
+                "<path:object_id>/signal/",
+                self.admin_site.admin_view(self.send_signal_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_signal",
+            ),
+        ]
+        # Before the defaults: their "<path:object_id>/" catch-all would match ours.
+        return own + super().get_urls()
+
+    def _context(self, request: HttpRequest, **extra: Any) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.opts, "media": self.media, **extra}
+
+    def _allowed(self, request: HttpRequest, action: RunAction, run: WorkflowRun | None = None) -> bool:
+        if action.permission == "add":
+            return self.has_add_permission(request)
+        return self.has_change_permission(request, run)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The run page: summary, payloads, timeline, journal and signals; read-only but for its forms."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        run = queries.run_with_parent(object_id)
+        if run is None:
+            raise Http404(f"No workflow run with id {object_id!r}.")
+        return self._run_page(request, run)
+
+    def _run_page(
+        self, request: HttpRequest, run: WorkflowRun, signal_form: SendSignalForm | None = None
+    ) -> HttpResponse:
+        can_signal = not run.is_finished and self.has_change_permission(request, run)
+        context = self._context(
+            request,
+            **run_page(run, timezone.now()),
+            run_actions=[
+                (action, action.question.format(runs="this run"))
+                for action in ACTIONS.values()
+                if action.offered(run) and self._allowed(request, action, run)
+            ],
+            signal_form=(signal_form or SendSignalForm()) if can_signal else None,
+        )
+        return PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+
+    def send_signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """POST from the run page's signal form: send a signal to this run (needs the change permission)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = queries.run_with_parent(object_id)
+        if run is None:
+            raise Http404(f"No workflow run with id {object_id!r}.")
+        if not self.has_change_permission(request, run):
+            raise PermissionDenied
+        form = SendSignalForm(request.POST)
+        if not form.is_valid():
+            problems = "; ".join(
+                f"{form.fields[field].label or field if field in form.fields else 'form'}: {' '.join(map(str, errors))}"
+                for field, errors in form.errors.items()
+            )
+            self.message_user(request, f"Signal not sent: {problems}", level="error")
+            return self._run_page(request, run, signal_form=form)
+        name = form.cleaned_data["name"]
+        try:
+            delivered = send_signal(run.id, name, form.cleaned_data["json_data"], form.cleaned_data["idempotency_key"])
+        except (SignalError, RunNotFound) as exc:
+            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+        except ValueError as exc:  # PayloadError: the data cannot be stored
+            form.add_error("json_data" if isinstance(exc, PayloadError) else None, str(exc))
+            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+            return self._run_page(request, run, signal_form=form)
+        else:
+            self.log_change(request, run, f"Sent signal {name!r} (django-openworkflow)")
+            if delivered:
+                self.message_user(request, f"Signal {name!r} delivered: a waiting step took it now.")
+            else:
+                self.message_user(
+                    request,
+                    f"Signal {name!r} buffered: no step waits for it yet; the first matching wait will take it.",
+                )
+        return HttpResponseRedirect(run_url(run.id))
+
+    def run_action_view(self, request: HttpRequest, object_id: str, action_name: str) -> HttpResponse:
+        """POST from the run page's confirmation form: apply one action to one run."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        action = ACTIONS.get(action_name)
+        run_id = queries.parse_run_id(object_id)
+        run = self.get_queryset(request).filter(id=run_id).first() if action and run_id else None
+        if action is None or run is None:
+            raise Http404("No such run or action.")
+        if not self._allowed(request, action, run):
+            raise PermissionDenied
+        results = perform_action(request, action, [run.id], lambda changed: self._log(request, action, changed))
+        target = results[0] if action.creates_runs and results else run.id
+        return HttpResponseRedirect(run_url(target))
+
+    def _log(self, request: HttpRequest, action: RunAction, runs: list[WorkflowRun]) -> None:
+        # An audit trail in the admin's history: who canceled or retried what (one insert for all).
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,  # type: ignore[arg-type]  # staff only: never anonymous here
+            queryset=runs,
+            action_flag=CHANGE,
+            change_message=f"{action.label} (django-openworkflow action)",
+        )
+
+    def confirm_or_perform(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], action: RunAction
+    ) -> HttpResponse | None:
+        """The list action: a confirmation page first, then the action on the runs confirmed."""
+        if request.POST.get("post") == "yes":
+            run_ids = queryset.values_list("id", flat=True)
+            perform_action(request, action, run_ids, lambda changed: self._log(request, action, changed))
+            return None  # back to the list, with the report in messages
+        context = self._context(
+            request,
+            **confirmation(action, queryset),
+            select_across=request.POST.get("select_across") == "1",
+            changelist_url=request.get_full_path(),
+        )
+        return PrintableTemplateResponse(request, "django_openworkflow/confirm_action.html", context)
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """Start a run of a registered workflow (replaces the model's add form)."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = StartRunForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            run_id, created = form.start()
+            if run_id is not None:
+                run = WorkflowRun.objects.defer(*queries.PAYLOAD_FIELDS).get(id=run_id)
+                if created:
+                    self.log_addition(request, run, "Started from the admin.")
+                    self.message_user(request, f"Started run {short_id(run_id)} of {run.workflow_name}.")
+                else:
+                    self.message_user(
+                        request,
+                        "A run with this idempotency key already exists; nothing new was started.",
+                        level="warning",
+                    )
+                return HttpResponseRedirect(run_url(run_id))
+        context = self._context(
+            request,
+            title="Start a workflow run",
+            form=form,
+            no_workflows=not form.fields["workflow"].choices,  # type: ignore[attr-defined]
+            changelist_url=reverse("admin:django_openworkflow_workflowrun_changelist"),
+        )
+        return PrintableTemplateResponse(request, "django_openworkflow/start_run.html", context)

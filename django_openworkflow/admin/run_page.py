@@ -1,0 +1,87 @@
+"""A run's page: summary, payloads, the executing hint, timeline, journal and signals.
+
+:func:`run_page` gathers what the template shows; the actions it offers and
+the signal form depend on the user's permissions and are added by the
+ModelAdmin (``options.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .. import formatting as fmt
+from ..models import Signal, WorkflowRun
+from ..store import queries
+from .journal import journal_rows
+from .markup import status_badge
+from .timeline import build_timeline
+
+
+@dataclass
+class SignalRow:
+    """One of a run's signals, for the run page's signal block."""
+
+    id: int
+    name: str
+    data: str  # indented JSON, escaped by the template
+    sent: str
+    consumed: str  # when a wait took it; empty while it is buffered
+    idempotency_key: str | None
+
+
+def signal_rows(signals: Iterable[Signal], day_of: datetime | None = None) -> tuple[list[SignalRow], list[SignalRow]]:
+    """A run's signals split into (buffered, consumed), each oldest first."""
+    pending: list[SignalRow] = []
+    consumed: list[SignalRow] = []
+    for sig in sorted(signals, key=lambda s: s.id):
+        row = SignalRow(
+            id=sig.id,
+            name=sig.name,
+            data=fmt.pretty_json(sig.data),
+            sent=fmt.format_time(sig.created_at, precise=True, day_of=day_of),
+            consumed=fmt.format_time(sig.consumed_at, precise=True, day_of=day_of) if sig.consumed_by_id else "",
+            idempotency_key=sig.idempotency_key,
+        )
+        (consumed if sig.consumed_by_id else pending).append(row)
+    return pending, consumed
+
+
+def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
+    """The run page's context: everything about ``run`` that needs no permission to show."""
+    attempts = queries.journal(run.id)
+    run_end = run.finished_at if run.is_finished else None
+    rows = journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
+    headline, traceback, rest = fmt.split_error(run.error)
+    pending_signals, consumed_signals = signal_rows(queries.run_signals(run.id), day_of=run.created_at)
+    parent_step = run.parent_step_attempt
+    return {
+        "title": f"{run.workflow_name} · {fmt.short_id(run.id)}",
+        "run": run,
+        "short_id": fmt.short_id(run.id),
+        "status_badge": status_badge(run.status, run.worker_id),
+        "wake_hint": fmt.wake_hint(run, now),
+        "executing": fmt.executing_hint(run, attempts, now),
+        "times": {
+            "created": fmt.format_time(run.created_at),
+            "started": fmt.format_time(run.started_at),
+            "finished": fmt.format_time(run.finished_at),
+            "available": fmt.format_time(run.available_at),
+            "deadline": fmt.format_time(run.deadline_at),
+            "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
+        },
+        "parent_run": parent_step.workflow_run if parent_step is not None else None,
+        "parent_step": parent_step,
+        "children": [(a.step_name, a.child_workflow_run) for a in attempts if a.child_workflow_run is not None],
+        "journal": rows,
+        "timeline": build_timeline(run, rows, now),
+        "input_json": fmt.pretty_json(run.input),
+        "output_json": fmt.pretty_json(run.output) if run.output is not None else "",
+        "error_headline": headline,
+        "error_traceback": traceback,
+        "error_rest": rest,
+        "pending_signals": pending_signals,
+        "consumed_signals": consumed_signals,
+    }
