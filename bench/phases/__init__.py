@@ -1,0 +1,8 @@
+"""The suite's phases, one module each; ``run(bench)`` picks the sizes and measures.
+
+throughput  ONE `runworkflows` subprocess + a producer subprocess; also commits per step.
+latency     idle worker, sequential 1-step runs after a random idle gap.
+replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
+claims      claim latency with 1M finished + 10k parked runs vs an empty table.
+memory      worker RSS after 1k and after 50k completed runs.
+"""
