@@ -571,6 +571,22 @@ def test_a_list_action_on_many_runs_costs_what_it_costs_on_few(
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("action", ["cancel", "retry_now", "retry_failed", "rerun"])
+def test_a_confirmation_page_costs_the_same_for_many_runs(admin_client: Any, action: str) -> None:
+    def queries_to_confirm(count: int) -> int:
+        WorkflowRun.objects.all().delete()
+        runs = [make_run(status="failed", error={"type": "ValueError", "message": "x"}) for _ in range(count)]
+        form = {"action": f"{action}_runs", "_selected_action": [str(r.id) for r in runs]}
+        with CaptureQueriesContext(connections[owf_settings.database]) as captured:
+            response = admin_client.post(LIST_URL, form)
+        assert response.status_code == 200 and b"are you sure?" in response.content
+        return len(captured)
+
+    queries_to_confirm(1)  # caches warmed
+    assert queries_to_confirm(20) == queries_to_confirm(2)
+
+
+@pytest.mark.django_db
 def test_list_action_on_every_run_matching_the_filter(admin_client: Any) -> None:
     runs = one_of_each()
     others = [make_run(workflow_name="sleeper") for _ in range(3)]

@@ -93,7 +93,8 @@ ACTIONS: dict[str, RunAction] = {
 
 def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str, Any]:
     """The confirmation page of a list action: the question and the runs, each with why it would be skipped."""
-    listed = list(queryset[:CONFIRM_LISTED])
+    # The list's queryset leaves the payloads out; a refusal may read the error.
+    listed = list(queryset.defer(None).defer("input", "output")[:CONFIRM_LISTED])
     total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
     skipped = action.refusals(listed)
     return {
