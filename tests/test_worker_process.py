@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 from django.db.models import Count
 
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import kills_its_worker, sleeper, slow_steps, three_steps
 
@@ -86,9 +88,25 @@ def test_burst_worker_exits_when_no_work_is_due(workers):
     assert [h.status() for h in handles] == ["completed"] * 5
 
 
-def test_bad_arguments_exit_with_a_clear_error(workers):
-    proc = workers.start("--lease", "soonish")
-    assert proc.wait(30) != 0
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--lease", "soonish"], "argument --lease: invalid duration 'soonish'"),
+        (["--drain-timeout", "99999y"], "argument --drain-timeout: duration '99999y' is longer than 1000 years"),
+        (["--concurrency", "0"], "concurrency must be at least 1, got 0"),
+    ],
+)
+def test_bad_arguments_exit_with_a_clear_error(args, says):
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "runworkflows", "--settings=tests.settings", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert says in done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_step_that_kills_its_worker_every_time_uses_up_its_budget(workers):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 from typing import Any
 
@@ -15,7 +16,10 @@ from ...worker import Worker
 
 
 def _duration(value: str) -> str:
-    parse_duration(value)  # argparse reports the ValueError
+    try:
+        parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None  # argparse prints it after the option's name
     return value
 
 
