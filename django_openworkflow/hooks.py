@@ -9,7 +9,8 @@ Connect a receiver as to any Django signal::
     def count(sender, *, run_id, workflow_name, status, error, **kwargs): ...
 
 They are sent in the process that executes the run (a ``runworkflows``
-worker, a Celery worker), with ``sender`` the workflow's name. A receiver
+worker, a Celery worker) — a cancel's ``run_finished`` in the process that
+canceled — with ``sender`` the workflow's name. A receiver
 that raises is logged and ignored: it cannot fail a run. Receivers run on
 the worker's slot thread, so keep them quick.
 """
@@ -27,7 +28,7 @@ run_started = Signal()
 """A worker began executing a run for the first time. Keyword arguments: ``run_id``, ``workflow_name``."""
 
 run_finished = Signal()
-"""A run completed or failed. ``run_id``, ``workflow_name``, ``status`` ("completed", "failed"), ``error``."""
+"""A run completed, failed or was canceled. ``run_id``, ``workflow_name``, ``status``, ``error``."""
 
 run_parked = Signal()
 """A run let go of its worker until ``until`` (a sleep, a wait, a retry's backoff). ``run_id``,

@@ -18,6 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from . import hooks
 from .dispatch import get_dispatcher
 from .errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
 from .models import StepAttempt, WorkflowRun
@@ -148,8 +149,13 @@ REFUSALS: dict[str, Callable[[dict[Any, WorkflowRun]], dict[Any, str]]] = {
 
 
 def cancel_many(run_ids: Iterable[Any]) -> BulkResult:
-    """Cancel the runs that have not finished."""
-    return _bulk(run_ids, REFUSALS["cancel"], get_backend().cancel_runs)
+    """Cancel the runs that have not finished; each sends the ``run_finished`` hook, status "canceled"."""
+    return _bulk(run_ids, REFUSALS["cancel"], get_backend().cancel_runs, _canceled)
+
+
+def _canceled(runs: list[WorkflowRun]) -> None:
+    for run in runs:
+        hooks.send(hooks.run_finished, run.workflow_name, run_id=run.id, status=str(RunStatus.CANCELED), error=None)
 
 
 def retry_now_many(run_ids: Iterable[Any]) -> BulkResult:
@@ -185,6 +191,7 @@ def _bulk(
     run_ids: Iterable[Any],
     refusals: Callable[[dict[Any, WorkflowRun]], dict[Any, str]],
     apply: Callable[[list[Any]], list[Any]],
+    after: Callable[[list[WorkflowRun]], None] | None = None,
 ) -> BulkResult:
     """Per chunk: read the runs (one query), refuse what cannot change, apply to the rest (one transaction)."""
     result = BulkResult()
@@ -193,6 +200,8 @@ def _bulk(
         refused = {**_missing(chunk, runs), **refusals(runs)}
         eligible = [run_id for run_id in runs if run_id not in refused]
         changed = apply(eligible) if eligible else []
+        if after is not None and changed:
+            after([runs[run_id] for run_id in changed])
         result.changed += changed
         result.refused.update(refused)
         # The store's own conditions decide: a run that changed since the read is left alone.

@@ -100,3 +100,11 @@ def test_a_failing_step_and_run_are_heard_and_a_raising_receiver_changes_nothing
     assert step["status"] == "failed" and step["error"]["type"] == "ValueError"
     assert [kwargs["status"] for name, kwargs in heard.events if name == "run_finished"] == ["failed"]
     assert "receiver bug" in caplog.text
+
+
+def test_a_cancel_from_any_front_door_is_heard_as_run_finished():
+    with Heard() as heard:
+        handle = sleeper.run()
+        assert handle.cancel() is True
+    (finished,) = [kwargs for name, kwargs in heard.events if name == "run_finished"]
+    assert (finished["run_id"], finished["status"], finished["workflow_name"]) == (handle.id, "canceled", "sleeper")
