@@ -41,7 +41,7 @@ step_finished = Signal()
 
 def send(signal: Signal, workflow_name: str, **kwargs: Any) -> None:
     """Send ``signal``; a receiver's exception is logged, never raised."""
-    if not signal.has_listeners(workflow_name):
+    if not signal.receivers or not signal.has_listeners(workflow_name):  # the first test needs no lock
         return
     for receiver, result in signal.send_robust(workflow_name, workflow_name=workflow_name, **kwargs):
         if isinstance(result, Exception):

@@ -58,7 +58,6 @@ class Worker:
             raise ValueError(f"lease must be at least 1s, got {self.lease}")
         self.poll_interval = parse_duration(owf_settings.poll_interval if poll_interval is None else poll_interval)
         self.drain_timeout = parse_duration(owf_settings.drain_timeout if drain_timeout is None else drain_timeout)
-        self.heartbeat_interval = self.lease / 3
         self.burst = burst
         self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -234,13 +233,14 @@ class Worker:
 
     def _supervise(self) -> None:
         """Renew the leases of the runs in flight every lease/3, and replace slot threads that died."""
-        tick = min(self.heartbeat_interval.total_seconds(), 1.0)
-        next_beat = time.monotonic() + self.heartbeat_interval.total_seconds()
+        interval = self.leases.interval.total_seconds()
+        tick = min(interval, 1.0)
+        next_beat = time.monotonic() + interval
         try:
             while not self._supervisor_stop.wait(tick):
                 self._replace_dead_slots()
                 if time.monotonic() >= next_beat:
-                    next_beat += self.heartbeat_interval.total_seconds()
+                    next_beat += interval
                     with self._lock:
                         held = list(self._in_flight)
                     self.leases.renew(held)

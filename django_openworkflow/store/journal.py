@@ -206,7 +206,7 @@ class JournalOps(BackendCore):
         if start_child is None and wake_when_child_done is None and wake_parent_of is None:
             return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
         with self.write_lock(), transaction.atomic(using=self.alias):
-            new_id = self._boundary_statements(run_id, worker_id, now, pending, insert, run_fields or {})
+            new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now)
             if (
@@ -237,23 +237,14 @@ class JournalOps(BackendCore):
     ) -> int | None:
         """The hot path of :meth:`_commit`: fence, pending changes and a new attempt, nothing else.
 
-        One transaction of a few statements here; a backend may do it in one.
+        Its own transaction (a savepoint inside :meth:`_commit`'s, for the
+        rarer writes around children). A few statements here; a backend may
+        do it in one.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
-            return self._boundary_statements(run_id, worker_id, now, pending, insert, run_fields)
-
-    def _boundary_statements(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        insert: NewAttempt | None,
-        run_fields: dict[str, Any],
-    ) -> int | None:
-        self._fence(run_id, worker_id, now, run_fields)
-        self._flush(run_id, pending, now)
-        return self._insert_attempt(run_id, insert, now).id if insert is not None else None
+            self._fence(run_id, worker_id, now, run_fields)
+            self._flush(run_id, pending, now)
+            return self._insert_attempt(run_id, insert, now).id if insert is not None else None
 
     # -- signal and event waits --
 
