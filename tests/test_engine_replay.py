@@ -210,6 +210,16 @@ def test_unknown_workflow_is_rescheduled_not_failed(run_worker, caplog):
     assert 9 <= run.available_at.timestamp() - before <= 12
 
 
+def test_a_stale_unknown_workflow_note_is_cleared_when_the_run_executes_again(run_worker):
+    # A worker without the code left the note; one with it parks the run in a sleep.
+    handle = sleeper.run({"duration": "1h"})
+    note = {"type": "UnknownWorkflow", "message": "this worker has no workflow 'sleeper'", "reschedules": 3}
+    WorkflowRun.objects.filter(id=handle.id).update(error=note)
+    run_worker()
+    run = handle.fetch()
+    assert (run.status, run.worker_id, run.error) == ("running", None, None)
+
+
 def test_input_that_is_not_json_raises_before_anything_is_written():
     with pytest.raises(PayloadError, match="input of workflow 'three-steps'"):
         three_steps.run({"when": object()})
