@@ -53,6 +53,10 @@ def start_run(
     available_at: datetime | Duration | None = None,
     deadline_at: datetime | Duration | None = None,
     idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    debounce_key: str | None = None,
 ) -> RunHandle:
     """Start a run of ``workflow_name``.
 
@@ -60,13 +64,23 @@ def start_run(
     so ``v10`` > ``v9``). ``available_at`` delays the start; ``deadline_at``
     fails the run if it has not finished by then. With ``idempotency_key``,
     starting the same workflow with the same key again returns the first run.
+    ``queue``, ``priority``, ``concurrency_key`` and ``debounce_key``
+    override the workflow's flow-control declarations for this run. A
+    debounced start returns the run it folded into (``created`` False).
     """
-    if version is None:
-        version = registry.latest(workflow_name).version
-    elif registry.get(workflow_name, version) is None:
+    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
+    if spec is None:
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    version = spec.version
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}", "input")
+    flow = spec.flow_fields(stored_input, queue=queue, priority=priority, concurrency_key=concurrency_key)
+    debounce = spec.debounce_key_for(stored_input, debounce_key)
+    if debounce is not None and (idempotency_key is not None or available_at is not None):
+        raise InvalidArgument(
+            f"workflow {workflow_name!r} debounces its starts: they take no idempotency_key or available_at",
+            "idempotency_key" if idempotency_key is not None else "available_at",
+        )
     store = get_backend()
     db_clock = functools.cache(store.now)  # read the database clock at most once per start
     available = _as_datetime(available_at, "available_at", db_clock)
@@ -80,9 +94,13 @@ def start_run(
         available_at=available,
         deadline_at=deadline,
         idempotency_key=idempotency_key,
+        flow=flow,
+        debounce=None
+        if debounce is None or spec.debounce is None
+        else (debounce, spec.debounce.delay, spec.debounce.max_delay),
     )
     if created:
-        get_dispatcher().run_started(run.id)
+        get_dispatcher().run_started(run.id, queue=run.queue)
     return RunHandle(run.id, created=created)
 
 

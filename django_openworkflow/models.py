@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Lookup, Q
 
 from .conf import owf_settings
+from .flow import DEFAULT_QUEUE
 from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 
 __all__ = [
@@ -19,7 +20,9 @@ __all__ = [
     "IS_HELD",
     "IS_PARKED",
     "Event",
+    "Gate",
     "RunStatus",
+    "Schedule",
     "Signal",
     "StepAttempt",
     "StepKind",
@@ -104,6 +107,23 @@ class WorkflowRun(models.Model):
         help_text="When the run may next be claimed: start time, wake time, or lease end."
     )
     deadline_at = models.DateTimeField(null=True, blank=True)
+    # Flow control (flow.py): where and in which order the run is claimed, and the limits it was started with.
+    queue = models.CharField(max_length=64, default=DEFAULT_QUEUE)
+    priority = models.SmallIntegerField(default=0, help_text="Higher first, within a queue.")
+    concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
+    concurrency_counts_parked = models.BooleanField(
+        default=False, help_text="Whether the run keeps its concurrency place while parked."
+    )
+    blocked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Since when the run waits for a place under its concurrency limit."
+    )
+    rate_key = models.CharField(max_length=255, null=True, blank=True)
+    rate_limit = models.PositiveIntegerField(null=True, blank=True)
+    rate_period = models.FloatField(null=True, blank=True, help_text="Seconds.")
+    debounce_key = models.CharField(
+        max_length=255, null=True, blank=True, help_text="Set until the run is first claimed; later starts fold in."
+    )
     parent_step_attempt = models.ForeignKey(
         "StepAttempt",
         null=True,
@@ -126,7 +146,9 @@ class WorkflowRun(models.Model):
                 fields=["workflow_name", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
                 name="owf_run_idempotency_key_uniq",
-            )
+            ),
+            # NULL keys are distinct everywhere, so no condition is needed (MySQL has none).
+            models.UniqueConstraint(fields=["workflow_name", "debounce_key"], name="owf_run_debounce_key_uniq"),
         ]
         indexes = [
             # The claim query: due runs in a claimable status, oldest first.
@@ -135,6 +157,17 @@ class WorkflowRun(models.Model):
                 condition=Q(status__in=["pending", "running"]),
                 name="owf_run_claim_idx",
             ),
+            # The claim of one queue, highest priority first.
+            models.Index(
+                fields=["queue", "-priority", "available_at"],
+                condition=Q(status__in=["pending", "running"]),
+                name="owf_run_queue_claim_idx",
+            ),
+            # Places taken under a concurrency limit, and the runs waiting for one.
+            models.Index(fields=["concurrency_key", "status", "worker_id"], name="owf_run_concurrency_idx"),
+            models.Index(fields=["concurrency_key", "blocked_at"], name="owf_run_blocked_idx"),
+            # Starts in a rate limit's window.
+            models.Index(fields=["rate_key", "started_at"], name="owf_run_rate_idx"),
             models.Index(fields=["status", "created_at"], name="owf_run_status_idx"),
             models.Index(fields=["workflow_name", "created_at"], name="owf_run_name_idx"),
             models.Index(fields=["created_at"], name="owf_run_created_idx"),
@@ -253,3 +286,47 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.event_type} #{self.id}"
+
+
+class Gate(models.Model):
+    """One row per limit key, locked by claims that count its places (where there are no advisory locks)."""
+
+    name = models.CharField(max_length=64, primary_key=True, help_text="A hash of the limit's kind and key.")
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
+    class Meta:
+        db_table = "openworkflow_gate"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Schedule(models.Model):
+    """A cron schedule of a workflow: declared in code, paused and resumed in the admin.
+
+    Workers start the run of each tick with the tick's time in its
+    idempotency key, so any number of them start it exactly once.
+    """
+
+    name = models.CharField(max_length=255, unique=True, help_text="The workflow's name.")
+    cron = models.CharField(max_length=255)
+    timezone = models.CharField(max_length=64)
+    missed = models.CharField(max_length=16, default="latest")
+    input = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    paused = models.BooleanField(default=False)
+    last_tick_at = models.DateTimeField(
+        null=True, blank=True, help_text="The latest tick a run was started for (or the schedule began)."
+    )
+    next_tick_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
+    class Meta:
+        db_table = "openworkflow_schedule"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.cron} {self.timezone})"

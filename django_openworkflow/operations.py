@@ -21,6 +21,7 @@ from django.utils import timezone
 from . import hooks
 from .dispatch import get_dispatcher
 from .errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
+from .flow import FLOW_COLUMNS
 from .models import StepAttempt, WorkflowRun
 from .registry import registry
 from .states import FINISHED_STATUSES, RunStatus
@@ -177,10 +178,14 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
         refused = {**_missing(chunk, runs), **REFUSALS["rerun"](runs)}
         again = [run for run_id, run in runs.items() if run_id not in refused]
         new_ids = get_backend().insert_runs(
-            [{"workflow_name": run.workflow_name, "version": run.version, "input": run.input} for run in again]
+            [
+                {"workflow_name": run.workflow_name, "version": run.version, "input": run.input}
+                | {name: getattr(run, name) for name in FLOW_COLUMNS}
+                for run in again
+            ]
         )
-        for new_id in new_ids:
-            dispatcher.run_started(new_id)
+        for new_id, run in zip(new_ids, again, strict=True):
+            dispatcher.run_started(new_id, queue=run.queue)
         result.changed += [run.id for run in again]
         result.created += new_ids
         result.refused.update(refused)

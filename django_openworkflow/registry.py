@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from .durations import Duration
 from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
-from .errors import PayloadError, UnknownWorkflowError, WorkflowRegistrationError
+from .errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
+from .flow import DEFAULT_QUEUE, Concurrency, Debounce, RateLimit, Schedule, check_priority, check_queue, resolve_key
 
 if TYPE_CHECKING:
     from .client import RunHandle
@@ -37,6 +38,12 @@ class WorkflowSpec:
     fn: WorkflowFunction
     retry_policy: RetryPolicy = DEFAULT_WORKFLOW_RETRY_POLICY
     step_retry_policy: RetryPolicy = DEFAULT_STEP_RETRY_POLICY
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    concurrency: Concurrency | None = None
+    rate_limit: RateLimit | None = None
+    debounce: Debounce | None = None
+    schedule: Schedule | None = None
 
     def run(
         self,
@@ -46,11 +53,18 @@ class WorkflowSpec:
         available_at: datetime | Duration | None = None,
         deadline_at: datetime | Duration | None = None,
         idempotency_key: str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+        debounce_key: str | None = None,
     ) -> RunHandle:
         """Start a run of this workflow (of ``version`` if given, else this spec's).
 
         The run is inserted in the current transaction: inside
         ``transaction.atomic()`` it exists only if that transaction commits.
+        ``queue`` and ``priority`` override the declaration for this run;
+        ``concurrency_key`` and ``debounce_key`` give the key instead of the
+        declared key function.
         """
         from .client import start_run
 
@@ -61,10 +75,63 @@ class WorkflowSpec:
             available_at=available_at,
             deadline_at=deadline_at,
             idempotency_key=idempotency_key,
+            queue=queue,
+            priority=priority,
+            concurrency_key=concurrency_key,
+            debounce_key=debounce_key,
+        )
+
+    def flow_fields(
+        self,
+        input: Any,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        concurrency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """The run's flow-control columns for a start with ``input`` (and this start's overrides)."""
+        where = f"run of workflow {self.name!r}"
+        fields: dict[str, Any] = {
+            "queue": self.queue if queue is None else check_queue(queue, where),
+            "priority": self.priority if priority is None else check_priority(priority, where),
+        }
+        if self.concurrency is not None:
+            key = self.concurrency.key if concurrency_key is None else concurrency_key
+            fields["concurrency_key"] = resolve_key(key, input, self.name, "concurrency_key")
+            fields["concurrency_limit"] = self.concurrency.limit
+            fields["concurrency_counts_parked"] = self.concurrency.count_parked
+        elif concurrency_key is not None:
+            raise InvalidArgument(
+                f"{where}: concurrency_key given, but the workflow declares no concurrency", "concurrency_key"
+            )
+        if self.rate_limit is not None:
+            fields["rate_key"] = resolve_key(self.rate_limit.key, input, self.name, "rate_limit key")
+            fields["rate_limit"] = self.rate_limit.limit
+            fields["rate_period"] = self.rate_limit.period.total_seconds()
+        return fields
+
+    def debounce_key_for(self, input: Any, debounce_key: str | None = None) -> str | None:
+        """The debounce key of a start, or None when the workflow does not debounce."""
+        if self.debounce is None:
+            if debounce_key is not None:
+                raise InvalidArgument(
+                    f"workflow {self.name!r}: debounce_key given, but it declares no debounce", "debounce_key"
+                )
+            return None
+        return resolve_key(
+            self.debounce.key if debounce_key is None else debounce_key, input, self.name, "debounce key"
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"workflow {self.name!r} is not called directly; start it with {self.fn.__name__}.run(input)")
+
+
+def _declared(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
+    """A start-time check (which raises InvalidArgument) applied to a declaration."""
+    try:
+        return check(value, where)
+    except InvalidArgument as exc:
+        raise WorkflowRegistrationError(str(exc)) from None
 
 
 def _version_sort_key(version: str | None) -> tuple[Any, ...]:
@@ -125,11 +192,23 @@ def workflow(
     version: str | None = None,
     retry_policy: RetryPolicy | None = None,
     step_retry_policy: RetryPolicy | None = None,
+    queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    concurrency: Concurrency | int | None = None,
+    rate_limit: RateLimit | None = None,
+    debounce: Debounce | None = None,
+    schedule: Schedule | str | None = None,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
     The function takes one argument, the :class:`WorkflowContext`, and returns
     a JSON-serializable value. ``name`` defaults to the function's name.
+    Flow control (see :mod:`django_openworkflow.flow`): ``queue`` names the
+    queue its runs wait in, ``priority`` orders them within it (higher
+    first), ``concurrency`` (a :class:`Concurrency` or a plain limit) caps
+    how many hold a worker at once, ``rate_limit`` how many start per
+    period, ``debounce`` folds starts together, and ``schedule`` (a
+    :class:`Schedule` or a cron expression) starts runs on a timetable.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -158,12 +237,35 @@ def workflow(
         for label, policy in (("retry_policy", retry_policy), ("step_retry_policy", step_retry_policy)):
             if policy is not None and not isinstance(policy, RetryPolicy):
                 raise WorkflowRegistrationError(f"{label} must be a RetryPolicy, got {policy!r}")
+        where = f"workflow {wf_name!r}"
+        limit = Concurrency(concurrency) if type(concurrency) is int else concurrency
+        for label, value, kind in (
+            ("concurrency", limit, Concurrency),
+            ("rate_limit", rate_limit, RateLimit),
+            ("debounce", debounce, Debounce),
+        ):
+            if value is not None and not isinstance(value, kind):
+                raise WorkflowRegistrationError(f"{where}: {label} must be a {kind.__name__}, got {value!r:.80}")
+        try:
+            timetable = Schedule(schedule) if isinstance(schedule, str) else schedule
+        except WorkflowRegistrationError as exc:
+            raise WorkflowRegistrationError(f"{where}: {exc}") from None
+        if timetable is not None and not isinstance(timetable, Schedule):
+            raise WorkflowRegistrationError(
+                f"{where}: schedule must be a cron expression or a Schedule, got {schedule!r:.80}"
+            )
         spec = WorkflowSpec(
             name=wf_name,
             version=version,
             fn=func,
             retry_policy=retry_policy or DEFAULT_WORKFLOW_RETRY_POLICY,
             step_retry_policy=step_retry_policy or DEFAULT_STEP_RETRY_POLICY,
+            queue=_declared(check_queue, queue, where),
+            priority=_declared(check_priority, priority, where),
+            concurrency=limit if isinstance(limit, Concurrency) else None,
+            rate_limit=rate_limit,
+            debounce=debounce,
+            schedule=timetable,
         )
         return registry.register(spec)
 

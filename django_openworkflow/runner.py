@@ -8,6 +8,7 @@ log lines exist once.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -126,6 +127,8 @@ class SliceRunner:
         else:
             with self._lock:
                 self._releases.pop(run.id, None)
+        if run.concurrency_key is not None:
+            result = dataclasses.replace(result, woke=self._free_place(run.concurrency_key))
         result.log(self.logger)
         if result.outcome in (Outcome.COMPLETED, Outcome.FAILED):
             hooks.send(
@@ -134,3 +137,15 @@ class SliceRunner:
         elif result.outcome in (Outcome.PARKED, Outcome.RETRY, Outcome.UNKNOWN_WORKFLOW):
             hooks.send(hooks.run_parked, run.workflow_name, run_id=run.id, until=result.wake_at, reason=result.detail)
         return result
+
+    def _free_place(self, concurrency_key: str) -> tuple[Any, str] | None:
+        """The slice let go of the run: wake the first run waiting for a place under its key.
+
+        Never raises: a run waiting for a place asks again on its own after
+        ``PROBE_INTERVAL`` anyway.
+        """
+        try:
+            return self.store.free_place(concurrency_key)
+        except DatabaseError as exc:
+            self.logger.warning("could not wake a run waiting under concurrency key %r: %s", concurrency_key, exc)
+            return None

@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -24,6 +24,7 @@ from django.db import DatabaseError, connections
 
 from .conf import owf_settings
 from .durations import Duration, parse_duration
+from .flow import DEFAULT_QUEUE, check_queue
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 from .store import get_backend
 from .store.notify import DUE_CHANNEL
@@ -49,6 +50,7 @@ class Worker:
         drain_timeout: Duration | None = None,
         burst: bool = False,
         worker_id: str | None = None,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
     ) -> None:
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
@@ -59,6 +61,8 @@ class Worker:
         self.poll_interval = parse_duration(owf_settings.poll_interval if poll_interval is None else poll_interval)
         self.drain_timeout = parse_duration(owf_settings.drain_timeout if drain_timeout is None else drain_timeout)
         self.burst = burst
+        named = dict.fromkeys(check_queue(name, "runworkflows --queue") for name in queues)
+        self.queues = tuple(named) or (DEFAULT_QUEUE,)
         self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.slices_done = 0
@@ -73,6 +77,9 @@ class Worker:
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
         self._signals_seen = 0
+        from .schedules import Scheduler
+
+        self.scheduler = Scheduler()  # cron schedules: every worker looks, the tick's key picks one run
 
     # -- control --
 
@@ -167,13 +174,14 @@ class Worker:
             self._wake.clear()
             if until is not None and until():
                 return
+            self.scheduler.tick()  # at most once a second, never raises
             with self._lock:
                 free = self.concurrency - len(self._in_flight)
             if free <= 0:
                 self._wake.wait(poll)
                 continue
             try:
-                claimed = self.store.claim(self.worker_id, free, self.lease)
+                claimed = self.store.claim(self.worker_id, free, self.lease, self.queues)
                 errors = 0
             except DatabaseError as exc:
                 errors += 1

@@ -12,7 +12,7 @@ started: list[Any] = []
 
 
 class RecordingDispatcher(Dispatcher):
-    def run_started(self, run_id: Any) -> None:
+    def run_started(self, run_id: Any, queue: str = "default") -> None:
         started.append(run_id)
 
     def check(self) -> list[checks.CheckMessage]:

@@ -261,8 +261,8 @@ def test_due_runs_lists_due_runs_oldest_first():
     new_run(due_in=LATER)
     held("w1")
     due = get_backend().due_runs(10)
-    assert [run_id for run_id, _ in due] == [ids[1], ids[2], ids[0]]
-    assert [at for _, at in due] == [row(run_id).available_at for run_id in (ids[1], ids[2], ids[0])]
+    assert [run_id for run_id, _, _ in due] == [ids[1], ids[2], ids[0]]
+    assert [at for _, at, _ in due] == [row(run_id).available_at for run_id in (ids[1], ids[2], ids[0])]
     assert get_backend().due_runs(2) == due[:2]
 
 

@@ -9,3 +9,4 @@ ModelAdmin, which is what Django's admin autodiscovery does.
 """
 
 from . import options  # noqa: F401  (registers WorkflowRunAdmin)
+from .schedules import ScheduleAdmin  # noqa: F401  (registers it)

@@ -15,6 +15,7 @@ from django.core.checks import CheckMessage
 from django.utils.module_loading import import_string
 
 from ..conf import owf_settings
+from ..flow import DEFAULT_QUEUE
 
 SHORT_NAMES = {
     "worker": "django_openworkflow.dispatch.WorkerDispatcher",
@@ -29,8 +30,8 @@ class Dispatcher:
     def ready(self) -> None:
         """At startup (``AppConfig.ready()``): load what the executor's processes need to know."""
 
-    def run_started(self, run_id: Any) -> None:
-        """A run was started, in the starter's transaction: tell the executor (after the commit)."""
+    def run_started(self, run_id: Any, queue: str = DEFAULT_QUEUE) -> None:
+        """A run was started in ``queue``, in the starter's transaction: tell the executor (after the commit)."""
 
     def check(self) -> list[CheckMessage]:
         """System check messages about this dispatcher's set-up."""

@@ -30,6 +30,7 @@ from django.db import DatabaseError, connections, transaction
 
 from ..conf import owf_settings
 from ..engine.execute import Outcome, SliceResult
+from ..flow import DEFAULT_QUEUE
 from ..runner import LeaseKeeper, SliceRunner, recycle_connections
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
@@ -63,8 +64,8 @@ class CeleryDispatcher(Dispatcher):
     def ready(self) -> None:
         pass  # importing this module registered the tasks
 
-    def run_started(self, run_id: Any) -> None:
-        dispatch_on_commit(run_id)
+    def run_started(self, run_id: Any, queue: str = DEFAULT_QUEUE) -> None:
+        dispatch_on_commit(run_id, queue)
 
     def sweep(self, limit: int) -> int:
         return sweep(limit)
@@ -97,8 +98,16 @@ class WorkflowTask(Task):
         return owf_settings.celery_queue
 
 
-def send_execute_run(run_id: Any, countdown: float | None = None, due_at: datetime | None = None) -> bool:
-    """Send an ``execute_run`` message for ``run_id``; False (and a warning) if the broker refused it.
+def celery_queue(queue: str) -> str:
+    """The Celery queue of a workflow queue: ``CELERY_QUEUE`` for the default one, ``CELERY_QUEUE.<name>`` otherwise."""
+    base = owf_settings.celery_queue
+    return base if queue == DEFAULT_QUEUE else f"{base}.{queue}"
+
+
+def send_execute_run(
+    run_id: Any, countdown: float | None = None, due_at: datetime | None = None, queue: str = DEFAULT_QUEUE
+) -> bool:
+    """Send an ``execute_run`` message for ``run_id`` to its queue's Celery queue; False if the broker refused it.
 
     Never raises: the run is in the database, so a message that could not
     be sent only delays it until the sweep finds it.
@@ -108,7 +117,7 @@ def send_execute_run(run_id: Any, countdown: float | None = None, due_at: dateti
             args=[str(run_id)],
             kwargs={"due_at": due_at.isoformat()} if due_at is not None else {},
             countdown=countdown,
-            queue=owf_settings.celery_queue,
+            queue=celery_queue(queue),
         )
     except Exception as exc:  # any broker failure: the database still has the run
         logger.warning("run %s: could not send its Celery task (%s); the sweep will dispatch it", run_id, exc)
@@ -116,13 +125,13 @@ def send_execute_run(run_id: Any, countdown: float | None = None, due_at: dateti
     return True
 
 
-def dispatch_on_commit(run_id: Any) -> None:
+def dispatch_on_commit(run_id: Any, queue: str = DEFAULT_QUEUE) -> None:
     """Send an ``execute_run`` message once the current transaction commits (at once outside one).
 
     Never before the commit: a worker must find the run when the message
     arrives, and a rolled-back start sends nothing.
     """
-    transaction.on_commit(lambda: send_execute_run(run_id), using=owf_settings.database)
+    transaction.on_commit(lambda: send_execute_run(run_id, queue=queue), using=owf_settings.database)
 
 
 def sweep(limit: int = 1000) -> int:
@@ -142,10 +151,10 @@ def sweep(limit: int = 1000) -> int:
         for key, sent_at in list(_recently_swept.items()):
             if started - sent_at > SWEEP_RESEND_AFTER.total_seconds():
                 del _recently_swept[key]
-        rows = [row for row in rows if row not in _recently_swept]
+        rows = [row for row in rows if row[:2] not in _recently_swept]
     sent = 0
-    for run_id, available_at in rows:
-        if not send_execute_run(run_id):
+    for run_id, available_at, queue in rows:
+        if not send_execute_run(run_id, queue=queue):
             break  # the broker is down: the next sweep tries again
         with _recently_swept_lock:
             _recently_swept[(run_id, available_at)] = started
@@ -174,11 +183,20 @@ def execute_run(self: Task, run_id: str, due_at: str | None = None) -> str:
 
 @shared_task(name=SWEEP, base=WorkflowTask, ignore_result=True)
 def sweep_task(limit: int = 1000) -> int:
-    """Celery beat entry point for :func:`sweep`."""
+    """Celery beat entry point for :func:`sweep`; it also starts the runs of due cron schedules."""
     try:
+        _beat_scheduler().tick()
         return sweep(limit)
     finally:
         recycle_connections()
+
+
+@functools.cache
+def _beat_scheduler() -> Any:
+    """One per process: it syncs the schedule rows once; beat's period paces it (no interval of its own)."""
+    from ..schedules import Scheduler
+
+    return Scheduler(interval=0)
 
 
 def _worker_id() -> str:
@@ -224,23 +242,26 @@ def _dispatch_follow_ups(result: SliceResult) -> None:
     the same commit, and only the row says so.
     """
     store = get_backend()
+    if result.woke is not None:
+        woken_id, queue = result.woke
+        send_execute_run(woken_id, queue=queue)
     state = store.run_state(result.run_id)
     if state is None:
         return
     if state.status in FINISHED_STATUSES:
         if state.parent_run_id is not None:
             # Due only if it is parked on this very child; otherwise the claim fails quietly.
-            send_execute_run(state.parent_run_id)
+            send_execute_run(state.parent_run_id, queue=state.parent_queue or DEFAULT_QUEUE)
         return
     if result.outcome == Outcome.PARKED:
         # A run that parks may just have started children (run_workflow).
-        for child in store.due_children(result.run_id):
-            send_execute_run(child)
+        for child, queue in store.due_children(result.run_id):
+            send_execute_run(child, queue=queue)
     if state.status == RunStatus.RUNNING and state.worker_id is None:
-        _schedule(result.run_id, state.available_at, store.now())
+        _schedule(result.run_id, state.available_at, store.now(), state.queue)
 
 
-def _schedule(run_id: Any, available_at: datetime, now: datetime) -> None:
+def _schedule(run_id: Any, available_at: datetime, now: datetime, queue: str = DEFAULT_QUEUE) -> None:
     """Send a message that arrives when the parked run is due (if that is within ``ETA_HORIZON``)."""
     # A countdown measured on the database clock, not an ETA: Celery applies
     # it on the sender's clock, so a skew between the two clocks cancels out.
@@ -249,9 +270,9 @@ def _schedule(run_id: Any, available_at: datetime, now: datetime) -> None:
         logger.debug("run %s: due at %s, beyond the ETA horizon; the sweep will dispatch it", run_id, available_at)
         return
     if delay <= 0:
-        send_execute_run(run_id)
+        send_execute_run(run_id, queue=queue)
     else:
-        send_execute_run(run_id, countdown=delay, due_at=available_at)
+        send_execute_run(run_id, countdown=delay, due_at=available_at, queue=queue)
 
 
 def _send_again_if_early(run_id: str, due_at: datetime) -> None:
@@ -268,7 +289,7 @@ def _send_again_if_early(run_id: str, due_at: datetime) -> None:
         return
     now = store.now()
     if state.available_at > now:
-        _schedule(run_id, state.available_at, now)
+        _schedule(run_id, state.available_at, now, state.queue)
 
 
 @functools.cache

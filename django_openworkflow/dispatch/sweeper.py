@@ -11,6 +11,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
 from ..runner import recycle_connections
+from ..schedules import Scheduler
 from . import get_dispatcher
 
 logger = logging.getLogger("django_openworkflow.dispatch")
@@ -36,6 +37,7 @@ class SweepLoop:
         self.interval = interval
         self.batch = batch
         self._stop = threading.Event()
+        self.scheduler = Scheduler()  # cron schedules start here too: no runworkflows worker runs under Celery
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self._stop.set()
@@ -46,6 +48,7 @@ class SweepLoop:
             signal.signal(signal.SIGINT, self.stop)
         try:
             while not self._stop.is_set():
+                self.scheduler.tick()  # at most once a second, never raises
                 try:
                     sent = self._sweep(limit=self.batch)
                 except DatabaseError as exc:

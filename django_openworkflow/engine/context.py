@@ -620,7 +620,8 @@ class StepApi:
                 started_at=now,
                 context={"timeout_at": timeout_at.isoformat(), "workflow": child_name, "version": child_version},
             )
-            start = ChildStart(child_name, child_version, child_input)
+            spec = workflow if isinstance(workflow, WorkflowSpec) else registry.latest(child_name)
+            start = ChildStart(child_name, child_version, child_input, spec.flow_fields(child_input))
             raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
         child_id = waiting.child_workflow_run_id
         child = s.store.run_outcome(child_id) if child_id is not None else None

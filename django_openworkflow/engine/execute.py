@@ -50,6 +50,9 @@ class SliceResult:
     # (for dispatchers that schedule a message for it); None otherwise. It may
     # be due sooner: a wait whose child already finished is due at once.
     wake_at: datetime | None = None
+    # (id, queue) of a run that was waiting for this run's place under a
+    # concurrency limit and is due now that the slice let go of it.
+    woke: tuple[Any, str] | None = None
 
     def log(self, logger: logging.Logger) -> None:
         """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost."""

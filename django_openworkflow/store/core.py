@@ -9,6 +9,7 @@ Nothing outside ``backends/`` asks which database it is talking to.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
@@ -42,6 +43,11 @@ def contains(payload: Any, pattern: Any) -> bool:
     if isinstance(pattern, int | float) and isinstance(payload, int | float):
         return payload == pattern
     return bool(payload == pattern and type(payload) is type(pattern))
+
+
+def gate_name(key: str) -> str:
+    """The gate table's row for a limit key: a fixed-length hash, whatever the key's length."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 class BackendCore:
@@ -99,6 +105,19 @@ class BackendCore:
     def lock_skipping_locked(self, queryset: QuerySet[Any]) -> QuerySet[Any]:
         """Lock the rows ``queryset`` reads, skipping rows another transaction has locked (claims)."""
         return queryset.select_for_update(skip_locked=True)
+
+    def lock_keys(self, keys: list[str]) -> None:
+        """Inside a transaction: lock each limit key until it ends, in one order (no deadlocks).
+
+        The portable lock is a row per key in the gate table, inserted on
+        first use and locked with ``SELECT ... FOR UPDATE``.
+        """
+        from ..models import Gate
+
+        names = sorted({gate_name(key) for key in keys})
+        if names:
+            Gate.objects.bulk_create([Gate(name=name) for name in names], ignore_conflicts=True)
+            list(Gate.objects.select_for_update().filter(name__in=names).order_by("name").values_list("name"))
 
     def lock_event_type(self, event_type: str) -> None:
         """Inside a transaction: serialize senders and new waiters of one event type."""

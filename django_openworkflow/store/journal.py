@@ -221,6 +221,7 @@ class JournalOps(BackendCore):
                     version=start_child.version,
                     input=start_child.input,
                     available_at=now,
+                    **start_child.flow,
                     parent_step_attempt_id=new_id,
                 )
                 StepAttempt.objects.filter(id=new_id).update(child_workflow_run=child)

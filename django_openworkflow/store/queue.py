@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Value
 from django.db.models.functions import Coalesce
 
+from ..flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore
@@ -16,40 +21,197 @@ from .records import ClaimedRun, RunRecord, RunState
 
 RUN_RECORD_FIELDS = (
     "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
+    "concurrency_key",
 )  # fmt: skip
 """The columns a :class:`RunRecord` is read from, in its fields' order."""
+
+CANDIDATE_FIELDS = (
+    "id", "started_at", "worker_id", "status", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
+    "rate_key", "rate_limit", "rate_period",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A due run a claim has locked, with what its admission depends on."""
+
+    id: uuid.UUID
+    started_at: Any  # only compared with None (SQLite's claim reads it as text)
+    worker_id: str | None
+    status: str
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    counts_parked: bool = False
+    rate_key: str | None = None
+    rate_limit: int | None = None
+    rate_period: float | None = None
+
+    @property
+    def needs_place(self) -> bool:
+        """Under a concurrency limit and not holding a place (a held run's lease expiring keeps its place)."""
+        if self.concurrency_key is None or self.worker_id is not None:
+            return False
+        return self.status == RunStatus.PENDING or not self.counts_parked
+
+    @property
+    def needs_rate(self) -> bool:
+        """Under a rate limit and never started: its first claim is the start the limit counts."""
+        return self.rate_key is not None and self.started_at is None
+
+    def claimed(self, worker_id: str, record: RunRecord, now: datetime) -> ClaimedRun:
+        return ClaimedRun(
+            record, worker_id, now, fresh=self.started_at is None, lease_expired=self.worker_id is not None
+        )
+
+
+CLAIM_ROUNDS = 4
+"""A claim looks again this many times at most when runs were refused by their limits ..."""
+SCAN_LIMIT = 1000
+"""... each time at ten times as many candidates, up to this many."""
 
 
 class QueueOps(BackendCore):
     """Claims, leases and the due list, for workers and dispatchers."""
 
-    def claim(self, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs, oldest first, in one transaction.
+    def claim(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str] = (DEFAULT_QUEUE,)
+    ) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs of ``queues``, highest priority first, then oldest, in one transaction.
 
         The portable claim: rows locked by another claimer are skipped
-        (``SELECT ... FOR UPDATE SKIP LOCKED``), then the rest are leased
-        with one UPDATE. Backends override :meth:`_select_due` or the whole
-        claim where their database does better.
+        (``SELECT ... FOR UPDATE SKIP LOCKED``), runs under a concurrency or
+        rate limit are admitted or set aside (:meth:`_admit`), then the rest
+        are leased with one UPDATE. Backends override :meth:`_select_due` or
+        the whole claim where their database does better.
         """
         if limit <= 0:
             return []
+        claimed: list[ClaimedRun] = []
         with self.write_lock(), transaction.atomic(using=self.alias):
             now = self.now()
-            due = self._select_due(now, limit)
-            if not due:
-                return []
-            ids = [run_id for run_id, _, _ in due]
-            self._lease(WorkflowRun.objects.filter(id__in=ids), worker_id, now, lease)
-            records = {record.id: record for record in self._run_records(ids)}
-        return [
-            ClaimedRun(records[run_id], worker_id, now, fresh=started is None, lease_expired=holder is not None)
-            for run_id, started, holder in due
-        ]
+            scan = limit
+            for _ in range(CLAIM_ROUNDS):
+                want = limit - len(claimed)
+                due = self._select_due(now, max(want, scan), queues)
+                got, set_aside = self._lease_admitted(due, worker_id, now, lease, want)
+                claimed += got
+                # Runs refused by their limits are out of the way now: look further,
+                # so that a burst of them does not starve the runs behind it.
+                if not set_aside or len(claimed) >= limit or len(due) < max(want, scan):
+                    break
+                scan = min(scan * 10, SCAN_LIMIT)
+        return claimed
 
-    def _select_due(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, Any, Any]]:
-        """(id, started_at, worker_id) of the oldest due runs, locked, skipping rows others have locked."""
-        candidates = self.lock_skipping_locked(WorkflowRun.objects.due(now).order_by("available_at"))
-        return list(candidates.values_list("id", "started_at", "worker_id")[:limit])
+    def _lease_admitted(
+        self, due: list[Candidate], worker_id: str, now: datetime, lease: timedelta, want: int
+    ) -> tuple[list[ClaimedRun], int]:
+        """Inside the claim's transaction: admit up to ``want`` of ``due`` (locked) and lease them.
+
+        Returns the claimed runs and how many candidates were set aside.
+        """
+        admitted, set_aside = self._admit(due, now, want)
+        if not admitted:
+            return [], set_aside
+        ids = [candidate.id for candidate in admitted]
+        self._lease(WorkflowRun.objects.filter(id__in=ids), worker_id, now, lease)
+        records = {record.id: record for record in self._run_records(ids)}
+        return [candidate.claimed(worker_id, records[candidate.id], now) for candidate in admitted], set_aside
+
+    def _select_due(self, now: datetime, limit: int, queues: Sequence[str]) -> list[Candidate]:
+        """The first due runs in claim order, locked, skipping rows others have locked."""
+        due = WorkflowRun.objects.due(now).filter(queue__in=list(queues)).order_by("-priority", "available_at")
+        rows = self.lock_skipping_locked(due).values_list(*CANDIDATE_FIELDS)[:limit]
+        return [Candidate(*row) for row in rows]
+
+    def _admit(self, due: list[Candidate], now: datetime, want: int) -> tuple[list[Candidate], int]:
+        """The first ``want`` candidates their limits let through, in order, and how many were set aside.
+
+        Candidates refused on the way are set aside in the same transaction;
+        those after the ``want``-th admitted one are left as they are.
+
+        The keys involved are locked first (:meth:`lock_keys`), so two
+        claimers never both take a key's last place. Places are counted from
+        the runs themselves (held, or running if parked runs keep theirs) and
+        starts from ``started_at`` within the window: nothing to drift when a
+        worker dies. A run refused a place waits with ``available_at`` at
+        :data:`BLOCKED_UNTIL` (out of the claim's way) except one per key,
+        which asks again after :data:`PROBE_INTERVAL`; :meth:`free_place`
+        wakes one as soon as a place is let go. A run over a rate limit
+        waits until the window has room.
+        """
+        places = sorted({c.concurrency_key for c in due if c.needs_place and c.concurrency_key})
+        rates = {c.rate_key: c.rate_period for c in due if c.needs_rate and c.rate_key}
+        if not places and not rates:
+            return due[:want], 0
+        self.lock_keys(["concurrency:" + key for key in places] + ["rate:" + key for key in sorted(rates)])
+        held, in_progress = self._places_taken(places)
+        window_ends = self._starts_in_window(rates, now)
+        waiting: Counter[str] = Counter()
+        admitted: list[Candidate] = []
+        blocked: list[Candidate] = []
+        deferred: dict[datetime, list[uuid.UUID]] = {}
+        for c in due:
+            if len(admitted) == want:
+                break
+            if c.needs_place:
+                assert c.concurrency_key is not None and c.concurrency_limit is not None
+                taken = (in_progress if c.counts_parked else held)[c.concurrency_key]
+                if taken >= c.concurrency_limit:
+                    blocked.append(c)
+                    continue
+            if c.needs_rate:
+                assert c.rate_key is not None and c.rate_limit is not None and c.rate_period is not None
+                ends, period = window_ends[c.rate_key], timedelta(seconds=c.rate_period)
+                if len(ends) >= c.rate_limit:
+                    # Each start leaving the window makes room for one; the claim then checks again.
+                    k = waiting[c.rate_key]
+                    waiting[c.rate_key] += 1
+                    deferred.setdefault(ends[k % len(ends)] + period * (k // len(ends)), []).append(c.id)
+                    continue
+                ends.append(now + period)
+            if c.needs_place:
+                assert c.concurrency_key is not None
+                held[c.concurrency_key] += 1
+                in_progress[c.concurrency_key] += 1
+            admitted.append(c)
+        self._set_aside(blocked, deferred, now)
+        return admitted, len(blocked) + sum(map(len, deferred.values()))
+
+    def _places_taken(self, keys: list[str]) -> tuple[Counter[str], Counter[str]]:
+        """Per key: runs holding a worker, and runs in progress (held or parked)."""
+        held: Counter[str] = Counter()
+        in_progress: Counter[str] = Counter()
+        if keys:
+            running = WorkflowRun.objects.filter(concurrency_key__in=keys, status=RunStatus.RUNNING)
+            for key, holder in running.values_list("concurrency_key", "worker_id"):
+                in_progress[str(key)] += 1
+                held[str(key)] += holder is not None
+        return held, in_progress
+
+    def _starts_in_window(self, periods: dict[str, float | None], now: datetime) -> dict[str, list[datetime]]:
+        """Per rate key: when each start within its window leaves it, oldest first."""
+        window_ends: dict[str, list[datetime]] = {}
+        for key, period in periods.items():
+            span = timedelta(seconds=period or 0)
+            times = WorkflowRun.objects.filter(rate_key=key, started_at__gt=now - span).order_by("started_at")
+            window_ends[key] = [started + span for started in times.values_list("started_at", flat=True) if started]
+        return window_ends
+
+    def _set_aside(self, blocked: list[Candidate], deferred: dict[datetime, list[uuid.UUID]], now: datetime) -> None:
+        probes: dict[str | None, uuid.UUID] = {}
+        for c in blocked:
+            probes.setdefault(c.concurrency_key, c.id)
+        waiting = {
+            now + PROBE_INTERVAL: list(probes.values()),
+            BLOCKED_UNTIL: [c.id for c in blocked if c.id not in probes.values()],
+        }
+        for until, ids in waiting.items():
+            if ids:
+                WorkflowRun.objects.filter(id__in=ids).update(
+                    available_at=until, blocked_at=Coalesce("blocked_at", Value(now)), updated_at=now
+                )
+        for until, ids in deferred.items():
+            WorkflowRun.objects.filter(id__in=ids).update(available_at=until, updated_at=now)
 
     def _lease(self, runs: Any, worker_id: str, now: datetime, lease: timedelta) -> int:
         return int(
@@ -59,6 +221,8 @@ class QueueOps(BackendCore):
                 available_at=now + lease,
                 started_at=Coalesce("started_at", now),
                 updated_at=now,
+                blocked_at=None,
+                debounce_key=None,
             )
         )
 
@@ -67,7 +231,7 @@ class QueueOps(BackendCore):
         return [RunRecord(*row) for row in rows]
 
     def claim_run(self, run_id: Any, worker_id: str, lease: timedelta) -> ClaimedRun | None:
-        """Claim one run by id if it is due (for dispatchers that name the run)."""
+        """Claim one run by id if it is due and its limits admit it (for dispatchers that name the run)."""
         # A duplicate or early message is common under Celery: answer it with a
         # plain read, without taking SQLite's write lock or a row lock.
         if not WorkflowRun.objects.due(self.now()).filter(id=run_id).exists():
@@ -75,11 +239,9 @@ class QueueOps(BackendCore):
         with self.write_lock(), transaction.atomic(using=self.alias):
             now = self.now()
             candidate = self.lock_skipping_locked(WorkflowRun.objects.due(now).filter(id=run_id))
-            before = candidate.values_list("started_at", "worker_id").first()
-            if before is None or not self._lease(WorkflowRun.objects.due(now).filter(id=run_id), worker_id, now, lease):
-                return None
-            (record,) = self._run_records([run_id])
-        return ClaimedRun(record, worker_id, now, fresh=before[0] is None, lease_expired=before[1] is not None)
+            due = [Candidate(*row) for row in candidate.values_list(*CANDIDATE_FIELDS)]
+            claimed, _ = self._lease_admitted(due, worker_id, now, lease, 1)
+        return claimed[0] if claimed else None
 
     def extend_leases(self, worker_id: str, lease: timedelta, run_ids: list[Any]) -> int:
         """The heartbeat: push the lease of the runs this worker is executing, in one UPDATE."""
@@ -92,21 +254,28 @@ class QueueOps(BackendCore):
 
     # -- for dispatchers --
 
-    def due_runs(self, limit: int) -> list[tuple[uuid.UUID, datetime]]:
-        """(id, available_at) of up to ``limit`` runs due now, oldest first; read-only."""
+    def due_runs(self, limit: int) -> list[tuple[uuid.UUID, datetime, str]]:
+        """(id, available_at, queue) of up to ``limit`` runs due now, oldest first; read-only."""
         due = WorkflowRun.objects.due(self.now()).order_by("available_at")
-        return list(due.values_list("id", "available_at")[:limit])
+        return list(due.values_list("id", "available_at", "queue")[:limit])
 
-    def due_children(self, run_id: Any) -> list[uuid.UUID]:
-        """The ids of a run's children that are due now (just started by ``run_workflow``)."""
+    def due_children(self, run_id: Any) -> list[tuple[uuid.UUID, str]]:
+        """(id, queue) of a run's children that are due now (just started by ``run_workflow``)."""
         due = WorkflowRun.objects.due(self.now()).filter(parent_step_attempt__workflow_run_id=run_id)
-        return list(due.values_list("id", flat=True))
+        return list(due.values_list("id", "queue"))
 
     def run_state(self, run_id: Any) -> RunState | None:
         """Status, holder, next due time and parent of a run, in one query (None if it is gone)."""
         row = (
             WorkflowRun.objects.filter(id=run_id)
-            .values_list("status", "worker_id", "available_at", "parent_step_attempt__workflow_run_id")
+            .values_list(
+                "status",
+                "worker_id",
+                "available_at",
+                "parent_step_attempt__workflow_run_id",
+                "queue",
+                "parent_step_attempt__workflow_run__queue",
+            )
             .first()
         )
         return RunState(*row) if row is not None else None

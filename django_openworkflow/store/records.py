@@ -48,6 +48,7 @@ class RunRecord:
     deadline_at: datetime | None
     parent_step_attempt_id: int | None
     error: dict[str, Any] | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class RunState:
     worker_id: str | None
     available_at: datetime
     parent_run_id: uuid.UUID | None
+    queue: str = "default"
+    parent_queue: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ class ChildStart:
     workflow_name: str
     version: str | None
     input: Any
+    flow: dict[str, Any] = field(default_factory=dict)
+    """The child's queue, priority and limits (``WorkflowSpec.flow_fields``)."""
 
 
 Pending = list[AttemptUpdate | NewAttempt]

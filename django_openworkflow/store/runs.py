@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -25,11 +26,16 @@ class RunOps(JournalOps):
         available_at: datetime | None,
         deadline_at: datetime | None,
         idempotency_key: str | None,
+        flow: dict[str, Any] | None = None,
+        debounce: tuple[str, timedelta, timedelta | None] | None = None,
     ) -> tuple[WorkflowRun, bool]:
         """Insert a pending run; returns (run, created).
 
         With an idempotency key the unique constraint decides: a concurrent or
         earlier start with the same (workflow name, key) returns that run instead.
+        ``flow`` holds the queue, priority and limit columns. ``debounce``
+        (key, delay, longest delay) folds the start into a pending run with
+        that key, if there is one (see :meth:`_debounce`).
         """
         fields = dict(
             workflow_name=workflow_name,
@@ -39,7 +45,10 @@ class RunOps(JournalOps):
             available_at=available_at if available_at is not None else self.now_expr(),
             deadline_at=deadline_at,
             idempotency_key=idempotency_key,
+            **(flow or {}),
         )
+        if debounce is not None:
+            return self._debounce(fields, *debounce)
         if idempotency_key is None:
             return WorkflowRun.objects.create(**fields), True
         try:
@@ -50,6 +59,45 @@ class RunOps(JournalOps):
             if existing is None:  # the clashing row was rolled back meanwhile
                 return WorkflowRun.objects.create(**fields), True
             return existing, False
+
+    def _debounce(
+        self, fields: dict[str, Any], key: str, delay: timedelta, max_delay: timedelta | None
+    ) -> tuple[WorkflowRun, bool]:
+        """Fold a start into the run with this debounce key that no worker has claimed yet, or create it.
+
+        The pending run takes this start's input and is put off until
+        ``delay`` from now (no later than ``max_delay`` after it was first
+        started). The unique (workflow, debounce key) constraint makes two
+        concurrent first starts one run; the claim clears the key, so a start
+        after that creates the next run.
+        """
+        workflow_name = fields["workflow_name"]
+        for _ in range(3):
+            with transaction.atomic(using=self.alias):
+                now = self.now()
+                existing = (
+                    WorkflowRun.objects.select_for_update()
+                    .filter(workflow_name=workflow_name, debounce_key=key, status=RunStatus.PENDING)
+                    .first()
+                )
+                if existing is not None:
+                    until = now + delay
+                    if max_delay is not None:
+                        until = min(until, existing.created_at + max_delay)
+                    WorkflowRun.objects.filter(id=existing.id).update(
+                        input=fields["input"], available_at=until, updated_at=now
+                    )
+                    existing.input, existing.available_at = fields["input"], until
+                    return existing, False
+                try:
+                    with transaction.atomic(using=self.alias):
+                        created = WorkflowRun.objects.create(
+                            **{**fields, "available_at": now + delay}, debounce_key=key
+                        )
+                        return created, True
+                except IntegrityError:
+                    continue  # a concurrent first start won: fold into its run
+        raise IntegrityError(f"debounce key {key!r} of workflow {workflow_name!r}: no run to fold the start into")
 
     def get_run(self, run_id: Any) -> WorkflowRun | None:
         return WorkflowRun.objects.filter(id=run_id).first()
@@ -85,9 +133,9 @@ class RunOps(JournalOps):
                 WorkflowRun.objects.claimable()
                 .select_for_update()
                 .filter(id__in=run_ids)
-                .values_list("id", "parent_step_attempt_id")
+                .values_list("id", "parent_step_attempt_id", "concurrency_key")
             )
-            ids = [run_id for run_id, _ in targets]
+            ids = [run_id for run_id, _, _ in targets]
             WorkflowRun.objects.filter(id__in=ids).update(
                 status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now
             )
@@ -97,10 +145,28 @@ class RunOps(JournalOps):
             StepAttempt.objects.filter(workflow_run_id__in=ids, status=StepStatus.RUNNING).update(
                 status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
             )
-            for _, parent_step in targets:
+            for _, parent_step, _ in targets:
                 if parent_step is not None:
                     self.wake_parent(parent_step, now)
+        # A canceled run may have held a place, or been the run asking for one for the others.
+        for key in sorted({key for _, _, key in targets if key is not None}):
+            self.free_place(key)
         return ids
+
+    def free_place(self, concurrency_key: str) -> tuple[uuid.UUID, str] | None:
+        """A run of this key let go of its place: make the first run waiting for one due now; its (id, queue).
+
+        Called by workers when a slice ends, and by cancel; the waiting runs'
+        own probe (:data:`PROBE_INTERVAL`) covers a call that never comes (a crash).
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            waiting = WorkflowRun.objects.claimable().filter(
+                concurrency_key=concurrency_key, blocked_at__isnull=False, worker_id__isnull=True
+            )
+            first = waiting.order_by("-priority", "blocked_at", "created_at").values_list("id", "queue").first()
+            if first is None or not waiting.filter(id=first[0]).update(available_at=self.now_expr()):
+                return None
+            return first
 
     def wake_run(self, run_id: Any) -> bool:
         """ "Retry now" for one run (see :meth:`wake_runs`)."""

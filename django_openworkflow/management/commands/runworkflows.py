@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import owf_settings
 from ...durations import parse_duration
+from ...flow import DEFAULT_QUEUE
 from ...registry import registry
 from ...worker import Worker
 
@@ -41,6 +42,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--burst", action="store_true", help="exit once no run is due and none is in flight")
         parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help=f"claim runs of this queue only (repeatable); default {DEFAULT_QUEUE!r}",
+        )
+        parser.add_argument(
             "--dispatch-only",
             action="store_true",
             help="with DISPATCH='celery': execute nothing, send Celery tasks for due runs every --poll (default 1s)",
@@ -58,15 +66,17 @@ class Command(BaseCommand):
                 poll_interval=options["poll"],
                 drain_timeout=options["drain_timeout"],
                 burst=options["burst"],
+                queues=options["queues"] or (DEFAULT_QUEUE,),
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
         logging.getLogger("django_openworkflow.worker").info(
-            "worker %s: database %s (%s), concurrency %d, lease %ss, poll %sms, workflows: %s",
+            "worker %s: database %s (%s), queues %s, concurrency %d, lease %ss, poll %sms, workflows: %s",
             worker.worker_id,
             owf_settings.database,
             worker.store.display_name,
+            ", ".join(worker.queues),
             worker.concurrency,
             f"{worker.lease.total_seconds():g}",
             f"{worker.poll_interval.total_seconds() * 1000:g}",

@@ -15,7 +15,8 @@ from typing import Any
 from django.core import checks
 from django.db.models import DateTimeField, Func
 
-from ..core import contains
+from ...models import Gate
+from ..core import contains, gate_name
 from .base import Backend
 
 
@@ -40,6 +41,22 @@ class MySQLBackend(Backend):
 
     def now_expr(self, delta: timedelta | None = None) -> Any:
         return UTCNow() + delta if delta else UTCNow()
+
+    def lock_keys(self, keys: list[str]) -> None:
+        """One upsert of the keys' gate rows, in sorted order.
+
+        ``ON DUPLICATE KEY UPDATE`` takes an exclusive lock on an existing
+        row at once; ``INSERT IGNORE`` followed by ``SELECT ... FOR UPDATE``
+        would take a shared lock first, and claimers upgrading it together
+        deadlock on a key's first use.
+        """
+        names = sorted({gate_name(key) for key in keys})
+        if names:
+            rows = ", ".join(["(%s)"] * len(names))
+            with self.connection.cursor() as cursor:
+                table = Gate._meta.db_table
+                upsert = f"INSERT INTO `{table}` (`name`) VALUES {rows} ON DUPLICATE KEY UPDATE `name` = `name`"
+                cursor.execute(upsert, names)
 
     def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
         """Narrowed by JSON_CONTAINS in SQL, then held to PostgreSQL's rules in Python.

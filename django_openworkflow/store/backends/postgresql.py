@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,6 +24,7 @@ import psycopg
 from django.db import connections
 from django.db.models import Field, Model
 
+from ...flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
 from ..records import ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
@@ -44,49 +45,49 @@ class PostgreSQLBackend(Backend):
             cursor.execute("SELECT statement_timestamp() AT TIME ZONE 'UTC'")
             return self._aware(cursor.fetchone()[0])
 
-    def claim(self, worker_id: str, limit: int, lease: timedelta) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs in one statement, oldest first."""
+    def claim(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str] = (DEFAULT_QUEUE,)
+    ) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs in one statement, highest priority first, then oldest.
+
+        Runs that need admission under a concurrency or rate limit are not
+        leased by the statement, which only says they were there; the
+        portable claim (with :meth:`_admit`) then fills the remaining slots
+        in a second transaction. Without limits in play a claim stays one
+        statement.
+        """
         if limit <= 0:
             return []
-        table = _q(WorkflowRun._meta.db_table)
-        # Literal statuses (our constants) so the planner can match the partial claim index.
-        statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
-        sql = f"""
-            WITH due AS (
-                SELECT id, started_at, available_at, worker_id FROM {table}
-                WHERE status IN ({statuses}) AND available_at <= statement_timestamp()
-                ORDER BY available_at
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-            )
-            UPDATE {table} AS r
-            SET status = %s, worker_id = %s, available_at = statement_timestamp() + %s,
-                started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp()
-            FROM due WHERE r.id = due.id
-            RETURNING r.*, due.started_at IS NULL AS fresh, due.worker_id IS NOT NULL AS lease_expired,
-                due.available_at AS due_at, statement_timestamp() AT TIME ZONE 'UTC' AS claimed_at
-        """
-        runs: list[Any] = list(WorkflowRun.objects.raw(sql, [limit, RunStatus.RUNNING.value, worker_id, lease]))
-        runs.sort(key=lambda run: run.due_at)
-        return [
+        # One queue (the usual case) is an equality: only then does PostgreSQL 15 read the
+        # queue claim index in claim order instead of sorting every due run.
+        one = len(queues) == 1
+        params = [queues[0] if one else list(queues), limit, RunStatus.RUNNING.value, worker_id, lease]
+        rows: list[Any] = list(WorkflowRun.objects.raw(_claim_sql(one), params))
+        leased = sorted((run for run in rows if not run.held_back), key=lambda run: (-run.priority, run.due_at))
+        claimed = [
             ClaimedRun(
-                RunRecord(
-                    run.id,
-                    run.workflow_name,
-                    run.version,
-                    run.input,
-                    run.attempts,
-                    run.deadline_at,
-                    run.parent_step_attempt_id,
-                    run.error,
-                ),
+                RunRecord(*(getattr(run, name) for name in RUN_RECORD_ATTRS)),
                 worker_id,
                 claimed_at=self._aware(run.claimed_at),
                 fresh=run.fresh,
                 lease_expired=run.lease_expired,
             )
-            for run in runs
+            for run in leased
         ]
+        if any(run.held_back for run in rows) and len(claimed) < limit:
+            # Limits are in play: the portable claim admits (or sets aside) the rest.
+            claimed += super().claim(worker_id, limit - len(claimed), lease, queues)
+        return claimed
+
+    def lock_keys(self, keys: list[str]) -> None:
+        # Transaction-level advisory locks, taken in the order of their hashes.
+        if keys:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(h) FROM "
+                    "(SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(%s::text[]) AS k ORDER BY 1) AS s",
+                    [keys],
+                )
 
     def _step_boundary(
         self,
@@ -145,6 +146,51 @@ class PostgreSQLBackend(Backend):
 
     def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> PostgresListener:
         return PostgresListener(channels, on_notify, self.alias)
+
+
+RUN_RECORD_ATTRS = (
+    "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
+    "concurrency_key",
+)  # fmt: skip
+
+
+@functools.cache
+def _claim_sql(one_queue: bool) -> str:
+    """The claim statement: lock the first due runs, lease those free of limits, name the others."""
+    table = _q(WorkflowRun._meta.db_table)
+    # Literal statuses (our constants) so the planner can match the partial claim index.
+    statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
+    # Candidate.needs_place / needs_rate, in SQL.
+    needs_admission = (
+        "(due.concurrency_key IS NOT NULL AND due.worker_id IS NULL"
+        f" AND (due.status = '{RunStatus.PENDING.value}' OR NOT due.concurrency_counts_parked))"
+        " OR (due.rate_key IS NOT NULL AND due.started_at IS NULL)"
+    )
+    record = ", ".join(f"r.{_q(_field(WorkflowRun, name).column)}" for name in RUN_RECORD_ATTRS)
+    nulls = ", ".join(["NULL"] * (len(RUN_RECORD_ATTRS) - 1))
+    return f"""
+        WITH due AS (
+            SELECT id, started_at, available_at, worker_id, status, priority,
+                concurrency_key, concurrency_counts_parked, rate_key FROM {table}
+            WHERE queue {"= %s" if one_queue else "= ANY(%s)"} AND status IN ({statuses})
+                AND available_at <= statement_timestamp()
+            ORDER BY priority DESC, available_at
+            LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        ), leased AS (
+            UPDATE {table} AS r
+            SET status = %s, worker_id = %s, available_at = statement_timestamp() + %s,
+                started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(),
+                blocked_at = NULL, debounce_key = NULL
+            FROM due WHERE r.id = due.id AND NOT ({needs_admission})
+            RETURNING {record}, due.priority, due.started_at IS NULL AS fresh,
+                due.worker_id IS NOT NULL AS lease_expired, due.available_at AS due_at,
+                statement_timestamp() AT TIME ZONE 'UTC' AS claimed_at, false AS held_back
+        )
+        SELECT * FROM leased
+        UNION ALL
+        SELECT due.id, {nulls}, NULL, NULL, NULL, NULL, NULL, true FROM due WHERE {needs_admission}
+    """
 
 
 def _q(name: str | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +15,7 @@ from django.utils import timezone
 
 from ...models import WorkflowRun
 from ...states import CLAIMABLE_STATUSES
+from ..queue import CANDIDATE_FIELDS, Candidate
 from .base import Backend
 
 _write_locks: dict[str, threading.RLock] = {}
@@ -48,25 +50,33 @@ class SQLiteBackend(Backend):
         # (IMMEDIATE), which makes a claim a compare-and-set.
         return queryset
 
-    def _select_due(self, now: datetime, limit: int) -> list[tuple[uuid.UUID, Any, Any]]:
-        """The oldest due runs, read through the partial claim index.
+    def lock_keys(self, keys: list[str]) -> None:
+        # Every write transaction already holds the database's write lock.
+        pass
+
+    def _select_due(self, now: datetime, limit: int, queues: Sequence[str]) -> list[Candidate]:
+        """The first due runs in claim order, read through the partial queue claim index.
 
         SQLite's planner, without ANALYZE statistics, prefers the (status,
         worker_id) index and sorts; on a table of a million finished runs that
         costs a scan per poll while holding the write lock. INDEXED BY pins the
-        claim index, which yields due runs in order and stops at the limit. The
-        claim runs under the write lock (IMMEDIATE transactions), which makes
-        it a compare-and-set without row locks.
+        claim index, which yields one queue's due runs in order and stops at
+        the limit. The claim runs under the write lock (IMMEDIATE
+        transactions), which makes it a compare-and-set without row locks.
         """
         statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
+        columns = ", ".join(f'"{name}"' for name in CANDIDATE_FIELDS)
+        in_queues = ", ".join(["%s"] * len(queues))  # one queue: SQLite reads "IN (?)" as "= ?"
         sql = (
-            f'SELECT "id", "started_at", "worker_id" FROM "{WorkflowRun._meta.db_table}" '
-            f'INDEXED BY "owf_run_claim_idx" '
-            f'WHERE "status" IN ({statuses}) AND "available_at" <= %s ORDER BY "available_at" LIMIT %s'
+            f'SELECT {columns} FROM "{WorkflowRun._meta.db_table}" INDEXED BY "owf_run_queue_claim_idx" '
+            f'WHERE "queue" IN ({in_queues}) AND "status" IN ({statuses}) AND "available_at" <= %s '
+            f'ORDER BY "priority" DESC, "available_at" LIMIT %s'
         )
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [self.connection.ops.adapt_datetimefield_value(now), limit])
-            return [(uuid.UUID(run_id), started, holder) for run_id, started, holder in cursor.fetchall()]
+            cursor.execute(sql, [*queues, self.connection.ops.adapt_datetimefield_value(now), limit])
+            rows = cursor.fetchall()
+        # Only whether started_at is NULL matters here, so its text is not converted.
+        return [Candidate(uuid.UUID(run_id), *rest) for run_id, *rest in rows]
 
     def check(self) -> list[checks.CheckMessage]:
         options = self.connection.settings_dict.get("OPTIONS", {})

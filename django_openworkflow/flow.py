@@ -1,0 +1,207 @@
+"""Flow control declarations: queues, priorities, concurrency limits, rate limits, debounce and cron schedules.
+
+Declared on ``@workflow(...)`` and checked there, so a bad value fails at
+import time with the workflow's name in the message. What they mean at run
+time is enforced by the database in the claim (``store/queue.py``); a run
+keeps the limits it was started with, so changing a declaration affects
+runs started afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .durations import Duration, parse_duration
+from .errors import InvalidArgument, WorkflowRegistrationError
+from .payload import check_text
+
+DEFAULT_QUEUE = "default"
+"""The queue of a workflow that names none, and the one ``runworkflows`` claims without ``--queue``."""
+
+BLOCKED_UNTIL = datetime(9999, 1, 1, tzinfo=UTC)
+"""``available_at`` of a run waiting for a place under its concurrency limit: after every due run in claim order."""
+
+PROBE_INTERVAL = timedelta(seconds=1)
+"""How often one waiting run per key asks again for a place (a run that lets go of one also wakes it at once)."""
+
+FLOW_COLUMNS = (
+    "queue", "priority", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
+    "rate_key", "rate_limit", "rate_period",
+)  # fmt: skip
+"""The run's columns a start fills from the declarations (``WorkflowSpec.flow_fields``); a re-run copies them."""
+
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+PRIORITY_RANGE = (-1000, 1000)
+
+KeyFunction = Callable[[Any], Any]
+"""Computes a key from the run's input (the value given to ``run()``)."""
+
+
+def check_queue(queue: Any, where: str) -> str:
+    """A queue name: 1 to 64 letters, digits, ``_ . : -`` (it is also a Celery queue name and a CLI argument)."""
+    if not isinstance(queue, str) or not QUEUE_NAME.match(queue):
+        raise InvalidArgument(
+            f"{where}: queue must be 1 to 64 characters of letters, digits, '_', '.', ':' or '-', got {queue!r:.80}",
+            "queue",
+        )
+    return queue
+
+
+def check_priority(priority: Any, where: str) -> int:
+    low, high = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int) or not low <= priority <= high:
+        raise InvalidArgument(
+            f"{where}: priority must be a whole number from {low} to {high}, got {priority!r:.80}", "priority"
+        )
+    return priority
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise WorkflowRegistrationError(f"{what} must be a whole number of at least 1, got {value!r:.80}")
+    return value
+
+
+def _period(value: Duration, what: str) -> timedelta:
+    try:
+        period = parse_duration(value)
+    except (TypeError, ValueError) as exc:
+        raise WorkflowRegistrationError(f"{what}: {exc}") from None
+    if period <= timedelta(0):
+        raise WorkflowRegistrationError(f"{what} must be longer than zero, got {value!r:.80}")
+    return period
+
+
+def _key(key: Any, what: str) -> KeyFunction | str | None:
+    if key is None or callable(key):
+        return key
+    if isinstance(key, str) and 0 < len(key) <= 200:
+        return key
+    raise WorkflowRegistrationError(
+        f"{what} must be None, a string of 1 to 200 characters or a function of the input, got {key!r:.80}"
+    )
+
+
+@dataclass(frozen=True)
+class Concurrency:
+    """At most ``limit`` runs of the workflow (per ``key``) hold a worker at once, across every process.
+
+    ``key`` is a function of the input (``lambda input: input["customer"]``)
+    or a fixed string; without one the limit is for the whole workflow.
+    ``count_parked``: with False (the default) a run that sleeps, waits for
+    a signal, event or child, or backs off before a retry gives its place
+    up and queues for it again when it wakes; with True it keeps its place
+    from its first claim to its end ("at most N in progress").
+    """
+
+    limit: int
+    key: KeyFunction | str | None = None
+    count_parked: bool = False
+
+    def __post_init__(self) -> None:
+        _positive(self.limit, "Concurrency limit")
+        _key(self.key, "Concurrency key")
+        if not isinstance(self.count_parked, bool):
+            raise WorkflowRegistrationError(
+                f"Concurrency count_parked must be True or False, got {self.count_parked!r:.80}"
+            )
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``limit`` runs of the workflow (per ``key``) start in any window of ``per``.
+
+    A start is a run's first claim, counted from the runs' ``started_at``
+    (the database clock); a run over the limit waits until the window has room.
+    """
+
+    limit: int
+    per: Duration = "1s"
+    key: KeyFunction | str | None = None
+
+    def __post_init__(self) -> None:
+        _positive(self.limit, "RateLimit limit")
+        _period(self.per, "RateLimit per")
+        _key(self.key, "RateLimit key")
+
+    @property
+    def period(self) -> timedelta:
+        return parse_duration(self.per)
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """Starts with one key within ``period`` of each other become one run, with the last input.
+
+    Each start of a run not yet claimed moves its start to ``period`` after
+    this start and replaces its input (trailing edge, as Inngest and DBOS
+    debounce). ``max_wait`` caps how long continual starts can put it off.
+    """
+
+    period: Duration
+    key: KeyFunction | str | None = None
+    max_wait: Duration | None = None
+
+    def __post_init__(self) -> None:
+        _period(self.period, "Debounce period")
+        _key(self.key, "Debounce key")
+        if self.max_wait is not None:
+            _period(self.max_wait, "Debounce max_wait")
+
+    @property
+    def delay(self) -> timedelta:
+        return parse_duration(self.period)
+
+    @property
+    def max_delay(self) -> timedelta | None:
+        return None if self.max_wait is None else parse_duration(self.max_wait)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Start a run at each tick of a cron expression, in a time zone.
+
+    ``cron`` has five fields (minute hour day month weekday) or six (with
+    seconds last), as croniter reads them. ``timezone`` is an IANA name
+    (default: ``settings.TIME_ZONE``). ``input`` is the input of every run.
+    ``missed``: what to do when a tick is more than a minute late (every
+    worker was down): ``"latest"`` (the default) starts one run, for the
+    most recent tick; ``"skip"`` starts none and waits for the next tick.
+    """
+
+    cron: str
+    timezone: str | None = None
+    input: Any = None
+    missed: str = "latest"
+
+    def __post_init__(self) -> None:
+        from .schedules import check_schedule  # croniter is imported only when schedules are used
+
+        check_schedule(self)
+
+
+def resolve_key(key: KeyFunction | str | None, input: Any, workflow_name: str, what: str) -> str:
+    """The stored key: the workflow's name, then the fixed or computed part (``"charge/42"``).
+
+    Raises :class:`InvalidArgument` (naming ``what``) when the key function
+    fails or gives something that is not a string or a number.
+    """
+    if key is None:
+        return workflow_name
+    try:
+        value = key(input) if callable(key) else key
+    except Exception as exc:
+        raise InvalidArgument(f"the {what} function of workflow {workflow_name!r} raised {exc!r:.200}", what) from exc
+    if value is None or isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidArgument(
+            f"the {what} of workflow {workflow_name!r} must be a string or a number, got {value!r:.80}", what
+        )
+    stored = f"{workflow_name}/{value}"
+    if len(stored) > 255:
+        raise InvalidArgument(f"the {what} {stored!r:.80}... is longer than 255 characters", what)
+    check_text(stored, what)
+    return stored

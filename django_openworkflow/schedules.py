@@ -1,0 +1,311 @@
+"""Cron schedules: a run at each tick of a workflow's ``schedule``, exactly once whatever the number of workers.
+
+There is no leader. Every worker (and the Celery sweep) looks for due
+schedules about once a second and starts the run of a tick with the tick's
+time in its idempotency key, ``schedule:<tick in UTC, ISO 8601>``: two
+workers that see the same tick insert one run, because the database's
+unique key decides. The row's ``next_tick_at`` then moves on with a
+compare-and-set, so workers never undo each other's progress.
+
+Ticks are computed in the schedule's time zone and stored in UTC. Across a
+DST change a tick that falls in the skipped hour runs at the first moment
+after it (croniter's behaviour, and cron's); in the repeated hour an
+expression with a fixed hour (``30 2 * * *``) fires once, on the first pass,
+while one with a ``*`` hour (``0 * * * *``) fires on each real hour.
+
+Missed ticks (the policy is ``Schedule.missed``). At each look the *due*
+ticks of a schedule are those from its ``next_tick_at`` up to now, and at
+most one run starts: for the latest due tick, never for the ones before
+it. A due tick is *missed* when it is more than :data:`MISSED_GRACE` old
+(no worker looked in time: they were all down, or stuck).
+
+- ``"latest"``: the latest due tick's run starts, missed or not. Workers
+  down for five ticks start one run when they come back, for the fifth.
+- ``"skip"``: if the earliest due tick is missed, no run starts and the
+  schedule waits for the next tick; a worker a few seconds late still
+  starts the run.
+
+A schedule seen for the first time starts nothing for the past: it begins
+at its first tick after now. A paused schedule starts nothing; resuming it
+starts at the first tick after the resume, whichever the policy (a pause is
+a decision not to run, not an outage).
+
+croniter is the optional extra ``[cron]``: it is imported only in here, and
+only when a workflow declares a schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from .errors import PayloadError, WorkflowRegistrationError
+
+if TYPE_CHECKING:
+    from .flow import Schedule
+    from .models import Schedule as ScheduleRow
+
+logger = logging.getLogger("django_openworkflow.schedules")
+
+POLICIES = ("latest", "skip")
+MISSED_GRACE = timedelta(minutes=1)
+"""A due tick older than this when a worker first sees it was missed (see ``missed="skip"``)."""
+
+KEY_PREFIX = "schedule:"
+INSTALL_HINT = "pip install 'django-openworkflow[cron]'"
+CRON_FORMAT = "five fields (minute hour day month weekday) or six (seconds last), or a nickname such as '@daily'"
+
+
+def _croniter() -> Any:
+    try:
+        from croniter import croniter  # type: ignore[import-untyped]
+    except ImportError:
+        raise WorkflowRegistrationError(f"cron schedules need the croniter package: {INSTALL_HINT}") from None
+    return croniter
+
+
+def _zone(name: Any, what: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise WorkflowRegistrationError(f"{what}: timezone must be an IANA time zone name, got {name!r:.80}")
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        raise WorkflowRegistrationError(
+            f"{what}: unknown time zone {name!r:.80} (an IANA name such as 'Europe/Paris' or 'UTC')"
+        ) from None
+
+
+def check_schedule(schedule: Schedule) -> None:
+    """Raise :class:`WorkflowRegistrationError` unless ``schedule`` can run: called by ``Schedule()`` itself."""
+    cron = schedule.cron
+    if not isinstance(cron, str):
+        raise WorkflowRegistrationError(f"a schedule's cron must be a string, got {cron!r:.80}")
+    what = f"schedule {cron!r:.80}"
+    croniter = _croniter()
+    fields = cron.split()
+    shape = len(fields) in (5, 6) or (len(fields) == 1 and cron.strip().startswith("@"))
+    if not shape or not croniter.is_valid(cron):
+        raise WorkflowRegistrationError(f"invalid cron expression {cron!r:.80}: expected {CRON_FORMAT}")
+    try:
+        croniter(cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except ValueError:  # CroniterBadDateError: "0 0 31 2 *"
+        raise WorkflowRegistrationError(f"cron expression {cron!r:.80} never fires") from None
+    if schedule.timezone is not None:
+        _zone(schedule.timezone, what)
+    if schedule.missed not in POLICIES:
+        raise WorkflowRegistrationError(f"{what}: missed must be 'latest' or 'skip', got {schedule.missed!r:.80}")
+    from .payload import to_json_value
+
+    try:
+        to_json_value(schedule.input, f"input of {what}", "input")
+    except PayloadError as exc:
+        raise WorkflowRegistrationError(str(exc)) from None
+
+
+# -- tick arithmetic ------------------------------------------------------------
+
+
+def zone_name(schedule: Schedule) -> str:
+    """The schedule's time zone, ``settings.TIME_ZONE`` when it names none (read now, not at declaration)."""
+    from django.conf import settings
+
+    return schedule.timezone or settings.TIME_ZONE or "UTC"
+
+
+def _second_pass(tick: datetime, fixed_hour: bool) -> bool:
+    """A tick in the hour a DST change repeats, on its second pass, of an expression with a fixed hour.
+
+    croniter marks some unambiguous times ``fold=1`` too, so the offsets decide.
+    """
+    return fixed_hour and tick.fold == 1 and tick.replace(fold=0).utcoffset() != tick.utcoffset()
+
+
+def ticks_after(cron: str, zone: str, after: datetime) -> Iterator[datetime]:
+    """The ticks strictly after ``after``, in UTC, for ever."""
+    it = _croniter()(cron, after.astimezone(ZoneInfo(zone)))
+    fixed_hour = it.expanded[1] != ["*"]
+    while True:
+        tick = it.get_next(datetime)
+        if not _second_pass(tick, fixed_hour):
+            yield tick.astimezone(UTC)
+
+
+def latest_tick(cron: str, zone: str, now: datetime) -> datetime:
+    """The latest tick at or before ``now``, in UTC."""
+    # croniter counts whole seconds and get_prev excludes its start: start just past now.
+    it = _croniter()(cron, (now + timedelta(seconds=1)).astimezone(ZoneInfo(zone)))
+    fixed_hour = it.expanded[1] != ["*"]
+    while True:
+        tick = it.get_prev(datetime)
+        if tick.astimezone(UTC) <= now and not _second_pass(tick, fixed_hour):
+            return tick.astimezone(UTC)
+
+
+def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime | None = None) -> list[datetime]:
+    """The next ``count`` ticks after ``now`` (default: the database clock), in UTC: what the admin shows."""
+    from .flow import Schedule
+
+    zone = zone_name(schedule) if isinstance(schedule, Schedule) else schedule.timezone
+    ticks = ticks_after(schedule.cron, zone, _now() if now is None else now)
+    return [next(ticks) for _ in range(count)]
+
+
+def tick_key(tick: datetime) -> str:
+    """The idempotency key of a tick's run: the same in every process."""
+    return f"{KEY_PREFIX}{tick.astimezone(UTC).isoformat()}"
+
+
+def _now() -> datetime:
+    from .store import get_backend
+
+    return get_backend().now()
+
+
+# -- the rows -------------------------------------------------------------------
+
+
+def declared_schedules() -> dict[str, Schedule]:
+    """The schedule of each workflow name whose latest version declares one, in this process."""
+    from .registry import registry
+
+    latest: dict[str, Any] = {}
+    for spec in registry.all():  # sorted by name, then version: the last one of a name wins
+        latest[spec.name] = spec
+    return {name: spec.schedule for name, spec in latest.items() if spec.schedule is not None}
+
+
+def _declared_fields(schedule: Schedule) -> dict[str, Any]:
+    from .payload import to_json_value
+
+    return {
+        "cron": schedule.cron,
+        "timezone": zone_name(schedule),
+        "missed": schedule.missed,
+        "input": to_json_value(schedule.input, f"input of schedule {schedule.cron!r}", "input"),
+    }
+
+
+def sync_schedules(now: datetime | None = None) -> None:
+    """Bring the rows in line with the schedules declared in code.
+
+    A new row begins at ``now``: no run for ticks before it. A row whose
+    cron, time zone, input or policy changed in code takes the new values
+    and its next tick is recomputed from now; ``paused`` stays as the admin
+    left it. Rows of workflows that no longer declare a schedule stay (with
+    their pause state) but start nothing: only declared names fire.
+    """
+    from .models import Schedule as ScheduleRow
+
+    declared = declared_schedules()
+    if not declared:
+        return
+    now = _now() if now is None else now
+    for name, schedule in declared.items():
+        fields = _declared_fields(schedule)
+        first = next(ticks_after(fields["cron"], fields["timezone"], now))
+        row, created = ScheduleRow.objects.get_or_create(
+            name=name, defaults={**fields, "last_tick_at": now, "next_tick_at": first}
+        )
+        if created:
+            continue
+        if any(getattr(row, field) != value for field, value in fields.items()) or row.next_tick_at is None:
+            ScheduleRow.objects.filter(pk=row.pk).update(**fields, next_tick_at=first)
+            logger.info("schedule of %s changed in code: now %s %s", name, fields["cron"], fields["timezone"])
+
+
+def fire_due_schedules(now: datetime | None = None) -> int:
+    """Start the run of each due schedule's tick (see the module's policy); returns how many runs this call created.
+
+    ``now`` defaults to the database clock, which every worker shares; tests
+    pass their own. A schedule whose row cannot be worked out (a time zone
+    this machine does not know) is logged and left for the others.
+    """
+    from .models import Schedule as ScheduleRow
+
+    declared = declared_schedules()
+    if not declared:
+        return 0
+    now = _now() if now is None else now
+    created = 0
+    due = ScheduleRow.objects.filter(paused=False, next_tick_at__lte=now, name__in=list(declared))
+    for row in due:
+        try:
+            created += _fire(row, now)
+        except (ValueError, KeyError, OSError) as exc:  # croniter's and zoneinfo's errors
+            logger.error("schedule of %s (%r %s) cannot be computed: %s", row.name, row.cron, row.timezone, exc)
+    return created
+
+
+def _fire(row: ScheduleRow, now: datetime) -> int:
+    from .client import start_run
+    from .models import Schedule as ScheduleRow
+
+    due_at = row.next_tick_at
+    if due_at is None:  # not synced yet
+        return 0
+    latest = latest_tick(row.cron, row.timezone, now)
+    missed = now - due_at > MISSED_GRACE
+    fire = row.missed == "latest" or not missed
+    made = 0
+    if fire:
+        # The run first, then the row: a worker that dies in between leaves the
+        # tick due, and whoever starts it next gets the same key, so one run.
+        made = int(start_run(row.name, row.input, idempotency_key=tick_key(latest)).created)
+    else:
+        logger.warning(
+            "schedule of %s: ticks from %s to %s were missed (no worker ran); skipping to the next tick",
+            row.name,
+            due_at.isoformat(),
+            latest.isoformat(),
+        )
+    following = next(ticks_after(row.cron, row.timezone, max(latest, now)))
+    # Compare-and-set on next_tick_at (it always moves on, unlike last_tick_at):
+    # a worker that lost the race leaves the winner's values alone.
+    ScheduleRow.objects.filter(pk=row.pk, next_tick_at=due_at).update(
+        last_tick_at=latest if fire else row.last_tick_at, next_tick_at=following
+    )
+    return made
+
+
+class Scheduler:
+    """Fires due schedules from a loop that runs anyway (the worker's claim loop, the Celery sweep).
+
+    ``tick()`` is cheap to call often: it works at most once per ``interval``
+    seconds, does nothing (no query) when no workflow declares a schedule,
+    syncs the rows on first use, and never raises: a database error is
+    logged and the next tick tries again.
+    """
+
+    def __init__(self, interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self._clock = clock
+        self._due_at = 0.0
+        self._synced = False
+
+    def tick(self) -> int:
+        """Start the runs of due ticks, if a second has passed since the last look; returns how many."""
+        from django.db import DatabaseError
+
+        moment = self._clock()
+        if moment < self._due_at:
+            return 0
+        self._due_at = moment + self.interval
+        if not declared_schedules():
+            return 0
+        try:
+            if not self._synced:
+                sync_schedules()
+                self._synced = True
+            return fire_due_schedules()
+        except DatabaseError as exc:
+            from .runner import recycle_connections
+
+            logger.warning("firing schedules failed (%s); trying again in %.0fs", exc, self.interval)
+            recycle_connections()
+        except Exception:  # a schedule must never take the loop that carries it down
+            logger.exception("firing schedules failed; trying again in %.0fs", self.interval)
+        return 0
