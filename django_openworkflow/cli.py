@@ -30,20 +30,26 @@ from .errors import (
     WorkflowCanceled,
     WorkflowFailed,
 )
+from .flow import BLOCKED_UNTIL, DEFAULT_QUEUE, QUEUE_NAME
 from .formatting import (
     LINES,
     attempt_result,
+    blocked_line,
     compact_json,
+    concurrency_text,
     elapsed,
     error_line,
     executing_hint,
+    format_available,
     format_duration,
     format_table,
     format_time,
+    is_blocked,
     json_text,
     numbered,
     plural,
     printable,
+    rate_limit_text,
     read_json,
     wake_hint,
 )
@@ -85,6 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"only runs in this status ({', '.join(queries.DISPLAY_STATUSES)}); repeat or comma-separate for several",
     )
     listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
+    listing.add_argument("--queue", metavar="NAME", help="only runs in this queue")
     listing.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="at most N runs (default 20)")
 
     show = sub.add_parser("show", parents=[common], help="one run and its journal")
@@ -119,7 +126,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
     signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
-    sub.add_parser("stats", parents=[common], help="run counts by workflow and status")
+    stats = sub.add_parser("stats", parents=[common], help="run counts by workflow and status")
+    stats.add_argument(
+        "--by-queue",
+        action="store_true",
+        help="unfinished runs by queue instead: due now, scheduled, blocked on concurrency, running, parked",
+    )
 
 
 def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
@@ -185,8 +197,19 @@ def _run_dict(run: WorkflowRun, payloads: bool = True) -> dict[str, Any]:
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
-        "available_at": run.available_at,
+        # null while the run waits for a concurrency place (blocked_at says since when).
+        "available_at": None if run.available_at >= BLOCKED_UNTIL else run.available_at,
         "deadline_at": run.deadline_at,
+        "queue": run.queue,
+        "priority": run.priority,
+        "concurrency_key": run.concurrency_key,
+        "concurrency_limit": run.concurrency_limit,
+        "concurrency_counts_parked": run.concurrency_counts_parked if run.concurrency_key else None,
+        "blocked_at": run.blocked_at,
+        "rate_key": run.rate_key,
+        "rate_limit": run.rate_limit,
+        "rate_period": run.rate_period,
+        "debounce_key": run.debounce_key,
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)
@@ -223,7 +246,12 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
             check_text(options["workflow"], "--workflow")  # a NUL is an error in a PostgreSQL query
         except PayloadError as exc:
             raise _error(exc) from None
-    found = queries.list_runs(statuses=statuses, workflow_name=options["workflow"], limit=options["limit"])
+    queue = options.get("queue")
+    if queue is not None and not QUEUE_NAME.match(queue):
+        raise CommandError(
+            printable(f"--queue {queue!r:.80} is not a queue name: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+        )
+    found = queries.list_runs(statuses=statuses, workflow_name=options["workflow"], queue=queue, limit=options["limit"])
     if options["json"]:
         _print_json(out, [_run_dict(run, payloads=False) for run in found])
         return
@@ -231,15 +259,21 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
         out.write("No runs.")
         return
     now = timezone.now()
+    # The queue and priority columns only when they tell something: most projects use one queue, no priorities.
+    queued = any(run.queue != DEFAULT_QUEUE for run in found)
+    prioritized = any(run.priority for run in found)
+    flow_headers = ("queue",) * queued + ("priority",) * prioritized
     out.write(
         format_table(
-            ("id", "workflow", "version", "status", "attempts", "created", "duration"),
+            ("id", "workflow", "version", "status", *flow_headers, "attempts", "created", "duration"),
             [
                 (
                     run.id,
                     run.workflow_name,
                     run.version or "-",
-                    queries.display_status(run.status, run.worker_id),
+                    _list_status(run),
+                    *(run.queue,) * queued,
+                    *(run.priority or "",) * prioritized,
                     run.attempts,
                     format_time(run.created_at),
                     format_duration(elapsed(run.started_at, run.finished_at, now)) or "-",
@@ -248,6 +282,12 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
             ],
         )
     )
+
+
+def _list_status(run: WorkflowRun) -> str:
+    """The display status, with ``(blocked)`` for a run waiting for a concurrency place."""
+    status = queries.display_status(run.status, run.worker_id)
+    return f"{status} (blocked)" if is_blocked(run) else status
 
 
 def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
@@ -269,11 +309,25 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         ("started", format_time(run.started_at) or "-"),
         ("finished", format_time(run.finished_at) or "-"),
         ("duration", format_duration(elapsed(run.started_at, run.finished_at, now)) or "-"),
-        ("available at", format_time(run.available_at)),
+    ]
+    waiting = blocked_line(run, now)
+    if waiting:
+        fields.append(("waiting", waiting))
+    else:
+        fields.append(("available at", format_available(run.available_at)))
+    fields += [
         ("deadline", format_time(run.deadline_at) or "-"),
         ("idempotency key", run.idempotency_key or "-"),
-        ("input", compact_json(run.input, 100)),
+        ("queue", run.queue),
+        ("priority", run.priority),
     ]
+    if run.concurrency_key:
+        fields.append(("concurrency", concurrency_text(run)))
+    if run.rate_key:
+        fields.append(("rate limit", rate_limit_text(run)))
+    if run.debounce_key:
+        fields.append(("debounce key", run.debounce_key))
+    fields.append(("input", compact_json(run.input, 100)))
     if run.output is not None:
         fields.append(("output", compact_json(run.output, 100)))
     if run.error is not None:
@@ -412,7 +466,10 @@ def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 
 def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows stats``: how many runs of each workflow are in each status."""
+    """``workflows stats``: how many runs of each workflow are in each status; ``--by-queue``: of each queue."""
+    if options.get("by_queue"):
+        _queue_stats(options, out)
+        return
     rows = queries.stats_by_workflow()
     statuses = queries.DISPLAY_STATUSES
     if options["json"]:
@@ -428,6 +485,30 @@ def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
             [(r.workflow_name, *(r.counts[s] for s in statuses), r.total) for r in rows]
             + [("(all)", *totals, sum(totals))],
         )
+    )
+
+
+def _queue_stats(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows stats --by-queue``: each queue's unfinished runs, by what they wait for."""
+    rows = queries.stats_by_queue(timezone.now())
+    columns = queries.QUEUE_COLUMNS
+    if options["json"]:
+        _print_json(out, [{"queue": r.queue, **r.counts, "total": r.total} for r in rows])
+        return
+    if not rows:
+        out.write("No unfinished runs.")
+        return
+    totals = [sum(r.counts[c] for r in rows) for c in columns]
+    out.write(
+        format_table(
+            ("queue", *columns, "total"),
+            [(r.queue, *(r.counts[c] for c in columns), r.total) for r in rows] + [("(all)", *totals, sum(totals))],
+        )
+    )
+    out.write("")
+    out.write(
+        "due: claimable now; scheduled: pending, due later; blocked: waiting for a concurrency place;"
+        " running: held by a worker; parked: sleeping, waiting or backing off."
     )
 
 

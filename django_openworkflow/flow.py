@@ -179,7 +179,7 @@ class Schedule:
     missed: str = "latest"
 
     def __post_init__(self) -> None:
-        from .schedules import check_schedule  # croniter is imported only when schedules are used
+        from .cron import check_schedule  # croniter is imported only when schedules are used
 
         check_schedule(self)
 

@@ -18,6 +18,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
+from .flow import BLOCKED_UNTIL
 from .models import StepAttempt, WorkflowRun
 from .payload import MAX_DEPTH
 from .states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
@@ -152,10 +153,73 @@ def short_id(run_id: Any) -> str:
     return str(run_id)[:8]
 
 
+WAITING_FOR_PLACE = "waiting for a concurrency place"
+"""What an ``available_at`` of :data:`~.flow.BLOCKED_UNTIL` means; shown instead of the year 9999."""
+
+
+def is_blocked(run: WorkflowRun) -> bool:
+    """Whether ``run`` waits for a place under its concurrency limit (no worker holds it meanwhile)."""
+    return run.blocked_at is not None and run.worker_id is None and run.status in CLAIMABLE_STATUSES
+
+
+def format_available(value: datetime | None, *, precise: bool = False, day_of: datetime | None = None) -> str:
+    """An ``available_at`` as :func:`format_time` does, but :data:`WAITING_FOR_PLACE` for a blocked run's."""
+    if value is not None and value >= BLOCKED_UNTIL:
+        return WAITING_FOR_PLACE
+    return format_time(value, precise=precise, day_of=day_of)
+
+
+_PERIOD_NAMES = {1.0: "second", 60.0: "minute", 3600.0: "hour", 86400.0: "day"}
+
+
+def format_period(seconds: float) -> str:
+    """A rate limit's window: ``second``, ``minute``, ``hour``, ``day``, else a duration (``10 s``)."""
+    return _PERIOD_NAMES.get(float(seconds)) or format_duration(timedelta(seconds=seconds))
+
+
+def parked_place(run: WorkflowRun) -> str:
+    """What a parked run (sleeping, waiting, backing off) does with its concurrency place."""
+    return "parked runs keep their place" if run.concurrency_counts_parked else "parked runs give their place up"
+
+
+def concurrency_text(run: WorkflowRun) -> str:
+    """``charge/42: at most 2 at once (parked runs give their place up)``, or empty without a limit."""
+    if not run.concurrency_key:
+        return ""
+    return f"{run.concurrency_key}: at most {run.concurrency_limit} at once ({parked_place(run)})"
+
+
+def rate_text(run: WorkflowRun) -> str:
+    """``100 per minute``, ``5 per 10 s``: a run's rate limit without its key; empty without one."""
+    if not run.rate_key:
+        return ""
+    period = format_period(run.rate_period) if run.rate_period is not None else "?"
+    return f"{run.rate_limit} per {period}"
+
+
+def rate_limit_text(run: WorkflowRun) -> str:
+    """``emails/acme: 100 per minute``, or empty without a rate limit."""
+    return f"{run.rate_key}: {rate_text(run)}" if run.rate_key else ""
+
+
+def blocked_line(run: WorkflowRun, now: datetime) -> str:
+    """``Waiting for a place under concurrency key K (limit N) since T (4 m)`` for a blocked run, else empty."""
+    if not is_blocked(run):
+        return ""
+    assert run.blocked_at is not None
+    waited = format_duration(now - run.blocked_at)
+    return (
+        f"Waiting for a place under concurrency key {run.concurrency_key} (limit {run.concurrency_limit})"
+        f" since {format_time(run.blocked_at)} ({waited})"
+    )
+
+
 def wake_hint(run: WorkflowRun, now: datetime) -> str:
-    """``wakes in 4 m`` for a parked run, ``starts in …`` for a scheduled one, else empty."""
+    """``wakes in 4 m`` for a parked run, ``starts in …`` for a scheduled one, ``waiting for a concurrency place``."""
     if run.status not in CLAIMABLE_STATUSES or run.worker_id is not None:
         return ""
+    if is_blocked(run) or run.available_at >= BLOCKED_UNTIL:
+        return WAITING_FOR_PLACE
     wait = run.available_at - now
     if wait <= timedelta(0):
         return "due now"

@@ -1130,3 +1130,126 @@ def test_forms_refuse_names_and_keys_no_database_can_store() -> None:
     signal = SendSignalForm({"name": "go\ud800", "json_data": "1", "idempotency_key": "k\x00"})
     assert not signal.is_valid() and "surrogate" in signal.errors["name"][0]
     assert "idempotency_key" in signal.errors
+
+
+# -- flow control: queue, priority, limits, blocked runs --------------------------------
+
+
+def blocked_run(**fields: Any) -> WorkflowRun:
+    """A run waiting for a place under its concurrency limit, out of the claim's way (available at BLOCKED_UNTIL)."""
+    from django_openworkflow.flow import BLOCKED_UNTIL
+
+    values: dict[str, Any] = {
+        "workflow_name": "charge",
+        "queue": "payments",
+        "concurrency_key": "charge/42",
+        "concurrency_limit": 2,
+        "blocked_at": timezone.now() - timedelta(minutes=5),
+        "available_at": BLOCKED_UNTIL,
+    }
+    values.update(fields)
+    return make_run(**values)
+
+
+@pytest.mark.django_db
+def test_list_shows_the_queue_and_priority_and_filters_by_queue(admin_client: Any) -> None:
+    plain = make_run()
+    urgent = make_run(workflow_name="send-mail", queue="emails", priority=5)
+    report = make_run(workflow_name="report", queue="reports", status="running")
+    archived = make_run(workflow_name="report", queue="archive", status="completed")  # only finished runs there
+    response = admin_client.get(LIST_URL)
+    html = response.content.decode()
+    assert "column-queue" in html
+    assert '<code class="owf-queue">emails</code>' in html and "priority 5" in html
+    assert '<code class="owf-queue">default</code>' in html and "priority 0" not in html
+    specs = {spec.title: spec for spec in response.context["cl"].filter_specs}
+    offered = [label for _, label in specs["queue"].lookup_choices]
+    assert {"default", "emails", "reports"} <= set(offered) and "archive" not in offered
+    assert "By queue" in html
+
+    def shown(query: str) -> set[uuid.UUID]:
+        page = admin_client.get(LIST_URL + query)
+        assert page.status_code == 200
+        return {run.id for run in page.context["cl"].result_list}
+
+    assert shown("?queue=emails") == {urgent.id}
+    assert shown("?queue=default") == {plain.id}
+    assert shown("?queue=reports&status=parked") == {report.id}  # running, no worker holds it
+    assert shown("?queue=reports&status=pending") == set()
+    assert shown("?queue=archive") == {archived.id}  # not offered, but a URL still filters by it
+    assert shown("?queue=no%20such%20queue!") == set()
+    # The choices come with the workflow names' query: a queue filter costs no query of its own.
+    assert _list_queries(admin_client, LIST_URL + "?queue=emails") == _list_queries(admin_client)
+
+
+@pytest.mark.django_db
+def test_queue_filter_is_hidden_while_there_is_one_queue(admin_client: Any) -> None:
+    from django_openworkflow.registry import registry
+
+    make_run()
+    response = admin_client.get(LIST_URL)
+    titles = [spec.title for spec in response.context["cl"].filter_specs]
+    if {spec.queue for spec in registry.all()} <= {"default"}:
+        assert "queue" not in titles
+    chosen = admin_client.get(LIST_URL + "?queue=default").context["cl"]
+    assert "queue" in [spec.title for spec in chosen.filter_specs]
+
+
+@pytest.mark.django_db
+def test_search_finds_runs_by_queue_and_concurrency_key(admin_client: Any) -> None:
+    make_run()
+    in_queue = make_run(queue="emails")
+    keyed = blocked_run()
+    rated = make_run(rate_key="api/acme", rate_limit=10, rate_period=1.0)
+
+    def search(term: str) -> set[uuid.UUID]:
+        return {run.id for run in admin_client.get(LIST_URL, {"q": term}).context["cl"].result_list}
+
+    assert search("emails") == {in_queue.id}
+    assert search("charge/42") == {keyed.id}
+    assert search("api/acme") == {rated.id}
+
+
+@pytest.mark.django_db
+def test_run_page_of_a_blocked_run_says_what_it_waits_for(admin_client: Any) -> None:
+    run = blocked_run()
+    html = admin_client.get(run_url(run)).content.decode()
+    assert "Waiting for a place under concurrency key charge/42 (limit 2) since " in html
+    assert "waiting for a concurrency place" in html  # the hint next to the title
+    assert "9999-01-01" not in html and "Available at" not in html
+    # The one run per key that asks again every second reads the same.
+    probe = blocked_run(available_at=timezone.now() + timedelta(seconds=1))
+    html = admin_client.get(run_url(probe)).content.decode()
+    assert "Waiting for a place under concurrency key charge/42 (limit 2)" in html and "starts in" not in html
+    # And the list says so next to the status, without the year 9999 either.
+    listing = admin_client.get(LIST_URL).content.decode()
+    assert listing.count("waiting for a concurrency place</span>") == 2 and "9999-01-01" not in listing
+
+
+@pytest.mark.django_db
+def test_run_page_of_a_run_given_a_place_again_shows_when_it_is_available(admin_client: Any) -> None:
+    run = make_run(concurrency_key="charge/42", concurrency_limit=2, available_at=timezone.now() + timedelta(hours=1))
+    html = admin_client.get(run_url(run)).content.decode()
+    assert "Waiting for a place" not in html and "Available at" in html and "starts in" in html
+
+
+@pytest.mark.django_db
+def test_run_page_shows_the_queue_priority_and_limits(admin_client: Any) -> None:
+    from tests.flow_display_workflows import charge
+
+    run = charge.run({"customer": 42}).fetch()
+    html = admin_client.get(run_url(run)).content.decode()
+    assert "<dt>Queue</dt><dd><code>payments</code></dd>" in html
+    assert "<dt>Priority</dt><dd>5" in html
+    assert "<code>flow-display-charge/42</code>: at most 2 at once" in html
+    assert "parked runs keep their place" in html
+    assert "<code>flow-display-charge</code>: 100 per minute" in html
+    assert "Debounce key" not in html
+    debounced = make_run(
+        debounce_key="digest/7", concurrency_key="digest/7", concurrency_limit=1, rate_key="digest", rate_limit=5
+    )
+    WorkflowRun.objects.filter(id=debounced.id).update(rate_period=10.0)
+    html = admin_client.get(run_url(debounced)).content.decode()
+    assert "<dt>Debounce key</dt><dd><code>digest/7</code>" in html
+    assert "parked runs give their place up" in html and "<code>digest</code>: 5 per 10 s" in html
+    assert "<dt>Priority</dt><dd>0</dd>" in html

@@ -602,3 +602,126 @@ def test_show_says_which_step_a_held_run_is_executing_and_for_how_long() -> None
     # Held with no open attempt: the status alone, as before.
     StepAttempt.objects.filter(status="running").delete()
     assert "status           running\n" in workflows("show", str(run.id))
+
+
+# -- flow control: queues, priorities, limits, blocked runs ----------------------------------------
+
+
+def blocked_run(**fields: Any) -> WorkflowRun:
+    """A run waiting for a place under its concurrency limit, out of the claim's way (available at BLOCKED_UNTIL)."""
+    from django_openworkflow.flow import BLOCKED_UNTIL
+
+    values: dict[str, Any] = {
+        "workflow_name": "charge",
+        "queue": "payments",
+        "concurrency_key": "charge/42",
+        "concurrency_limit": 2,
+        "blocked_at": timezone.now() - timedelta(minutes=5),
+        "available_at": BLOCKED_UNTIL,
+    }
+    values.update(fields)
+    return make_run(**values)
+
+
+@pytest.mark.django_db
+def test_list_filters_by_queue_and_shows_queue_and_priority() -> None:
+    plain = make_run()
+    urgent = make_run(workflow_name="send-mail", queue="emails", priority=5)
+    blocked = blocked_run()
+    text = workflows("list")
+    assert text.splitlines()[0].split() == [
+        "ID", "WORKFLOW", "VERSION", "STATUS", "QUEUE", "PRIORITY", "ATTEMPTS", "CREATED", "DURATION",
+    ]  # fmt: skip
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[1:]}
+    assert rows[str(urgent.id)][3:6] == ["pending", "emails", "5"]
+    assert rows[str(blocked.id)][3:6] == ["pending", "(blocked)", "payments"]
+    assert rows[str(plain.id)][3:5] == ["pending", "default"]
+    assert [row["id"] for row in as_json("list", "--queue", "emails")] == [str(urgent.id)]
+    assert [row["id"] for row in as_json("list", "--queue", "default")] == [str(plain.id)]
+    assert as_json("list", "--queue", "nothing-here") == []
+    assert workflows("list", "--queue", "nothing-here").strip() == "No runs."
+    only = workflows("list", "--queue", "payments")
+    assert str(blocked.id) in only and str(plain.id) not in only and "9999-01-01" not in only
+    data = as_json("list", "--queue", "payments")[0]
+    assert data["queue"] == "payments" and data["concurrency_key"] == "charge/42" and data["concurrency_limit"] == 2
+    assert data["available_at"] is None and data["blocked_at"]  # never the year 9999
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("queue", ["has space", "", "x" * 65, "sl/ash", "nul\x00"])
+def test_list_refuses_a_bad_queue_name(queue: str) -> None:
+    with pytest.raises(CommandError, match="is not a queue name: 1 to 64 letters, digits"):
+        workflows("list", "--queue", queue)
+
+
+@pytest.mark.django_db
+def test_show_of_a_blocked_run_says_what_it_waits_for() -> None:
+    run = blocked_run()
+    text = workflows("show", str(run.id))
+    assert "status           pending (waiting for a concurrency place)" in text
+    assert "waiting          Waiting for a place under concurrency key charge/42 (limit 2) since " in text
+    assert "9999-01-01" not in text and "available at" not in text
+    assert "queue            payments" in text
+    assert "concurrency      charge/42: at most 2 at once (parked runs give their place up)" in text
+    data = as_json("show", str(run.id))["run"]
+    assert data["available_at"] is None and data["blocked_at"] is not None
+
+
+@pytest.mark.django_db
+def test_show_prints_the_queue_priority_and_limits() -> None:
+    from tests.flow_display_workflows import charge
+
+    handle = charge.run({"customer": 42})
+    text = workflows("show", str(handle.id))
+    assert "queue            payments" in text
+    assert "priority         5" in text
+    assert "concurrency      flow-display-charge/42: at most 2 at once (parked runs keep their place)" in text
+    assert "rate limit       flow-display-charge: 100 per minute" in text
+    assert "debounce key" not in text
+    debounced = make_run(debounce_key="digest/7")
+    assert "debounce key     digest/7" in workflows("show", str(debounced.id))
+    data = as_json("show", str(handle.id))["run"]
+    assert (data["queue"], data["priority"], data["rate_limit"], data["rate_period"]) == ("payments", 5, 100, 60.0)
+    assert data["concurrency_counts_parked"] is True
+
+
+@pytest.mark.django_db
+def test_stats_by_queue_counts_each_unfinished_run_once() -> None:
+    now = timezone.now()
+    make_run()  # due
+    make_run(available_at=now + timedelta(hours=1))  # scheduled
+    make_run(status="running", worker_id="w-1", started_at=now, available_at=now + timedelta(seconds=30))  # running
+    make_run(status="running", available_at=now + timedelta(minutes=5))  # parked
+    make_run(status="completed")  # finished: not counted
+    blocked_run()
+    blocked_run(available_at=now + timedelta(seconds=1))  # the key's probe: still blocked
+    blocked_run(status="running")  # woke from a sleep, waits for a place again
+    make_run(queue="payments", priority=3)
+    text = workflows("stats", "--by-queue")
+    lines = text.splitlines()
+    assert lines[0].split() == ["QUEUE", "DUE", "SCHEDULED", "BLOCKED", "RUNNING", "PARKED", "TOTAL"]
+    rows = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in lines[1:4]}
+    assert rows == {
+        "default": [1, 1, 0, 1, 1, 4],
+        "payments": [1, 0, 3, 0, 0, 4],
+        "(all)": [2, 1, 3, 1, 1, 8],
+    }
+    assert "blocked: waiting for a concurrency place" in text
+    assert as_json("stats", "--by-queue")[1] == {
+        "queue": "payments",
+        "due": 1,
+        "scheduled": 0,
+        "blocked": 3,
+        "running": 0,
+        "parked": 0,
+        "total": 4,
+    }
+    # Without --by-queue, stats are by workflow as before.
+    assert workflows("stats").splitlines()[0].split()[0] == "WORKFLOW"
+
+
+@pytest.mark.django_db
+def test_stats_by_queue_without_unfinished_runs() -> None:
+    make_run(status="completed")
+    assert workflows("stats", "--by-queue").strip() == "No unfinished runs."
+    assert as_json("stats", "--by-queue") == []

@@ -18,8 +18,10 @@ from django.utils.html import format_html
 
 from .. import formatting as fmt
 from ..errors import PayloadError
+from ..flow import QUEUE_NAME
 from ..models import WorkflowRun
 from ..payload import check_text
+from ..registry import registry
 from ..store import queries
 from . import markup
 
@@ -67,7 +69,7 @@ class WorkflowNameFilter(admin.SimpleListFilter):
     parameter_name = "workflow"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = _once_per_request(request, "names", queries.workflow_names)
+        names, _ = _once_per_request(request, "names and queues", queries.workflow_names_and_queues)
         return [(name, name) for name in names]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
@@ -107,7 +109,42 @@ class VersionFilter(admin.SimpleListFilter):
         return queryset.filter(version=value) if _storable(value) else queryset.none()
 
 
-FILTERS = (StatusFilter, WorkflowNameFilter, VersionFilter, ("created_at", admin.DateFieldListFilter))
+class QueueFilter(admin.SimpleListFilter):
+    """The queues in use: those unfinished runs wait in and those registered workflows declare.
+
+    Read through the claim's index (one probe per queue); a queue only
+    finished runs remember is not offered, but ``?queue=`` still filters by
+    it. Shown once there is more than one queue to choose from.
+    """
+
+    title = "queue"
+    parameter_name = "queue"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        _, waited_in = _once_per_request(request, "names and queues", queries.workflow_names_and_queues)
+        queues = sorted(set(waited_in) | {spec.queue for spec in registry.all()})
+        given = request.GET.get(self.parameter_name)
+        if given and given not in queues:
+            queues.append(given)  # a bookmarked URL still shows what it filters by
+        return [(queue, queue) for queue in queues]
+
+    def has_output(self) -> bool:
+        return len(self.lookup_choices) > 1 or self.value() is not None
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(queue=value) if QUEUE_NAME.match(value) else queryset.none()
+
+
+FILTERS = (
+    StatusFilter,
+    WorkflowNameFilter,
+    VersionFilter,
+    QueueFilter,
+    ("created_at", admin.DateFieldListFilter),
+)
 
 
 # -- columns ------------------------------------------------------------------
@@ -136,7 +173,28 @@ def workflow(run: WorkflowRun) -> str:
 
 @admin.display(description="status", ordering="status")
 def status_badge(run: WorkflowRun) -> str:
-    return markup.status_badge(run.status, run.worker_id)
+    badge = markup.status_badge(run.status, run.worker_id)
+    if not fmt.is_blocked(run):
+        return badge
+    return format_html(
+        '{} <span class="owf-hint owf-blocked" title="{}">{}</span>',
+        badge,
+        fmt.blocked_line(run, timezone.now()),
+        fmt.WAITING_FOR_PLACE,
+    )
+
+
+@admin.display(description="queue", ordering="queue")
+def queue(run: WorkflowRun) -> str:
+    """The queue, and the priority when it is not the default 0."""
+    if not run.priority:
+        return format_html('<code class="owf-queue">{}</code>', run.queue)
+    return format_html(
+        '<code class="owf-queue">{}</code> <span class="owf-hint" title="Priority: higher first within the queue">'
+        "priority {}</span>",
+        run.queue,
+        run.priority,
+    )
 
 
 @admin.display(description="duration")
@@ -165,24 +223,48 @@ def worker(run: WorkflowRun) -> str:
 
 
 # Most telling first: on a narrow screen the last columns scroll out of view.
-COLUMNS = (run_id, workflow, "version", status_badge, duration, "attempts", created, started, finished, worker)
+COLUMNS = (
+    run_id,
+    workflow,
+    "version",
+    status_badge,
+    queue,
+    duration,
+    "attempts",
+    created,
+    started,
+    finished,
+    worker,
+)
 LINKS = (run_id,)
 
 
 # -- search and status counts ---------------------------------------------------
 
-SEARCH_HELP = "A run id (whole, or its first 8 characters), a workflow name, or an idempotency key."
+SEARCH_HELP = (
+    "A run id (whole, or its first 8 characters), a workflow name, an idempotency key, a queue,"
+    " or a concurrency or rate limit key."
+)
 
 
 def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
-    """Runs with ``term`` as their id (whole or short), in their workflow name, or as their idempotency key."""
+    """Runs with ``term`` as their id (whole or short), in their workflow name, or as one of their keys or queue.
+
+    Keys and queues match exactly (``charge/42``, as the run page shows them).
+    """
     term = term.strip()
     if not term:
         return queryset
     whole_id = queries.parse_run_id(term)
     if whole_id is not None:
         return queryset.filter(id=whole_id)
-    condition = Q(workflow_name__icontains=term) | Q(idempotency_key=term)
+    condition = (
+        Q(workflow_name__icontains=term)
+        | Q(idempotency_key=term)
+        | Q(queue=term)
+        | Q(concurrency_key=term)
+        | Q(rate_key=term)
+    )
     if len(term) == 8 and all(c in "0123456789abcdefABCDEF" for c in term):
         condition |= Q(id__startswith=term.lower())  # the short id the list shows
     return queryset.filter(condition)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connections
@@ -15,7 +16,7 @@ from django.db.models import Count, F, Q, QuerySet
 
 from ..conf import owf_settings
 from ..models import IS_HELD, IS_PARKED, Signal, StepAttempt, WorkflowRun
-from ..states import RunStatus, StepKind, StepStatus
+from ..states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
 
 PARKED = "parked"
 """A display status, not a stored one: ``running`` with no worker holding the run."""
@@ -66,28 +67,65 @@ def status_counts(queryset: QuerySet[WorkflowRun] | None = None) -> dict[str, in
     return {status: int(counts[status] or 0) for status in DISPLAY_STATUSES}
 
 
-def workflow_names() -> list[str]:
-    """Every workflow name present in the table, sorted; one query.
+def _distinct(cte: str, column: str, condition: str = "") -> str:
+    """A recursive CTE ``cte(name)``: the distinct values of ``column`` (where ``condition``), one hop per value.
 
     A plain DISTINCT reads every row (about 100 ms at 100,000 runs). This
-    recursive query hops from one name to the next through the
-    (workflow_name, created_at) index, so it costs one index probe per
-    distinct name, however many runs there are. SQLite, PostgreSQL and
-    MariaDB/MySQL all run it as written.
+    hops from one value to the next through an index that starts with
+    ``column``, so it costs one index probe per distinct value, however many
+    runs there are. SQLite, PostgreSQL and MariaDB/MySQL all run it as written.
     """
     connection = connections[owf_settings.database]
     quote = connection.ops.quote_name
-    table, name = quote(WorkflowRun._meta.db_table), quote("workflow_name")
-    sql = (
-        f"WITH RECURSIVE names(name) AS ("
-        f" SELECT MIN({name}) FROM {table}"
+    table, name = quote(WorkflowRun._meta.db_table), quote(column)
+    where, also = (f" WHERE {condition}", f"{condition} AND ") if condition else ("", "")
+    return (
+        f"{cte}(name) AS ("
+        f" SELECT MIN({name}) FROM {table}{where}"
         f" UNION ALL"
-        f" SELECT (SELECT MIN({name}) FROM {table} WHERE {name} > names.name) FROM names WHERE names.name IS NOT NULL"
-        f") SELECT name FROM names WHERE name IS NOT NULL"
+        f" SELECT (SELECT MIN({name}) FROM {table} WHERE {also}{name} > {cte}.name)"
+        f" FROM {cte} WHERE {cte}.name IS NOT NULL"
+        f")"
     )
-    with connection.cursor() as cursor:
+
+
+def _unfinished() -> str:
+    """``status IN ('pending', 'running')`` with literals, as in the claim indexes' condition (so they are used)."""
+    statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
+    return f"{connections[owf_settings.database].ops.quote_name('status')} IN ({statuses})"
+
+
+def _names(sql: str) -> list[tuple[Any, str]]:
+    with connections[owf_settings.database].cursor() as cursor:
         cursor.execute(sql)
-        return sorted(row[0] for row in cursor.fetchall())
+        return [(row[0], row[1]) for row in cursor.fetchall() if row[1] is not None]
+
+
+def workflow_names() -> list[str]:
+    """Every workflow name present in the table, sorted; one query through the (workflow_name, created_at) index."""
+    return sorted(
+        name for _, name in _names(f"WITH RECURSIVE {_distinct('names', 'workflow_name')} SELECT 0, name FROM names")
+    )
+
+
+def queue_names() -> list[str]:
+    """The queues unfinished runs wait in, sorted; one query through the claim's (queue, priority, available_at) index.
+
+    That index holds pending and running runs only, so queues only finished
+    runs remember are left out (finding them would cost a scan of the table).
+    """
+    sql = f"WITH RECURSIVE {_distinct('queues', 'queue', _unfinished())} SELECT 1, name FROM queues"
+    return sorted(name for _, name in _names(sql))
+
+
+def workflow_names_and_queues() -> tuple[list[str], list[str]]:
+    """:func:`workflow_names` and :func:`queue_names` in one query, for the run list's filters."""
+    sql = (
+        f"WITH RECURSIVE {_distinct('names', 'workflow_name')}, {_distinct('queues', 'queue', _unfinished())}"
+        f" SELECT 0, name FROM names UNION ALL SELECT 1, name FROM queues"
+    )
+    rows = _names(sql)
+    return sorted(name for kind, name in rows if kind == 0), sorted(name for kind, name in rows if kind == 1)
 
 
 def workflow_versions(workflow_name: str) -> list[str | None]:
@@ -123,11 +161,62 @@ def stats_by_workflow() -> list[WorkflowStats]:
     ]
 
 
+BLOCKED = Q(status__in=CLAIMABLE_STATUSES, blocked_at__isnull=False, worker_id__isnull=True)
+"""Waiting for a place under a concurrency limit (``available_at`` is then a probe time or ``BLOCKED_UNTIL``)."""
+
+QUEUE_COLUMNS = ("due", "scheduled", "blocked", "running", "parked")
+"""What ``workflows stats --by-queue`` counts of a queue's unfinished runs; each run is in exactly one."""
+
+
+def queue_q(column: str, now: datetime) -> Q:
+    """The filter for one of :data:`QUEUE_COLUMNS` at ``now`` (``running``: held by a worker)."""
+    free = Q(worker_id__isnull=True, blocked_at__isnull=True)
+    conditions = {
+        "due": Q(status__in=CLAIMABLE_STATUSES, available_at__lte=now) & free,
+        "scheduled": Q(status=RunStatus.PENDING, available_at__gt=now) & free,
+        "blocked": BLOCKED,
+        "running": IS_HELD,
+        "parked": Q(status=RunStatus.RUNNING, available_at__gt=now) & free,
+    }
+    return conditions[column]
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Unfinished runs of one queue, by :data:`QUEUE_COLUMNS`."""
+
+    queue: str
+    counts: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        """Unfinished runs in this queue."""
+        return sum(self.counts.values())
+
+
+def stats_by_queue(now: datetime) -> list[QueueStats]:
+    """Unfinished runs by queue: due now, scheduled, blocked on concurrency, running, parked; one grouped query."""
+    rows: Any = (  # values() rows with one key per column: django-stubs cannot type them
+        WorkflowRun.objects.claimable()
+        .order_by()
+        .values("queue")
+        .annotate(**{column: Count("status", filter=queue_q(column, now)) for column in QUEUE_COLUMNS})
+        .order_by("queue")
+    )
+    return [QueueStats(row["queue"], {column: int(row[column]) for column in QUEUE_COLUMNS}) for row in rows]
+
+
 def list_runs(
-    *, statuses: list[str] | None = None, workflow_name: str | None = None, limit: int = 20
+    *,
+    statuses: list[str] | None = None,
+    workflow_name: str | None = None,
+    queue: str | None = None,
+    limit: int = 20,
 ) -> list[WorkflowRun]:
-    """The newest ``limit`` runs, optionally of some display statuses and one workflow; no payloads."""
+    """The newest ``limit`` runs, optionally of some display statuses, one workflow and one queue; no payloads."""
     qs = runs().defer(*PAYLOAD_FIELDS)
+    if queue:
+        qs = qs.filter(queue=queue)
     if statuses:
         condition = Q()
         for status in statuses:

@@ -159,14 +159,16 @@ class RunOps(JournalOps):
         Called by workers when a slice ends, and by cancel; the waiting runs'
         own probe (:data:`PROBE_INTERVAL`) covers a call that never comes (a crash).
         """
-        with self.write_lock(), transaction.atomic(using=self.alias):
-            waiting = WorkflowRun.objects.claimable().filter(
-                concurrency_key=concurrency_key, blocked_at__isnull=False, worker_id__isnull=True
-            )
-            first = waiting.order_by("-priority", "blocked_at", "created_at").values_list("id", "queue").first()
-            if first is None or not waiting.filter(id=first[0]).update(available_at=self.now_expr()):
-                return None
-            return first
+        waiting = WorkflowRun.objects.claimable().filter(
+            concurrency_key=concurrency_key, blocked_at__isnull=False, worker_id__isnull=True
+        )
+        # A plain read first: usually nobody waits, and then nothing is written.
+        first = waiting.order_by("-priority", "blocked_at", "created_at").values_list("id", "queue").first()
+        if first is None:
+            return None
+        with self.write_lock():
+            woken = waiting.filter(id=first[0]).update(available_at=self.now_expr())
+        return first if woken else None
 
     def wake_run(self, run_id: Any) -> bool:
         """ "Retry now" for one run (see :meth:`wake_runs`)."""

@@ -1,0 +1,108 @@
+"""Cron expressions and time zones: checking a :class:`~django_openworkflow.flow.Schedule`, and its ticks.
+
+Pure arithmetic on croniter, which is imported only when a schedule is
+declared or computed (the optional extra ``[cron]``). What fires the ticks,
+against the database, is ``schedules.py``; this module imports nothing that
+touches the database, so ``flow.py`` can check a declaration with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from .errors import PayloadError, WorkflowRegistrationError
+
+if TYPE_CHECKING:
+    from .flow import Schedule
+
+POLICIES = ("latest", "skip")
+INSTALL_HINT = "pip install 'django-openworkflow[cron]'"
+CRON_FORMAT = "five fields (minute hour day month weekday) or six (seconds last), or a nickname such as '@daily'"
+
+
+def _croniter() -> Any:
+    try:
+        from croniter import croniter  # type: ignore[import-untyped]
+    except ImportError:
+        raise WorkflowRegistrationError(f"cron schedules need the croniter package: {INSTALL_HINT}") from None
+    return croniter
+
+
+def _zone(name: Any, what: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise WorkflowRegistrationError(f"{what}: timezone must be an IANA time zone name, got {name!r:.80}")
+    try:
+        return ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # ZoneInfoNotFoundError is a KeyError
+        raise WorkflowRegistrationError(
+            f"{what}: unknown time zone {name!r:.80} (an IANA name such as 'Europe/Paris' or 'UTC')"
+        ) from None
+
+
+def check_schedule(schedule: Schedule) -> None:
+    """Raise :class:`WorkflowRegistrationError` unless ``schedule`` can run: called by ``Schedule()`` itself."""
+    cron = schedule.cron
+    if not isinstance(cron, str):
+        raise WorkflowRegistrationError(f"a schedule's cron must be a string, got {cron!r:.80}")
+    what = f"schedule {cron!r:.80}"
+    croniter = _croniter()
+    fields = cron.split()
+    shape = len(fields) in (5, 6) or (len(fields) == 1 and cron.strip().startswith("@"))
+    if not shape or not croniter.is_valid(cron):
+        raise WorkflowRegistrationError(f"invalid cron expression {cron!r:.80}: expected {CRON_FORMAT}")
+    try:
+        croniter(cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
+    except ValueError:  # CroniterBadDateError: "0 0 31 2 *"
+        raise WorkflowRegistrationError(f"cron expression {cron!r:.80} never fires") from None
+    if schedule.timezone is not None:
+        _zone(schedule.timezone, what)
+    if schedule.missed not in POLICIES:
+        raise WorkflowRegistrationError(f"{what}: missed must be 'latest' or 'skip', got {schedule.missed!r:.80}")
+    from .payload import to_json_value
+
+    try:
+        to_json_value(schedule.input, f"input of {what}", "input")
+    except PayloadError as exc:
+        raise WorkflowRegistrationError(str(exc)) from None
+
+
+# -- tick arithmetic ------------------------------------------------------------
+
+
+def zone_name(schedule: Schedule) -> str:
+    """The schedule's time zone, ``settings.TIME_ZONE`` when it names none (read now, not at declaration)."""
+    from django.conf import settings
+
+    return schedule.timezone or settings.TIME_ZONE or "UTC"
+
+
+def _second_pass(tick: datetime, fixed_hour: bool) -> bool:
+    """A tick in the hour a DST change repeats, on its second pass, of an expression with a fixed hour.
+
+    croniter marks some unambiguous times ``fold=1`` too, so the offsets decide.
+    """
+    return fixed_hour and tick.fold == 1 and tick.replace(fold=0).utcoffset() != tick.utcoffset()
+
+
+def ticks_after(cron: str, zone: str, after: datetime) -> Iterator[datetime]:
+    """The ticks strictly after ``after``, in UTC, for ever."""
+    it = _croniter()(cron, after.astimezone(ZoneInfo(zone)))
+    fixed_hour = it.expanded[1] != ["*"]
+    while True:
+        tick = it.get_next(datetime)
+        if not _second_pass(tick, fixed_hour):
+            yield tick.astimezone(UTC)
+
+
+def latest_tick(cron: str, zone: str, now: datetime) -> datetime:
+    """The latest tick at or before ``now``, in UTC."""
+    # croniter counts whole seconds and get_prev excludes its start: start just past now.
+    it = _croniter()(cron, (now + timedelta(seconds=1)).astimezone(ZoneInfo(zone)))
+    fixed_hour = it.expanded[1] != ["*"]
+    while True:
+        tick = it.get_prev(datetime)
+        if tick.astimezone(UTC) <= now and not _second_pass(tick, fixed_hour):
+            return tick.astimezone(UTC)
