@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves that a bare `pip install django-openworkflow` (no extras: no psycopg,
-# no Celery, no mysqlclient) works on SQLite: a new project migrates, runs a
+# no Celery, no mysqlclient, no croniter) works on SQLite: a new project migrates, runs a
 # workflow with the worker, shows it in the admin, and never imports a driver
 # it did not ask for. Needs python3 and PyPI (for Django); no database server.
 #
@@ -41,7 +41,7 @@ step "pip install $(basename "${wheels[0]}")"
 # A bare install pulls Django alone: an optional driver here would hide the bug this checks for.
 "$py" - <<'EOF' || fail "the bare install pulled in optional packages"
 import importlib.util, sys
-extra = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb") if importlib.util.find_spec(m)]
+extra = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter") if importlib.util.find_spec(m)]
 sys.exit(f"installed without being asked for: {', '.join(extra)}" if extra else 0)
 EOF
 
@@ -122,7 +122,7 @@ run = handle.fetch()
 if run.status != "completed" or run.output != {"hi": "y"}:
     sys.exit(f"in-process worker: run {run.id} is {run.status} with output {run.output!r}")
 
-leaked = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb") if m in sys.modules]
+leaked = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter") if m in sys.modules]
 if leaked:
     sys.exit(f"imported optional packages: {', '.join(leaked)}")
 EOF

@@ -103,7 +103,9 @@ class Processes:
 
     # ---- the worker
 
-    def spawn_worker(self, conc: int, label: str, count_file: Path | None = None) -> tuple[subprocess.Popen, Path]:
+    def spawn_worker(
+        self, conc: int, label: str, count_file: Path | None = None, queues: tuple[str, ...] = ()
+    ) -> tuple[subprocess.Popen, Path]:
         """Start ``runworkflows``; returns it and the file it touches at its first connection."""
         ready = self.tmp / f"ready-{label}"
         with suppress(FileNotFoundError):
@@ -121,6 +123,7 @@ class Processes:
             str(conc),
             "--poll",
             self.poll,
+            *(arg for queue in queues for arg in ("--queue", queue)),
         ]
         log_path = self.tmp / f"worker-{label}.log"
         with open(log_path, "w") as log:
@@ -129,9 +132,11 @@ class Processes:
         self.children.append(proc)
         return proc, ready
 
-    def start_worker(self, conc: int, label: str, count_file: Path | None = None) -> subprocess.Popen:
+    def start_worker(
+        self, conc: int, label: str, count_file: Path | None = None, queues: tuple[str, ...] = ()
+    ) -> subprocess.Popen:
         """Start a worker and wait until it is in its loop, then leave it idle for a second."""
-        proc, ready = self.spawn_worker(conc, label, count_file)
+        proc, ready = self.spawn_worker(conc, label, count_file, queues)
         give_up = time.monotonic() + 60
         while not ready.exists():
             if proc.poll() is not None:

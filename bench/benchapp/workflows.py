@@ -5,6 +5,7 @@ benchmarks in ../shared/bench-peers).
 """
 
 from django_openworkflow import workflow
+from django_openworkflow.flow import Concurrency
 
 
 @workflow(name="bench-1")
@@ -18,6 +19,13 @@ def bench_3(ctx):
     b = ctx.step.run("s2", lambda: {"v": a["v"] + 1})
     c = ctx.step.run("s3", lambda: {"v": b["v"] + 1})
     return c["v"]
+
+
+# bench-3 with flow control switched on: its own queue (the worker is started with
+# --queue bench), a priority and a concurrency limit per key that never binds.
+bench_3_flow = workflow(
+    name="bench-3-flow", queue="bench", priority=1, concurrency=Concurrency(1000, key=lambda n: (n or 0) % 5)
+)(bench_3.fn)
 
 
 @workflow(name="bench-4")

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 def run(bench: Bench) -> None:
     quick = bench.quick
     measure(bench, 100_000 if quick else 1_000_000, 1_000 if quick else 10_000, 50 if quick else 200)
+    measure_blocked(bench, 1_000 if quick else 10_000, 1_000, 50 if quick else 200)
 
 
 def insert_runs_sql(dbh: BenchDB, count: int, status: str, when: str) -> tuple[str, list]:
@@ -140,3 +141,66 @@ def measure(bench: Bench, finished: int, parked: int, reps: int, batch: int = 20
     )
     bench.emit(f"claims.full_claim{batch}_p95_ms", full["busy_p95"], "ms", 3)
     bench.emit("claims.ratio", full["busy"] / empty["busy"], "x (full / empty, claim of due runs)", 2)
+
+
+def measure_blocked(bench: Bench, blocked: int, runnable: int, reps: int, batch: int = 20) -> None:
+    """``claims.blocked_*``: a claim of 20 among ``runnable`` due runs, alone and beside ``blocked`` ones.
+
+    The blocked runs wait under a concurrency limit whose one place is held
+    (as the claim leaves them: ``available_at`` at ``BLOCKED_UNTIL``, one of
+    them asking again every second). Each claimed batch is put back as due
+    runs, so every claim sees the same table.
+    """
+    from django.db import connection, connections
+
+    from django_openworkflow.flow import BLOCKED_UNTIL
+    from django_openworkflow.models import WorkflowRun
+    from django_openworkflow.store import get_backend
+
+    lease = timedelta(seconds=30)
+    wid = f"bench-blocked-{uuid.uuid4().hex[:8]}"
+
+    def insert(count: int, status: str, when: str) -> None:
+        sql, params = insert_runs_sql(bench.dbh, count, status, when)
+        with connection.cursor() as cur:
+            cur.execute(sql, params)
+
+    def claims() -> float:
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            got = get_backend().claim(wid, batch, lease)
+            times.append((time.perf_counter() - t0) * 1000.0)
+            if len(got) != batch:
+                raise PhaseError(f"claim returned {len(got)} of {batch} runnable runs")
+            WorkflowRun.objects.filter(id__in=[c.run.id for c in got]).update(
+                status="pending", worker_id=None, available_at=get_backend().now()
+            )
+        return statistics.median(times)
+
+    bench.reset_tables()
+    insert(runnable, "pending", "due")
+    claims()  # warm up
+    alone = claims()
+    insert(blocked, "pending", "due")
+    now = get_backend().now()
+    waiting = WorkflowRun.objects.filter(workflow_name="bench-3", status="pending").order_by("created_at")
+    ids = list(waiting.values_list("id", flat=True)[runnable:])
+    for start in range(0, len(ids), 5000):
+        WorkflowRun.objects.filter(id__in=ids[start : start + 5000]).update(
+            concurrency_key="bench-key", concurrency_limit=1, blocked_at=now, available_at=BLOCKED_UNTIL
+        )
+    WorkflowRun.objects.filter(id=ids[0]).update(available_at=now + timedelta(seconds=1))  # the one that asks again
+    WorkflowRun.objects.filter(id=ids[1]).update(status="running", worker_id="holder", blocked_at=None)
+    with connection.cursor() as cur:
+        cur.execute(bench.dbh.analyze_sql)
+        if cur.description:
+            cur.fetchall()
+    beside = claims()
+    bench.reset_tables()
+    connections.close_all()
+    bench.emit(f"claims.blocked_alone_claim{batch}_ms", alone, f"ms (claim {batch} of {runnable} due runs, median)", 3)
+    bench.emit(
+        f"claims.blocked_beside_claim{batch}_ms", beside, f"ms (the same beside {blocked} runs blocked by a limit)", 3
+    )
+    bench.emit("claims.blocked_ratio", beside / alone, "x (beside blocked / alone; target <= 1.5)", 2)

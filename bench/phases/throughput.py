@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from bench.context import Bench
 
 
+FLOW_QUEUE = "bench"
+"""The queue of the ``bench-3-flow`` workflow (bench/benchapp/workflows.py)."""
+
+
 def configs(bench: Bench) -> list[tuple[str, str, int, int, int, str, str]]:
     """(label, workflow, steps, n, concurrency, mode, RESULT cfg) of every configuration."""
     args, quick, pre = bench.args, bench.quick, bench.dbh.cfg_prefix
@@ -38,6 +42,9 @@ def configs(bench: Bench) -> list[tuple[str, str, int, int, int, str, str]]:
         (f"live_c100_4x{n4}", "bench-4", 4, n4, 100, "live", f"{pre}_c100_4step"),
         (f"live_c20_3x{n3}", "bench-3", 3, n3, 20, "live", f"{pre}_c20"),
         (f"prefill_c20_3x{n3}", "bench-3", 3, n3, 20, "prefill", f"{pre}_c20_prefill"),
+        # Flow control on (queue, priority, a limit that never binds), to compare with the two above.
+        (f"live_c20_3x{n3}_flow", "bench-3-flow", 3, n3, 20, "live", f"{pre}_c20_flow"),
+        (f"prefill_c20_3x{n3}_flow", "bench-3-flow", 3, n3, 20, "prefill", f"{pre}_c20_prefill_flow"),
     ]
 
 
@@ -72,8 +79,9 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
     pcount = count_dir / "producer.json" if counting else None
     worker = None
     profiler = None
+    queues = (FLOW_QUEUE,) if workflow.endswith("-flow") else ()
     if mode == "live":
-        worker = procs.start_worker(conc_eff, label, wcount)
+        worker = procs.start_worker(conc_eff, label, wcount, queues)
         if bench.args.profile:
             profiler = start_profiler(bench, worker.pid, label)
     producer = procs.start_producer(workflow, n, count_file=pcount)
@@ -96,7 +104,7 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
         prod = procs.producer_result(producer, bench.timeout)
         bench.dbh.settle((PRODUCER_APP,))
         c0, m0, _, _ = begin()
-        worker, ready = procs.spawn_worker(conc_eff, label, wcount)
+        worker, ready = procs.spawn_worker(conc_eff, label, wcount, queues)
         w0 = NAN
         give_up = time.monotonic() + 60
         while worker.poll() is None and time.monotonic() < give_up:
