@@ -113,6 +113,19 @@ def test_a_freed_place_wakes_the_first_waiting_run_and_it_is_admitted(declare):
     assert WorkflowRun.objects.get(id=third.id).blocked_at is not None
 
 
+def test_when_the_run_asking_for_a_place_gets_it_the_next_one_asks(declare):
+    spec = declare("fc-asking", concurrency=Concurrency(1))
+    first, second, third = (spec.run(n) for n in range(3))
+    claim(limit=10)
+    assert WorkflowRun.objects.get(id=third.id).available_at == BLOCKED_UNTIL
+    # The holder finishes, but nobody calls free_place (its worker died just after).
+    WorkflowRun.objects.filter(id=first.id).update(status="completed", worker_id=None)
+    WorkflowRun.objects.filter(id=second.id).update(available_at=get_backend().now())  # its probe comes due
+    assert claimed_ids(claim(limit=10)) == [second.id]
+    # The third no longer waits for ever: it asks again within PROBE_INTERVAL.
+    assert WorkflowRun.objects.get(id=third.id).available_at <= get_backend().now() + PROBE_INTERVAL
+
+
 def test_free_place_with_nobody_waiting_changes_nothing(declare):
     declare("fc-nobody", concurrency=Concurrency(1))
     assert get_backend().free_place("fc-nobody") is None

@@ -27,7 +27,7 @@ RUN_RECORD_FIELDS = (
 
 CANDIDATE_FIELDS = (
     "id", "started_at", "worker_id", "status", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
-    "rate_key", "rate_limit", "rate_period",
+    "rate_key", "rate_limit", "rate_period", "blocked_at",
 )  # fmt: skip
 
 
@@ -45,6 +45,7 @@ class Candidate:
     rate_key: str | None = None
     rate_limit: int | None = None
     rate_period: float | None = None
+    blocked_at: Any = None  # only compared with None
 
     @property
     def needs_place(self) -> bool:
@@ -175,7 +176,28 @@ class QueueOps(BackendCore):
                 in_progress[c.concurrency_key] += 1
             admitted.append(c)
         self._set_aside(blocked, deferred, now)
+        self._keep_one_asking({c.concurrency_key for c in admitted if c.blocked_at is not None}, admitted, now)
         return admitted, len(blocked) + sum(map(len, deferred.values()))
+
+    def _keep_one_asking(self, keys: set[str | None], admitted: list[Candidate], now: datetime) -> None:
+        """A run that waited for a place got one: if the others of its key all wait at BLOCKED_UNTIL, one asks again.
+
+        So a key's waiting runs always include one that is due soon, even if
+        the :meth:`free_place` of a finishing run never comes (its worker died,
+        or the database was away): nothing waits for ever.
+        """
+        taken = [c.id for c in admitted]
+        for key in sorted(k for k in keys if k is not None):
+            waiting = (
+                WorkflowRun.objects.claimable()
+                .filter(concurrency_key=key, blocked_at__isnull=False, worker_id__isnull=True)
+                .exclude(id__in=taken)
+            )
+            first = (
+                waiting.order_by("available_at", "-priority", "blocked_at").values_list("id", "available_at").first()
+            )
+            if first is not None and first[1] >= BLOCKED_UNTIL:
+                WorkflowRun.objects.filter(id=first[0]).update(available_at=now + PROBE_INTERVAL)
 
     def _places_taken(self, keys: list[str]) -> tuple[Counter[str], Counter[str]]:
         """Per key: runs holding a worker, and runs in progress (held or parked)."""
