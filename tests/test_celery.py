@@ -153,6 +153,17 @@ def test_message_is_sent_when_the_start_commits_and_not_on_rollback(celery_dispa
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_run_of_a_named_queue_goes_to_its_own_celery_queue(celery_dispatch, broker):
+    handle = sleepy.run({"n": 1}, queue="pdf")
+    assert (broker.llen(QUEUE), broker.llen(f"{QUEUE}.pdf")) == (0, 1)
+    # The sweep sends it there too (its first message was lost).
+    broker.delete(f"{QUEUE}.pdf")
+    assert sweep() == 1
+    assert broker.llen(f"{QUEUE}.pdf") == 1
+    assert WorkflowRun.objects.get(id=handle.id).queue == "pdf"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_broker_down_the_start_still_commits_and_warns(celery_dispatch, caplog):
     unreachable = celery.Celery("unreachable", broker="redis://127.0.0.1:1/0", fixups=[], set_as_current=False)
     previous = celery.current_app._get_current_object()

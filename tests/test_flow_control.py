@@ -189,6 +189,29 @@ def test_a_burst_of_refused_runs_does_not_starve_the_runs_behind_it(declare):
     assert WorkflowRun.objects.filter(workflow_name="fc-burst", blocked_at__isnull=False).count() == 59
 
 
+def test_a_claim_takes_its_key_locks_at_once_in_order(declare, monkeypatch):
+    """Locks taken in a later round, out of order with the first round's, could deadlock two claimers."""
+    first_key = declare("fc-lock-b", concurrency=Concurrency(1))
+    later_key = declare("fc-lock-a", concurrency=Concurrency(1))  # sorts before the first round's key
+    for n in range(30):
+        first_key.run(n)
+    later = later_key.run(0)
+    store = get_backend()
+    calls: list[list[str]] = []
+    real = store.lock_keys
+
+    def recording(keys):
+        calls.append(list(keys))
+        return real(keys)
+
+    monkeypatch.setattr(store, "lock_keys", recording)
+    got = claim(limit=5)
+    assert calls == [["concurrency:fc-lock-b"]]
+    # The later round left the other key's run alone; the next claim takes it.
+    assert later.id not in claimed_ids(got)
+    assert later.id in claimed_ids(claim(limit=5))
+
+
 def test_canceling_a_run_that_holds_a_place_wakes_the_next(declare):
     spec = declare("fc-cancel", concurrency=Concurrency(1))
     first, second = spec.run(1), spec.run(2)

@@ -65,6 +65,16 @@ class Candidate:
         )
 
 
+def _gate_keys(c: Candidate) -> set[str]:
+    """The lock keys admitting ``c`` needs: its concurrency key and its rate key, where it needs them."""
+    keys = set()
+    if c.needs_place:
+        keys.add(f"concurrency:{c.concurrency_key}")
+    if c.needs_rate:
+        keys.add(f"rate:{c.rate_key}")
+    return keys
+
+
 CLAIM_ROUNDS = 4
 """A claim looks again this many times at most when runs were refused by their limits ..."""
 SCAN_LIMIT = 1000
@@ -88,13 +98,14 @@ class QueueOps(BackendCore):
         if limit <= 0:
             return []
         claimed: list[ClaimedRun] = []
+        locked: set[str] = set()  # the first round locks the keys it needs; later ones keep to those
         with self.write_lock(), transaction.atomic(using=self.alias):
             now = self.now()
             scan = limit
-            for _ in range(CLAIM_ROUNDS):
+            for round in range(CLAIM_ROUNDS):
                 want = limit - len(claimed)
                 due = self._select_due(now, max(want, scan), queues)
-                got, set_aside = self._lease_admitted(due, worker_id, now, lease, want)
+                got, set_aside = self._lease_admitted(due, worker_id, now, lease, want, locked, may_lock=round == 0)
                 claimed += got
                 # Runs refused by their limits are out of the way now: look further,
                 # so that a burst of them does not starve the runs behind it.
@@ -104,13 +115,21 @@ class QueueOps(BackendCore):
         return claimed
 
     def _lease_admitted(
-        self, due: list[Candidate], worker_id: str, now: datetime, lease: timedelta, want: int
+        self,
+        due: list[Candidate],
+        worker_id: str,
+        now: datetime,
+        lease: timedelta,
+        want: int,
+        locked: set[str] | None = None,
+        *,
+        may_lock: bool = True,
     ) -> tuple[list[ClaimedRun], int]:
         """Inside the claim's transaction: admit up to ``want`` of ``due`` (locked) and lease them.
 
         Returns the claimed runs and how many candidates were set aside.
         """
-        admitted, set_aside = self._admit(due, now, want)
+        admitted, set_aside = self._admit(due, now, want, set() if locked is None else locked, may_lock=may_lock)
         if not admitted:
             return [], set_aside
         ids = [candidate.id for candidate in admitted]
@@ -124,11 +143,18 @@ class QueueOps(BackendCore):
         rows = self.lock_skipping_locked(due).values_list(*CANDIDATE_FIELDS)[:limit]
         return [Candidate(*row) for row in rows]
 
-    def _admit(self, due: list[Candidate], now: datetime, want: int) -> tuple[list[Candidate], int]:
+    def _admit(
+        self, due: list[Candidate], now: datetime, want: int, locked: set[str], *, may_lock: bool = True
+    ) -> tuple[list[Candidate], int]:
         """The first ``want`` candidates their limits let through, in order, and how many were set aside.
 
         Candidates refused on the way are set aside in the same transaction;
         those after the ``want``-th admitted one are left as they are.
+        ``locked`` holds the keys this transaction has locked, and gets the
+        ones this call locks. With ``may_lock`` False (a claim's later
+        rounds) no new key is locked -- two claimers taking locks out of
+        order would deadlock -- and candidates under other keys are left as
+        they are.
 
         The keys involved are locked first (:meth:`lock_keys`), so two
         claimers never both take a key's last place. Places are counted from
@@ -140,11 +166,16 @@ class QueueOps(BackendCore):
         wakes one as soon as a place is let go. A run over a rate limit
         waits until the window has room.
         """
+        if not may_lock:
+            due = [c for c in due if _gate_keys(c) <= locked]
         places = sorted({c.concurrency_key for c in due if c.needs_place and c.concurrency_key})
         rates = {c.rate_key: c.rate_period for c in due if c.needs_rate and c.rate_key}
         if not places and not rates:
             return due[:want], 0
-        self.lock_keys(["concurrency:" + key for key in places] + ["rate:" + key for key in sorted(rates)])
+        keys = ["concurrency:" + key for key in places] + ["rate:" + key for key in sorted(rates)]
+        if may_lock:
+            self.lock_keys(keys)
+            locked.update(keys)
         held, in_progress = self._places_taken(places)
         window_ends = self._starts_in_window(rates, now)
         waiting: Counter[str] = Counter()
