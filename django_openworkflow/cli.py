@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -471,45 +471,46 @@ def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
         _queue_stats(options, out)
         return
     rows = queries.stats_by_workflow()
-    statuses = queries.DISPLAY_STATUSES
-    if options["json"]:
-        _print_json(out, [{"workflow": r.workflow_name, **r.counts, "total": r.total} for r in rows])
-        return
-    if not rows:
-        out.write("No runs.")
-        return
-    totals = [sum(r.counts[s] for r in rows) for s in statuses]
-    out.write(
-        format_table(
-            ("workflow", *statuses, "total"),
-            [(r.workflow_name, *(r.counts[s] for s in statuses), r.total) for r in rows]
-            + [("(all)", *totals, sum(totals))],
-        )
-    )
+    named = [(r.workflow_name, r.counts, r.total) for r in rows]
+    _count_table(options, out, "workflow", queries.DISPLAY_STATUSES, named, "No runs.")
 
 
 def _queue_stats(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows stats --by-queue``: each queue's unfinished runs, by what they wait for."""
     rows = queries.stats_by_queue(timezone.now())
-    columns = queries.QUEUE_COLUMNS
+    named = [(r.queue, r.counts, r.total) for r in rows]
+    if _count_table(options, out, "queue", queries.QUEUE_COLUMNS, named, "No unfinished runs."):
+        out.write("")
+        out.write(
+            "due: claimable now; scheduled: pending, due later; blocked: waiting for a concurrency place;"
+            " running: held by a worker; parked: sleeping, waiting or backing off."
+        )
+
+
+def _count_table(
+    options: dict[str, Any],
+    out: OutputWrapper,
+    label: str,
+    columns: Sequence[str],
+    rows: list[tuple[str, dict[str, int], int]],
+    empty: str,
+) -> bool:
+    """Counts per name (a workflow, a queue) as JSON or as a table with an "(all)" row; True if a table."""
     if options["json"]:
-        _print_json(out, [{"queue": r.queue, **r.counts, "total": r.total} for r in rows])
-        return
+        _print_json(out, [{label: name, **counts, "total": total} for name, counts, total in rows])
+        return False
     if not rows:
-        out.write("No unfinished runs.")
-        return
-    totals = [sum(r.counts[c] for r in rows) for c in columns]
+        out.write(empty)
+        return False
+    totals = [sum(counts[c] for _, counts, _ in rows) for c in columns]
     out.write(
         format_table(
-            ("queue", *columns, "total"),
-            [(r.queue, *(r.counts[c] for c in columns), r.total) for r in rows] + [("(all)", *totals, sum(totals))],
+            (label, *columns, "total"),
+            [(name, *(counts[c] for c in columns), total) for name, counts, total in rows]
+            + [("(all)", *totals, sum(totals))],
         )
     )
-    out.write("")
-    out.write(
-        "due: claimable now; scheduled: pending, due later; blocked: waiting for a concurrency place;"
-        " running: held by a worker; parked: sleeping, waiting or backing off."
-    )
+    return True
 
 
 SUBCOMMANDS: dict[str, Handler] = {

@@ -1136,19 +1136,9 @@ def test_forms_refuse_names_and_keys_no_database_can_store() -> None:
 
 
 def blocked_run(**fields: Any) -> WorkflowRun:
-    """A run waiting for a place under its concurrency limit, out of the claim's way (available at BLOCKED_UNTIL)."""
-    from django_openworkflow.flow import BLOCKED_UNTIL
+    from tests.flow_display_workflows import blocked_run_fields
 
-    values: dict[str, Any] = {
-        "workflow_name": "charge",
-        "queue": "payments",
-        "concurrency_key": "charge/42",
-        "concurrency_limit": 2,
-        "blocked_at": timezone.now() - timedelta(minutes=5),
-        "available_at": BLOCKED_UNTIL,
-    }
-    values.update(fields)
-    return make_run(**values)
+    return make_run(**blocked_run_fields(**fields))
 
 
 @pytest.mark.django_db
