@@ -21,18 +21,23 @@ from .errors import (
     WorkflowFailed,
     WorkflowRegistrationError,
 )
+from .flow import Concurrency, Debounce, RateLimit, Schedule
 from .registry import WorkflowSpec, workflow
 
 __all__ = [
+    "Concurrency",
+    "Debounce",
     "DeterminismError",
     "NonRetryableError",
     "OpenWorkflowError",
     "PayloadError",
+    "RateLimit",
     "ResultTimeout",
     "RetryAfter",
     "RetryPolicy",
     "RunHandle",
     "RunNotFound",
+    "Schedule",
     "SignalError",
     "StepFailed",
     "StepUsageError",
