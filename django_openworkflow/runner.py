@@ -145,7 +145,7 @@ class SliceRunner:
         ``PROBE_INTERVAL`` anyway.
         """
         try:
-            return self.store.free_place(concurrency_key)
+            return self.store.free_place(concurrency_key, skip_if_quiet=True)
         except DatabaseError as exc:
             self.logger.warning("could not wake a run waiting under concurrency key %r: %s", concurrency_key, exc)
             return None

@@ -92,7 +92,8 @@ def test_concurrency_limit_holds_across_three_worker_processes(workers):
         workers.start("--concurrency", "4", *FAST)
     wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
     peaks = in_flight_peaks()
-    assert peaks == {f"c{k}": 2 for k in range(5)}, peaks
+    # Never more than the limit; and the limit was reached (else the check proves nothing).
+    assert set(peaks) == {f"c{k}" for k in range(5)} and max(peaks.values()) == 2, peaks
     assert_each_run_worked_once(run_ids)
     assert WorkflowRun.objects.filter(id__in=run_ids, blocked_at__isnull=False).count() == 0
     # The three processes shared the work.
@@ -118,7 +119,8 @@ def test_concurrency_limit_holds_when_a_worker_is_killed_mid_run(workers):
     victim.wait(10)
     wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
     peaks = in_flight_peaks()
-    assert peaks == {f"c{k}": 2 for k in range(5)}, peaks
+    # Never more than the limit; and the limit was reached (else the check proves nothing).
+    assert set(peaks) == {f"c{k}" for k in range(5)} and max(peaks.values()) == 2, peaks
     # Nothing is lost. A run the killed process had finished its step of, but not yet
     # recorded as completed, is executed again: only such runs end twice.
     ends = Counter(Ledger.objects.filter(event="end").values_list("run_id", "pid"))
@@ -208,7 +210,8 @@ def test_concurrency_limit_holds_across_celery_workers(celery_processes):
     run_ids = start_limited(60, 3)
     wait_until(lambda: completed("flow-limited") == 60, timeout=120, interval=0.1)
     peaks = in_flight_peaks()
-    assert peaks == {f"c{k}": 2 for k in range(3)}, peaks
+    # Never more than the limit; and the limit was reached (else the check proves nothing).
+    assert set(peaks) == {f"c{k}" for k in range(3)} and max(peaks.values()) == 2, peaks
     assert_each_run_worked_once(run_ids)
     assert Ledger.objects.values("pid").distinct().count() == 2
 

@@ -57,6 +57,8 @@ class BackendCore:
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
+        # Concurrency keys this process found nobody waiting under, until when (monotonic): see free_place.
+        self._quiet_keys: dict[str, float] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.alias!r}>"

@@ -132,10 +132,15 @@ class QueueOps(BackendCore):
         admitted, set_aside = self._admit(due, now, want, set() if locked is None else locked, may_lock=may_lock)
         if not admitted:
             return [], set_aside
-        ids = [candidate.id for candidate in admitted]
-        self._lease(WorkflowRun.objects.filter(id__in=ids), worker_id, now, lease)
-        records = {record.id: record for record in self._run_records(ids)}
+        records = self._lease_records([candidate.id for candidate in admitted], worker_id, now, lease)
         return [candidate.claimed(worker_id, records[candidate.id], now) for candidate in admitted], set_aside
+
+    def _lease_records(
+        self, ids: list[uuid.UUID], worker_id: str, now: datetime, lease: timedelta
+    ) -> dict[Any, RunRecord]:
+        """Lease the runs ``ids`` (locked by this transaction) to ``worker_id``; their records, by id."""
+        self._lease(WorkflowRun.objects.filter(id__in=ids), worker_id, now, lease)
+        return {record.id: record for record in self._run_records(ids)}
 
     def _select_due(self, now: datetime, limit: int, queues: Sequence[str]) -> list[Candidate]:
         """The first due runs in claim order, locked, skipping rows others have locked."""
@@ -254,6 +259,7 @@ class QueueOps(BackendCore):
         probes: dict[str | None, uuid.UUID] = {}
         for c in blocked:
             probes.setdefault(c.concurrency_key, c.id)
+            self._quiet_keys.pop(str(c.concurrency_key), None)  # somebody waits now: free_place must look
         waiting = {
             now + PROBE_INTERVAL: list(probes.values()),
             BLOCKED_UNTIL: [c.id for c in blocked if c.id not in probes.values()],

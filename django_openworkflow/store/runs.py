@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -9,9 +10,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from ..flow import PROBE_INTERVAL
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepKind, StepStatus
 from .journal import JournalOps
+
+QUIET_KEYS_KEPT = 10_000
+"""At most this many keys are remembered as having nobody waiting (``free_place``)."""
 
 
 class RunOps(JournalOps):
@@ -153,18 +158,27 @@ class RunOps(JournalOps):
             self.free_place(key)
         return ids
 
-    def free_place(self, concurrency_key: str) -> tuple[uuid.UUID, str] | None:
+    def free_place(self, concurrency_key: str, *, skip_if_quiet: bool = False) -> tuple[uuid.UUID, str] | None:
         """A run of this key let go of its place: make the first run waiting for one due now; its (id, queue).
 
         Called by workers when a slice ends, and by cancel; the waiting runs'
         own probe (:data:`PROBE_INTERVAL`) covers a call that never comes (a crash).
+        With ``skip_if_quiet`` (workers), a key this process found nobody
+        waiting under within the last :data:`PROBE_INTERVAL` is not read
+        again, unless a claim here has set a run of it aside since: under a
+        limit that never binds, a slice costs no extra query.
         """
+        if skip_if_quiet and self._quiet_keys.get(concurrency_key, 0.0) > time.monotonic():
+            return None
         waiting = WorkflowRun.objects.claimable().filter(
             concurrency_key=concurrency_key, blocked_at__isnull=False, worker_id__isnull=True
         )
         # A plain read first: usually nobody waits, and then nothing is written.
         first = waiting.order_by("-priority", "blocked_at", "created_at").values_list("id", "queue").first()
         if first is None:
+            if len(self._quiet_keys) > QUIET_KEYS_KEPT:
+                self._quiet_keys.clear()
+            self._quiet_keys[concurrency_key] = time.monotonic() + PROBE_INTERVAL.total_seconds()
             return None
         with self.write_lock():
             woken = waiting.filter(id=first[0]).update(available_at=self.now_expr())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -78,6 +79,14 @@ class PostgreSQLBackend(Backend):
             # Limits are in play: the portable claim admits (or sets aside) the rest.
             claimed += super().claim(worker_id, limit - len(claimed), lease, queues)
         return claimed
+
+    def _lease_records(
+        self, ids: list[uuid.UUID], worker_id: str, now: datetime, lease: timedelta
+    ) -> dict[Any, RunRecord]:
+        # The lease and the records in one UPDATE ... RETURNING.
+        params = [RunStatus.RUNNING.value, worker_id, now + lease, now, now, ids]
+        rows: list[Any] = list(WorkflowRun.objects.raw(_lease_sql(), params))
+        return {run.id: RunRecord(*(getattr(run, name) for name in RUN_RECORD_ATTRS)) for run in rows}
 
     def lock_keys(self, keys: list[str]) -> None:
         # Transaction-level advisory locks, taken in the order of their hashes.
@@ -191,6 +200,17 @@ def _claim_sql(one_queue: bool) -> str:
         UNION ALL
         SELECT due.id, {nulls}, NULL, NULL, NULL, NULL, NULL, true FROM due WHERE {needs_admission}
     """
+
+
+@functools.cache
+def _lease_sql() -> str:
+    """``QueueOps._lease`` returning the records: status, holder, lease end, first start, update time; ids."""
+    record = ", ".join(_q(_field(WorkflowRun, name).column) for name in RUN_RECORD_ATTRS)
+    return (
+        f"UPDATE {_q(WorkflowRun._meta.db_table)} SET status = %s, worker_id = %s, available_at = %s, "
+        "started_at = COALESCE(started_at, %s), updated_at = %s, blocked_at = NULL, debounce_key = NULL "
+        f"WHERE id = ANY(%s) RETURNING {record}"
+    )
 
 
 def _q(name: str | None) -> str:
