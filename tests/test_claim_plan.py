@@ -34,6 +34,10 @@ def test_mysql_claim_uses_the_status_index():
         WorkflowRun(workflow_name="done", status=RunStatus.COMPLETED, available_at=long_ago) for _ in range(3000)
     )
     WorkflowRun.objects.bulk_create(WorkflowRun(workflow_name="due", available_at=long_ago) for _ in range(5))
+    tomorrow = timezone.now() + timedelta(days=1)
+    WorkflowRun.objects.bulk_create(
+        WorkflowRun(workflow_name="parked", status=RunStatus.RUNNING, available_at=tomorrow) for _ in range(1000)
+    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE TABLE openworkflow_run")
         cursor.fetchall()
@@ -46,3 +50,16 @@ def test_mysql_claim_uses_the_status_index():
             plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     assert plan[0]["key"] == "owf_run_claim_status_idx", plan
     assert int(plan[0]["rows"]) < 100, plan  # not a walk over the finished runs
+    # The workers' claim: one queue's due runs, by priority (migration 0006's index).
+    with transaction.atomic():
+        due = (
+            WorkflowRun.objects.due(timezone.now()).filter(queue__in=["default"]).order_by("-priority", "available_at")
+        )
+        sql, params = due.select_for_update(skip_locked=True).values("id")[:20].query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute("EXPLAIN " + sql, params)
+            columns = [c[0] for c in cursor.description]
+            plan = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    # Either index bounded by available_at will do: (queue, status, available_at) or (status, available_at).
+    assert plan[0]["key"] in ("owf_run_queue_claim_status_idx", "owf_run_claim_status_idx"), plan
+    assert int(plan[0]["rows"]) < 100, plan  # neither the finished runs nor the parked ones

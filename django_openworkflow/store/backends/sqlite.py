@@ -63,17 +63,31 @@ class SQLiteBackend(Backend):
         claim index, which yields one queue's due runs in order and stops at
         the limit. The claim runs under the write lock (IMMEDIATE
         transactions), which makes it a compare-and-set without row locks.
+
+        That index puts a priority's sleeping and waiting runs after its due
+        ones, so a claim that finds nothing would read them all: an idle
+        worker first asks the (available_at) claim index, which stops at the
+        first run not yet due, whether anything is due at all.
         """
+        table = WorkflowRun._meta.db_table
         statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
         columns = ", ".join(f'"{name}"' for name in CANDIDATE_FIELDS)
         in_queues = ", ".join(["%s"] * len(queues))  # one queue: SQLite reads "IN (?)" as "= ?"
+        anything_due = (
+            f'SELECT 1 FROM "{table}" INDEXED BY "owf_run_claim_idx" '
+            f'WHERE "status" IN ({statuses}) AND "available_at" <= %s LIMIT 1'
+        )
         sql = (
-            f'SELECT {columns} FROM "{WorkflowRun._meta.db_table}" INDEXED BY "owf_run_queue_claim_idx" '
+            f'SELECT {columns} FROM "{table}" INDEXED BY "owf_run_queue_claim_idx" '
             f'WHERE "queue" IN ({in_queues}) AND "status" IN ({statuses}) AND "available_at" <= %s '
             f'ORDER BY "priority" DESC, "available_at" LIMIT %s'
         )
+        at = self.connection.ops.adapt_datetimefield_value(now)
         with self.connection.cursor() as cursor:
-            cursor.execute(sql, [*queues, self.connection.ops.adapt_datetimefield_value(now), limit])
+            cursor.execute(anything_due, [at])
+            if cursor.fetchone() is None:
+                return []
+            cursor.execute(sql, [*queues, at, limit])
             rows = cursor.fetchall()
         # Only whether started_at is NULL matters here, so its text is not converted.
         return [Candidate(uuid.UUID(run_id), *rest) for run_id, *rest in rows]
