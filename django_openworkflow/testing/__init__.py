@@ -1,0 +1,416 @@
+"""Test helpers: execute workflow runs in the test's own process and thread, and skip time.
+
+Three ways to use them, from the least to the most automatic::
+
+    from django_openworkflow.testing import advance, drain, run_workflows
+
+    handle = onboard_user.run({"email": "ada@example.com"})
+    drain()                       # execute every due run, here, until nothing is due (sleeps skipped)
+    assert handle.result(timeout=0) == {...}
+
+    with run_workflows():         # drains when the block ends
+        client.post("/signup/", {...})
+
+    advance("1d"); drain()        # time travel: sleeps, wait timeouts, deadlines, scheduled starts
+
+and ``OPENWORKFLOW["DISPATCH"] = "django_openworkflow.testing.EagerDispatcher"``,
+which executes each started run to completion as soon as its start commits
+(like Celery's eager mode). The pytest plugin (registered through the
+``pytest11`` entry point) adds the ``workflow_runner`` fixture.
+
+**Where it works.** Slices are executed on the calling thread with the
+calling thread's database connection, so the runs a test started are
+visible even though nothing is committed: the helpers work inside Django's
+``TestCase`` (and pytest-django's default ``db`` fixture), whose
+transaction is never committed, as well as in ``TransactionTestCase``
+(``@pytest.mark.django_db(transaction=True)``), where every write commits.
+The one exception is the eager dispatcher under ``TestCase``: it runs on
+commit, and ``TestCase`` never commits, so wrap the code that starts runs in
+``self.captureOnCommitCallbacks(execute=True)`` (pytest-django:
+``django_capture_on_commit_callbacks(execute=True)``).
+
+**Time.** The engine decides with the database clock, which the helpers do
+not fake. They move the runs instead: skipping a sleep or advancing time
+moves the run's due time (``available_at``), the open sleep's resume time,
+a wait's timeout and the run's deadline back by the same amount, through
+the database, so the engine sees exactly what it would see once that time
+had passed. Cron schedules (``@workflow(schedule=...)``) are not ticked.
+
+Nothing here is imported by the rest of the package; importing this module
+does not need configured settings (the pytest plugin imports it early).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..dispatch import Dispatcher
+from ..durations import Duration, parse_duration
+from ..flow import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from ..engine.execute import SliceResult
+    from ..runner import SliceRunner
+    from ..store.backends.base import Backend
+    from ..store.records import ClaimedRun
+
+__all__ = [
+    "DrainError",
+    "EagerDispatcher",
+    "WorkflowRunner",
+    "advance",
+    "drain",
+    "run_workflows",
+]
+
+logger = logging.getLogger("django_openworkflow.testing")
+
+MAX_SLICES = 10_000
+"""A drain that executes this many slices gives up: some run keeps coming due (a loop that never ends)."""
+
+
+class DrainError(AssertionError):
+    """A drain could not finish: it ran out of time or slices, or ``until`` never became true.
+
+    An ``AssertionError``, so test runners report it as a failure.
+    """
+
+
+_local = threading.local()  # the drains in progress on this thread (the eager dispatcher nests into them)
+
+
+class WorkflowRunner:
+    """Executes due workflow runs in this thread until none is due; moves runs through time.
+
+    ``skip_sleeps`` (default True) lets a drain finish runs that sleep, back
+    off before a retry, or are scheduled for later, at once. Waits for a
+    signal, an event or a child run are not skipped: their timeouts pass
+    only with :meth:`advance`, so a test can send the signal first.
+    ``queues`` limits the drain to those queues (default: every queue).
+    ``timeout`` (seconds, wall clock) bounds one drain.
+    """
+
+    def __init__(self, *, skip_sleeps: bool = True, timeout: float = 30.0, queues: Sequence[str] | None = None) -> None:
+        self.skip_sleeps = skip_sleeps
+        self.timeout = timeout
+        self.queues = tuple(queues) if queues is not None else None
+        self.worker_id = f"testing:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.slices: list[SliceResult] = []  # every slice this runner executed, in order
+        self._runner: SliceRunner | None = None
+
+    def __repr__(self) -> str:
+        return f"<WorkflowRunner {self.worker_id} slices={len(self.slices)}>"
+
+    @property
+    def store(self) -> Backend:
+        from ..store import get_backend
+
+        return get_backend()
+
+    # -- executing --
+
+    def drain(
+        self,
+        *,
+        until: Callable[[], bool] | None = None,
+        skip_sleeps: bool | None = None,
+        timeout: float | None = None,
+        run_ids: Iterable[Any] | None = None,
+    ) -> list[SliceResult]:
+        """Execute every due run, one slice at a time on this thread, until nothing is due; returns the slices.
+
+        With ``skip_sleeps`` (the runner's setting by default), a run that
+        sleeps, backs off or is scheduled for later is made due and executed
+        too, so the drain ends only when every run has finished or waits for
+        a signal, an event, a child it cannot reach, or a place under a
+        limit. ``until`` stops the drain as soon as it returns true (checked
+        before each slice); when nothing is left to execute and it is still
+        false, :class:`DrainError` is raised. ``run_ids`` limits the drain to
+        those runs and their child runs. Raises :class:`DrainError` after
+        ``timeout`` seconds or :data:`MAX_SLICES` slices.
+        """
+        skip = self.skip_sleeps if skip_sleeps is None else skip_sleeps
+        limit = self.timeout if timeout is None else timeout
+        scope = None if run_ids is None else {_as_uuid(run_id) for run_id in run_ids}
+        give_up = time.monotonic() + limit
+        done: list[SliceResult] = []
+        skipped: set[uuid.UUID] = set()
+        from ..engine.watchdog import watchdog
+
+        stack: list[set[uuid.UUID] | None] = _local.__dict__.setdefault("drains", [])
+        stack.append(scope)
+        try:
+            with watchdog.off_on_this_thread():
+                while True:
+                    if until is not None and until():
+                        break
+                    if time.monotonic() > give_up:
+                        raise DrainError(f"workflow runs were still due after {limit:g}s: {self._describe(scope)}")
+                    if len(done) >= MAX_SLICES:
+                        raise DrainError(
+                            f"{MAX_SLICES} slices executed and runs are still due (a loop that never ends?): "
+                            f"{self._describe(scope)}"
+                        )
+                    claimed = self._claim_one(scope)
+                    if claimed is not None:
+                        done.append(self._execute(claimed))
+                        continue
+                    if skip and self._skip_timers(scope, skipped):
+                        continue
+                    if until is not None:
+                        raise DrainError(
+                            f"nothing left to execute and the until condition is still false: {self._describe(scope)}"
+                        )
+                    break
+        finally:
+            stack.pop()
+        return done
+
+    def _execute(self, claimed: ClaimedRun) -> SliceResult:
+        from ..runner import SliceRunner
+
+        if self._runner is None:
+            self._runner = SliceRunner(self.store, logger)
+        result = self._runner.run(claimed, _always)
+        self.slices.append(result)
+        return result
+
+    def _claim_one(self, scope: set[uuid.UUID] | None) -> ClaimedRun | None:
+        """Claim the next due run (of ``scope`` and its children, if given), in the workers' order."""
+        from ..conf import owf_settings
+        from ..models import WorkflowRun
+
+        store = self.store
+        lease = owf_settings.lease
+        if scope is None:
+            queues = self.queues
+            if queues is None:
+                queues = tuple(
+                    WorkflowRun.objects.claimable().order_by().values_list("queue", flat=True).distinct()
+                ) or (DEFAULT_QUEUE,)
+            claimed = store.claim(self.worker_id, 1, lease, queues)
+            return claimed[0] if claimed else None
+        tree = self._tree(scope)
+        due = WorkflowRun.objects.due(store.now()).filter(id__in=tree)
+        if self.queues is not None:
+            due = due.filter(queue__in=self.queues)
+        for run_id in due.order_by("-priority", "available_at").values_list("id", flat=True):
+            one = store.claim_run(run_id, self.worker_id, lease)
+            if one is not None:
+                return one
+        return None
+
+    def _tree(self, scope: set[uuid.UUID]) -> set[uuid.UUID]:
+        """``scope`` and every run started from it as a child, at any depth."""
+        from ..models import WorkflowRun
+
+        tree = set(scope)
+        frontier = set(scope)
+        while frontier:
+            children = set(
+                WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id__in=frontier).values_list(
+                    "id", flat=True
+                )
+            )
+            frontier = children - tree
+            tree |= frontier
+        return tree
+
+    def _describe(self, scope: set[uuid.UUID] | None) -> str:
+        from ..models import WorkflowRun
+
+        runs = WorkflowRun.objects.claimable()
+        if scope is not None:
+            runs = runs.filter(id__in=self._tree(scope))
+        rows = list(runs.order_by("available_at").values_list("id", "workflow_name", "status", "available_at")[:10])
+        return ", ".join(f"{name} {run_id} ({status}, due {at.isoformat()})" for run_id, name, status, at in rows)
+
+    # -- time travel --
+
+    def _skip_timers(self, scope: set[uuid.UUID] | None, skipped: set[uuid.UUID]) -> int:
+        """Make runs that sleep, back off or are scheduled due now, as if their time had passed; how many."""
+        from django.db import transaction
+
+        from ..models import StepAttempt, WorkflowRun
+        from ..states import RunStatus, StepKind, StepStatus
+
+        store = self.store
+        with store.write_lock(), transaction.atomic(using=store.alias):
+            now = store.now()
+            waiting = StepAttempt.objects.filter(
+                status=StepStatus.RUNNING, kind__in=[StepKind.SIGNAL, StepKind.EVENT, StepKind.WORKFLOW]
+            ).values("workflow_run_id")
+            runs = (
+                WorkflowRun.objects.claimable()
+                .filter(worker_id__isnull=True, blocked_at__isnull=True, available_at__gt=now)
+                .exclude(id__in=waiting)
+            )
+            # A run made due once that is still pending was put off by the claim itself (a
+            # rate limit waits for other runs' starts to leave its window): moving it again
+            # would loop. advance() moves those starts too.
+            runs = runs.exclude(id__in=skipped, status=RunStatus.PENDING)
+            if scope is not None:
+                runs = runs.filter(id__in=self._tree(scope))
+            if self.queues is not None:
+                runs = runs.filter(queue__in=self.queues)
+            rows = list(runs.select_for_update().values_list("id", "available_at"))
+            skipped.update(run_id for run_id, _ in rows)
+            for run_id, available_at in rows:
+                _shift_runs([run_id], available_at - now, waits=False)
+                WorkflowRun.objects.filter(id=run_id).update(available_at=now)
+        return len(rows)
+
+    def advance(self, duration: Duration) -> int:
+        """Move every unfinished run ``duration`` into the future: as if that much time had passed.
+
+        Due times, the resume times of sleeps, the timeouts of signal, event
+        and child waits, deadlines, and the recent starts that rate limits
+        count all move back by ``duration``. Nothing is executed: call
+        :meth:`drain` next. Returns how many unfinished runs were moved.
+        """
+        from django.db import transaction
+        from django.db.models import F
+
+        from ..models import WorkflowRun
+
+        delta = parse_duration(duration)
+        store = self.store
+        with store.write_lock(), transaction.atomic(using=store.alias):
+            unfinished = WorkflowRun.objects.claimable()
+            ids = list(unfinished.select_for_update().values_list("id", flat=True))
+            # Runs held by a worker keep their lease; runs waiting for a place keep their place in line.
+            WorkflowRun.objects.filter(id__in=ids, worker_id__isnull=True, blocked_at__isnull=True).update(
+                available_at=F("available_at") - delta
+            )
+            _shift_runs(ids, delta, waits=True)
+            # Rate limits count the starts within their window: those starts are older now.
+            WorkflowRun.objects.filter(rate_key__isnull=False, started_at__isnull=False).update(
+                started_at=F("started_at") - delta
+            )
+            # A debounced start folds into its pending run until max_delay after that run was created.
+            WorkflowRun.objects.filter(id__in=ids, debounce_key__isnull=False).update(
+                created_at=F("created_at") - delta
+            )
+        return len(ids)
+
+
+def _shift_runs(run_ids: list[Any], delta: timedelta, *, waits: bool) -> None:
+    """Inside a transaction: move the runs' open sleeps and deadlines back by ``delta`` (not their due times).
+
+    With ``waits``, the timeouts of open signal, event and child waits too.
+    """
+    from django.db.models import F
+    from django.utils.dateparse import parse_datetime
+
+    from ..models import StepAttempt, WorkflowRun
+    from ..states import StepKind, StepStatus
+
+    if not run_ids or not delta:
+        return
+    WorkflowRun.objects.filter(id__in=run_ids, deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
+    kinds = [StepKind.SLEEP, StepKind.SIGNAL, StepKind.EVENT, StepKind.WORKFLOW] if waits else [StepKind.SLEEP]
+    open_steps = StepAttempt.objects.filter(workflow_run_id__in=run_ids, status=StepStatus.RUNNING, kind__in=kinds)
+    for attempt_id, kind, context in open_steps.values_list("id", "kind", "context"):
+        field = "resume_at" if kind == StepKind.SLEEP else "timeout_at"
+        when = parse_datetime(str((context or {}).get(field, "")))
+        if when is None:
+            continue
+        moved: datetime = when - delta
+        StepAttempt.objects.filter(id=attempt_id).update(context={**context, field: moved.isoformat()})
+
+
+def _always() -> bool:
+    return True
+
+
+def _as_uuid(run_id: Any) -> uuid.UUID:
+    run_id = getattr(run_id, "id", run_id)  # a RunHandle or a WorkflowRun
+    return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
+
+
+# -- module-level shortcuts --
+
+
+def drain(
+    *,
+    skip_sleeps: bool = True,
+    until: Callable[[], bool] | None = None,
+    timeout: float = 30.0,
+    queues: Sequence[str] | None = None,
+    run_ids: Iterable[Any] | None = None,
+) -> list[SliceResult]:
+    """Execute every due workflow run on this thread until nothing is due (see :meth:`WorkflowRunner.drain`)."""
+    runner = WorkflowRunner(skip_sleeps=skip_sleeps, timeout=timeout, queues=queues)
+    return runner.drain(until=until, run_ids=run_ids)
+
+
+def advance(duration: Duration) -> int:
+    """Move every unfinished run ``duration`` into the future (see :meth:`WorkflowRunner.advance`)."""
+    return WorkflowRunner().advance(duration)
+
+
+@contextmanager
+def run_workflows(
+    *,
+    skip_sleeps: bool = True,
+    until: Callable[[], bool] | None = None,
+    timeout: float = 30.0,
+    queues: Sequence[str] | None = None,
+) -> Iterator[WorkflowRunner]:
+    """Drain when the block ends without an exception: the runs started in it are executed by then.
+
+    ::
+
+        with run_workflows():
+            response = client.post("/signup/", {"email": "ada@example.com"})
+        assert get_run(run_id).status() == "completed"
+
+    The runner is yielded, for ``runner.advance(...)`` and ``runner.drain()`` inside the block.
+    """
+    runner = WorkflowRunner(skip_sleeps=skip_sleeps, timeout=timeout, queues=queues)
+    yield runner
+    runner.drain(until=until)
+
+
+# -- eager mode --
+
+
+class EagerDispatcher(Dispatcher):
+    """Executes each started run to completion on the starting thread, as soon as its start commits.
+
+    For tests: ``OPENWORKFLOW = {"DISPATCH": "django_openworkflow.testing.EagerDispatcher"}``.
+    Sleeps, backoffs and scheduled starts are skipped; child runs are
+    executed too. A run that waits for a signal or an event stops there:
+    send it, then call :func:`drain`. A start that rolls back executes
+    nothing. Under Django's ``TestCase`` (which never commits) wrap the code
+    that starts runs in ``captureOnCommitCallbacks(execute=True)``. A run
+    started from inside a run being executed eagerly is executed by the same
+    drain, after the slice that started it.
+    """
+
+    def run_started(self, run_id: Any, queue: str = DEFAULT_QUEUE) -> None:
+        from django.db import transaction
+
+        from ..conf import owf_settings
+
+        transaction.on_commit(lambda: execute_eagerly(run_id), using=owf_settings.database)
+
+
+def execute_eagerly(run_id: Any) -> list[SliceResult]:
+    """Execute one run (and its children) until it finishes or waits for a signal or an event."""
+    drains: list[set[uuid.UUID] | None] = getattr(_local, "drains", [])
+    if drains:
+        # Started from a run that is executing on this thread: the drain in progress takes it.
+        scope = drains[-1]
+        if scope is not None:
+            scope.add(_as_uuid(run_id))
+        return []
+    return WorkflowRunner().drain(run_ids=[run_id])
