@@ -19,6 +19,24 @@ class SimpleOpenWorkflowConfig(AppConfig):
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
+        if _tasks_backend_configured():
+            # Django Tasks: every process that may execute a task needs the built-in workflow.
+            from .tasks import register_task_workflow
+
+            register_task_workflow()
+
+
+def _tasks_backend_configured() -> bool:
+    """Whether ``settings.TASKS`` names our backend (read as text: nothing else is imported)."""
+    from django.conf import settings
+
+    backends = getattr(settings, "TASKS", None)
+    if not isinstance(backends, dict):
+        return False
+    return any(
+        isinstance(params, dict) and str(params.get("BACKEND", "")).startswith("django_openworkflow.tasks.")
+        for params in backends.values()
+    )
 
 
 class OpenWorkflowConfig(SimpleOpenWorkflowConfig):
