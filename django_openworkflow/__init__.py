@@ -21,7 +21,7 @@ from .errors import (
     WorkflowFailed,
     WorkflowRegistrationError,
 )
-from .flow import Concurrency, Debounce, RateLimit, Schedule
+from .flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
 from .registry import WorkflowSpec, workflow
 
 __all__ = [
@@ -29,8 +29,10 @@ __all__ = [
     "Debounce",
     "DeterminismError",
     "NonRetryableError",
+    "OnEvent",
     "OpenWorkflowError",
     "PayloadError",
+    "PublishedEvent",
     "RateLimit",
     "ResultTimeout",
     "RetryAfter",
@@ -48,6 +50,7 @@ __all__ = [
     "WorkflowRegistrationError",
     "WorkflowSpec",
     "get_run",
+    "publish_event",
     "send_event",
     "send_signal",
     "start_run",
@@ -60,7 +63,7 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # Names that import models are loaded lazily so that importing the
     # package (e.g. from settings) does not need the app registry ready.
-    if name in ("RunHandle", "get_run", "start_run", "send_signal", "send_event"):
+    if name in ("RunHandle", "get_run", "start_run", "send_signal", "send_event", "publish_event", "PublishedEvent"):
         from . import client
 
         return getattr(client, name)

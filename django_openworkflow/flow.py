@@ -1,4 +1,4 @@
-"""Flow control declarations: queues, priorities, concurrency limits, rate limits, debounce and cron schedules.
+"""Flow control declarations: queues, priorities, limits, debounce, cron schedules and event starts.
 
 Declared on ``@workflow(...)`` and checked there, so a bad value fails at
 import time with the workflow's name in the message. What they mean at run
@@ -16,8 +16,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .durations import Duration, parse_duration
-from .errors import InvalidArgument, WorkflowRegistrationError
-from .payload import check_text
+from .errors import InvalidArgument, PayloadError, WorkflowRegistrationError
+from .payload import check_text, to_json_value
 
 DEFAULT_QUEUE = "default"
 """The queue of a workflow that names none, and the one ``runworkflows`` claims without ``--queue``."""
@@ -182,6 +182,44 @@ class Schedule:
         from .cron import check_schedule  # croniter is imported only when schedules are used
 
         check_schedule(self)
+
+
+@dataclass(frozen=True)
+class OnEvent:
+    """Start a run for each event of type ``event`` whose payload contains ``match``.
+
+    ``match`` is a JSON object matched as in ``ctx.step.wait_for_event``
+    (JSON containment, PostgreSQL's ``@>``); without one every event of the
+    type starts a run. The run's input is the event's payload.
+    ``send_event`` starts the run in the sender's transaction, once per
+    event: a repeated idempotency key starts nothing.
+    """
+
+    event: str
+    match: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event, str) or not 0 < len(self.event) <= 255:
+            raise WorkflowRegistrationError(
+                f"OnEvent event type must be a non-empty string of at most 255 characters, got {self.event!r:.80}"
+            )
+        try:
+            check_text(self.event, "OnEvent event type")
+            pattern = to_json_value(
+                {} if self.match is None else self.match, f"match of OnEvent({self.event!r})", "match"
+            )
+        except PayloadError as exc:
+            raise WorkflowRegistrationError(str(exc)) from None
+        if not isinstance(pattern, dict):
+            raise WorkflowRegistrationError(
+                f"match of OnEvent({self.event!r}) must be a dict (a JSON object), got {self.match!r:.80}"
+            )
+        object.__setattr__(self, "match", pattern)  # as it reads back from JSON: what containment compares
+
+    @property
+    def pattern(self) -> dict[str, Any]:
+        """The match pattern, ``{}`` when none was given (every payload contains it)."""
+        return self.match or {}
 
 
 def resolve_key(key: KeyFunction | str | None, input: Any, workflow_name: str, what: str) -> str:

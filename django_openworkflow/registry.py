@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 from .durations import Duration
 from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
 from .errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
-from .flow import DEFAULT_QUEUE, Concurrency, Debounce, RateLimit, Schedule, check_priority, check_queue, resolve_key
+from .flow import (
+    DEFAULT_QUEUE,
+    Concurrency,
+    Debounce,
+    OnEvent,
+    RateLimit,
+    Schedule,
+    check_priority,
+    check_queue,
+    resolve_key,
+)
 
 if TYPE_CHECKING:
     from .client import RunHandle
@@ -44,6 +54,7 @@ class WorkflowSpec:
     rate_limit: RateLimit | None = None
     debounce: Debounce | None = None
     schedule: Schedule | None = None
+    on_event: tuple[OnEvent, ...] = ()
 
     def run(
         self,
@@ -178,6 +189,23 @@ class WorkflowRegistry:
             raise UnknownWorkflowError(f"no workflow named {name!r} is registered")
         return max(candidates, key=lambda spec: _version_sort_key(spec.version))
 
+    def subscribed_to(self, event_type: str) -> list[WorkflowSpec]:
+        """The workflows an event of ``event_type`` may start: the highest version of each name, if it subscribes.
+
+        Only the highest version's ``on_event`` counts, and it is the version
+        that starts (as ``start_run`` without a version).
+        """
+        names = sorted({n for (n, _), spec in list(self._registry.items()) if spec.on_event})
+        found = []
+        for name in names:
+            try:
+                spec = self.latest(name)
+            except UnknownWorkflowError:  # unregistered meanwhile
+                continue
+            if any(sub.event == event_type for sub in spec.on_event):
+                found.append(spec)
+        return found
+
     def all(self) -> list[WorkflowSpec]:
         return sorted(self._registry.values(), key=lambda s: (s.name, _version_sort_key(s.version)))
 
@@ -198,6 +226,7 @@ def workflow(
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
     schedule: Schedule | str | None = None,
+    on_event: OnEvent | str | list[OnEvent | str] | tuple[OnEvent | str, ...] | None = None,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -209,6 +238,9 @@ def workflow(
     how many hold a worker at once, ``rate_limit`` how many start per
     period, ``debounce`` folds starts together, and ``schedule`` (a
     :class:`Schedule` or a cron expression) starts runs on a timetable.
+    ``on_event`` (an event type, an :class:`OnEvent` with a match pattern,
+    or a list of them) makes ``send_event`` start a run, with the event's
+    payload as input, for each matching event.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -254,6 +286,16 @@ def workflow(
             raise WorkflowRegistrationError(
                 f"{where}: schedule must be a cron expression or a Schedule, got {schedule!r:.80}"
             )
+        subscriptions = on_event if isinstance(on_event, list | tuple) else [] if on_event is None else [on_event]
+        try:
+            events = tuple(OnEvent(sub) if isinstance(sub, str) else sub for sub in subscriptions)
+        except WorkflowRegistrationError as exc:
+            raise WorkflowRegistrationError(f"{where}: {exc}") from None
+        for sub in events:
+            if not isinstance(sub, OnEvent):
+                raise WorkflowRegistrationError(
+                    f"{where}: on_event must be an event type, an OnEvent or a list of them, got {sub!r:.80}"
+                )
         spec = WorkflowSpec(
             name=wf_name,
             version=version,
@@ -266,6 +308,7 @@ def workflow(
             rate_limit=rate_limit,
             debounce=debounce,
             schedule=timetable,
+            on_event=events,
         )
         return registry.register(spec)
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 
@@ -11,9 +14,40 @@ from ..models import Event, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, StepKind, StepStatus
 from .journal import JournalOps
 
+EVENT_RUN_KEY_PREFIX = "event:"
+
+
+def event_run_key(event_id: int) -> str:
+    """The idempotency key of the runs an event starts: one run per (workflow, event row)."""
+    return f"{EVENT_RUN_KEY_PREFIX}{event_id}"
+
+
+@dataclass(frozen=True)
+class EventStart:
+    """A run an event starts: the workflow's latest version, the payload as input, its flow columns."""
+
+    workflow_name: str
+    version: str | None
+    input: Any
+    flow: dict[str, Any]
+    debounce: tuple[str, timedelta, timedelta | None] | None = None
+
+
+@dataclass
+class EventOutcome:
+    """What :meth:`MessageOps.publish_event` did: the event row, the runs woken, the runs started."""
+
+    event_id: int
+    woke: int
+    started: list[tuple[WorkflowRun, bool]] = field(default_factory=list)
+    repeat: bool = False
+
 
 class MessageOps(JournalOps):
     """Delivering signals and events, in the sender's transaction."""
+
+    if TYPE_CHECKING:  # from RunOps, next to this class in the backend
+        insert_run: Callable[..., tuple[WorkflowRun, bool]]
 
     def send_signal(self, run_id: Any, name: str, data: Any, idempotency_key: str | None) -> bool:
         """Store a signal for a run and hand it to a wait for that name if one is open.
@@ -52,6 +86,26 @@ class MessageOps(JournalOps):
 
         Returns how many runs it woke; a repeated key returns the first send's count.
         """
+        return self.publish_event(event_type, payload, idempotency_key).woke
+
+    def publish_event(
+        self,
+        event_type: str,
+        payload: Any,
+        idempotency_key: str | None,
+        starts: Sequence[EventStart] = (),
+        subscribers: Sequence[str] = (),
+    ) -> EventOutcome:
+        """:meth:`send_event`, which also starts a run for each of ``starts``, in the same transaction.
+
+        The client picks the starts (the workflows subscribed to the event
+        whose match the payload contains: they live in code, not in the
+        database). Each run's idempotency key is :func:`event_run_key` of the
+        new event row, so a workflow starts once per event; a repeated
+        ``idempotency_key`` records nothing, starts nothing, and returns the
+        first send's count and the runs it started (``created`` False) among
+        ``subscribers``, the names of the workflows subscribed to the type.
+        """
         with self.write_lock(), transaction.atomic(using=self.alias):
             self.lock_event_type(event_type)
             try:
@@ -60,13 +114,21 @@ class MessageOps(JournalOps):
                         event_type=event_type, payload=payload, idempotency_key=idempotency_key
                     )
             except IntegrityError:
-                return int(Event.objects.get(event_type=event_type, idempotency_key=idempotency_key).woke)
+                first = Event.objects.get(event_type=event_type, idempotency_key=idempotency_key)
+                earlier = list(
+                    WorkflowRun.objects.filter(
+                        workflow_name__in=sorted({*subscribers, *(start.workflow_name for start in starts)}),
+                        idempotency_key=event_run_key(first.id),
+                    ).order_by("workflow_name")
+                )
+                return EventOutcome(first.id, int(first.woke), [(run, False) for run in earlier], repeat=True)
+            started = [self._start_for_event(event.id, start) for start in starts]
             waiting = StepAttempt.objects.filter(
                 kind=StepKind.EVENT, status=StepStatus.RUNNING, context__event=event_type
             ).order_by("id")
             matching = self.event_waits(waiting, payload)
             if not matching:
-                return 0
+                return EventOutcome(event.id, 0, started)
             # Lock the runs (in id order: no deadlocks between senders) so that a
             # worker about to park on the wait sees the delivery.
             run_ids = sorted({attempt.workflow_run_id for attempt in matching})
@@ -75,7 +137,20 @@ class MessageOps(JournalOps):
             output = {"event_id": event.id, "payload": payload}
             delivered = sum(self._deliver(attempt, output, now) for attempt in matching)
             Event.objects.filter(id=event.id).update(woke=delivered)
-            return delivered
+            return EventOutcome(event.id, delivered, started)
+
+    def _start_for_event(self, event_id: int, start: EventStart) -> tuple[WorkflowRun, bool]:
+        """Insert the run an event starts: keyed by the event, or folded into a debounced run."""
+        return self.insert_run(
+            workflow_name=start.workflow_name,
+            version=start.version,
+            input=start.input,
+            available_at=None,
+            deadline_at=None,
+            idempotency_key=None if start.debounce is not None else event_run_key(event_id),
+            flow=start.flow,
+            debounce=start.debounce,
+        )
 
     def _deliver(self, attempt: StepAttempt, output: dict[str, Any], now: Any) -> bool:
         """Complete a still-open waiting attempt with ``output`` and wake its run if it is parked."""
