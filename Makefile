@@ -3,6 +3,8 @@
 #   make demo              run the example workflow end to end (SQLite by default)
 #   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
 #                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra)
+#   make test-second-db    pytest with the workflow tables on a database alias of their own
+#                          ("other", with the shipped router): SQLite, then PostgreSQL if DATABASE_URL is set
 #   make lint              ruff, mypy and the import contracts (.importlinter)
 #   make migrations-check  fail if models and migrations disagree
 #   make tox TOX_ARGS="-e py312-django60-sqlite"
@@ -17,7 +19,7 @@ TOX_ARGS ?=
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
-.PHONY: help venv .venv demo test lint migrations-check tox clean distclean
+.PHONY: help venv .venv demo test test-second-db lint migrations-check tox clean distclean
 
 help:
 	@awk '/^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -69,6 +71,28 @@ test: $(STAMP)
 		fi; \
 	else \
 		echo "==> MARIADB_URL is not set: skipping the MariaDB run"; \
+	fi; \
+	exit $$status
+
+# OWF_TEST_WORKFLOW_DATABASE=other: tests/settings.py sets OPENWORKFLOW["DATABASE"] and
+# DATABASE_ROUTERS, conftest.py lets every database test use both aliases.
+test-second-db: $(STAMP)
+	@if [ -n "$$OPENWORKFLOW_REQUIRE_POSTGRES" ] && [ -z "$$DATABASE_URL" ]; then \
+		echo "error: OPENWORKFLOW_REQUIRE_POSTGRES is set but DATABASE_URL is not;" \
+		     "set DATABASE_URL=postgres://user@host:5432/dbname" >&2; \
+		exit 1; \
+	fi
+	@status=0; \
+	echo "==> pytest on SQLite, the workflow tables on the alias \"other\""; \
+	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
+		OWF_TEST_WORKFLOW_DATABASE=other $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+	if [ -n "$$DATABASE_URL" ]; then \
+		echo "==> pytest on PostgreSQL, the workflow tables on the alias \"other\":" \
+		     "$$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB OWF_TEST_WORKFLOW_DATABASE=other \
+			$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+	else \
+		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
 	fi; \
 	exit $$status
 

@@ -17,11 +17,123 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# OWF_TEST_WORKFLOW_DATABASE=other: tests/settings.py puts the workflow tables on that
+# alias (with the router), and every database test may use it besides "default".
+WORKFLOW_DATABASE = os.environ.get("OWF_TEST_WORKFLOW_DATABASE", "")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # A required database that is missing is an error, not a quiet fallback to SQLite.
     for required in ("OPENWORKFLOW_REQUIRE_POSTGRES", "OPENWORKFLOW_REQUIRE_MARIADB"):
         if os.environ.get(required) and not os.environ.get("DATABASE_URL"):
             raise pytest.UsageError(f"{required} is set but DATABASE_URL is not")
+    if WORKFLOW_DATABASE:
+        # Tests that replace OPENWORKFLOW wholesale (override_settings(OPENWORKFLOW={...}))
+        # keep the workflow tables where they are: on "default" there are none.
+        from django_openworkflow.conf import DEFAULTS
+
+        DEFAULTS["DATABASE"] = WORKFLOW_DATABASE
+
+
+# Tests that cannot hold with the workflow tables on an alias of their own, skipped in
+# that mode only. STARTS_COMMIT_ON_THEIR_OWN: what openworkflow.W030 warns about (the
+# start, or an atomic step's writes, commit on the workflow alias, not with a transaction
+# on "default"); test_second_database.py tests the same on the workflow alias.
+# DEFAULT_AS_WORKFLOW_DATABASE: the test reaches the workflow tables through the
+# "default" connection (its fix: connections[owf_settings.database]).
+STARTS_COMMIT_ON_THEIR_OWN = "a transaction on 'default' does not hold the workflow tables' writes (W030)"
+DEFAULT_AS_WORKFLOW_DATABASE = "uses the 'default' connection for the workflow tables"
+SKIPPED_WITH_A_WORKFLOW_DATABASE = {
+    "tests/test_client.py::test_run_started_in_a_rolled_back_transaction_does_not_exist": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_signals.py::test_signal_in_a_rolled_back_transaction_is_never_sent": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_event_starts.py::test_a_rolled_back_send_starts_nothing": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_tasks_backend.py::test_enqueue_inside_a_rolled_back_transaction_leaves_nothing": (
+        STARTS_COMMIT_ON_THEIR_OWN
+    ),
+    "tests/test_celery.py::test_message_is_sent_when_the_start_commits_and_not_on_rollback": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_testing_helpers.py::test_eager_mode_executes_a_run_when_its_start_commits": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_testing_helpers.py::test_eager_mode_executes_nothing_when_the_start_rolls_back": (
+        STARTS_COMMIT_ON_THEIR_OWN
+    ),
+    "tests/test_testing_helpers.py::test_eager_mode_in_the_test_transaction_needs_the_commit_callbacks": (
+        STARTS_COMMIT_ON_THEIR_OWN
+    ),
+    "tests/test_testing_helpers.py::DrainInsideTestCase::test_eager_mode_in_a_testcase": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_atomic_steps.py::test_failed_atomic_step_rolls_its_writes_back": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_atomic_steps.py::test_killed_worker_inside_an_atomic_step_leaves_no_write": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_backend_conformance.py::test_check_reports_database_settings_that_would_misbehave": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/test_backend_conformance.py::test_get_backend_is_the_class_for_the_database_made_once": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/test_registry.py::test_sqlite_without_wal_and_immediate_transactions_warns": DEFAULT_AS_WORKFLOW_DATABASE,
+    "tests/test_engine_errors.py::test_a_write_the_database_refuses_fails_the_run_after_a_bounded_number_of_tries": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/test_engine_store_errors.py::test_failed_journal_write_aborts_the_slice_even_inside_except_exception": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/test_worker_leases.py::test_worker_whose_heartbeat_cannot_renew_abandons_its_run": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/test_admin.py::test_list_issues_a_constant_number_of_queries": DEFAULT_AS_WORKFLOW_DATABASE,
+    "tests/test_notify.py::test_listener_reconnects_after_its_connection_drops": DEFAULT_AS_WORKFLOW_DATABASE,
+}
+
+
+def _django_db_marker(
+    transaction: bool = False,
+    reset_sequences: bool = False,
+    databases: object = None,
+    serialized_rollback: bool = False,
+    available_apps: object = None,
+) -> dict[str, object]:
+    """The django_db marker's arguments by name (pytest-django's signature)."""
+    return {
+        "transaction": transaction,
+        "reset_sequences": reset_sequences,
+        "databases": databases,
+        "serialized_rollback": serialized_rollback,
+        "available_apps": available_apps,
+    }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """With the workflow tables on an alias of their own, every database test may use it too.
+
+    pytest-django creates the test databases that the collected tests ask for and
+    blocks queries to any other alias, so each test's own django_db marker (or
+    db/transactional_db/live_server fixture) is replaced by one naming both aliases,
+    and Django test classes get the alias added to their ``databases``.
+    """
+    if not WORKFLOW_DATABASE:
+        return
+    from django.test import TransactionTestCase
+
+    for item in items:
+        reason = SKIPPED_WITH_A_WORKFLOW_DATABASE.get(item.nodeid.split("[")[0])
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"OWF_TEST_WORKFLOW_DATABASE: {reason}"))
+        test_cls = getattr(item, "cls", None)
+        if test_cls is not None and issubclass(test_cls, TransactionTestCase):  # Django's own test classes
+            if test_cls.databases != "__all__" and WORKFLOW_DATABASE not in test_cls.databases:
+                test_cls.databases = {*test_cls.databases, WORKFLOW_DATABASE}
+            continue
+        marker = item.get_closest_marker("django_db")
+        if marker is not None:
+            kwargs = _django_db_marker(*marker.args, **marker.kwargs)
+        elif {"db", "transactional_db", "live_server"} & set(getattr(item, "fixturenames", ())):
+            kwargs = _django_db_marker(transaction=bool({"transactional_db", "live_server"} & set(item.fixturenames)))
+        else:
+            continue
+        databases = kwargs["databases"]
+        if databases == "__all__":
+            continue
+        aliases = ["default"] if databases is None else list(databases)  # type: ignore[call-overload]
+        kwargs["databases"] = [*aliases, *([WORKFLOW_DATABASE] if WORKFLOW_DATABASE not in aliases else [])]
+        item.add_marker(pytest.mark.django_db(**kwargs), append=False)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -81,20 +81,46 @@ else:
         }
     }
 
+
+def _other_name(default_name: str) -> str:
+    """The "other" alias's database name, made from the default alias's (test or not)."""
+    if default_name.endswith(".sqlite3"):
+        return default_name.replace(".sqlite3", "-other.sqlite3")
+    return f"{default_name}_other"
+
+
 # A second alias on the same server, for the tests that put the workflow tables
 # on an alias of their own (OPENWORKFLOW["DATABASE"]). Tests ask for it with
-# django_db(databases=[...]); only they create its test database.
-DATABASES["other"] = {**DATABASES["default"], "NAME": f"{DATABASES['default']['NAME']}_other", "TEST": {}}
-if DATABASES["other"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["other"]["TEST"] = {"NAME": DATABASES["default"]["TEST"]["NAME"].replace(".sqlite3", "-other.sqlite3")}
-elif DATABASES["other"]["ENGINE"].endswith("backends.mysql"):
-    DATABASES["other"]["TEST"] = {"CHARSET": "utf8mb4"}
+# django_db(databases=[...]); only they create its test database (and, with
+# OWF_TEST_WORKFLOW_DATABASE=other, conftest.py makes every test ask for it).
+DATABASES["other"] = {
+    **DATABASES["default"],
+    "NAME": _other_name(str(DATABASES["default"]["NAME"])),
+    "TEST": {
+        **DATABASES["default"].get("TEST", {}),
+        # Django names a test database "test_" + NAME unless told otherwise.
+        "NAME": _other_name(DATABASES["default"].get("TEST", {}).get("NAME") or f"test_{DATABASES['default']['NAME']}"),
+    },
+}
 
-# Worker subprocesses started by the tests connect to the test database by name.
+# Worker subprocesses started by the tests connect to the test databases by name:
+# the default alias's is given, the other alias's is named after it.
 if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["OWF_TEST_DB_NAME"]
+    DATABASES["other"]["NAME"] = _other_name(os.environ["OWF_TEST_DB_NAME"])
 
 OPENWORKFLOW = {"POLL_INTERVAL": "20ms"}
+
+# OWF_TEST_WORKFLOW_DATABASE=other (`make test-second-db`): the whole suite with
+# the workflow tables on that alias only, as the README tells users to set it up.
+WORKFLOW_DATABASE = os.environ.get("OWF_TEST_WORKFLOW_DATABASE", "")
+if WORKFLOW_DATABASE:
+    if WORKFLOW_DATABASE not in DATABASES:
+        raise ValueError(f"OWF_TEST_WORKFLOW_DATABASE={WORKFLOW_DATABASE!r} is not an alias of tests/settings.py")
+    OPENWORKFLOW["DATABASE"] = WORKFLOW_DATABASE
+    DATABASE_ROUTERS = ["django_openworkflow.routers.WorkflowRouter"]
+    # Read and understood (tests/test_second_database.py tests it): not printed by every command.
+    SILENCED_SYSTEM_CHECKS = ["openworkflow.W030"]
 
 LOGGING = {
     "version": 1,

@@ -34,7 +34,7 @@ from datetime import timedelta
 
 import pytest
 from django.core import checks
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from django_openworkflow.models import FINISHED_STATUSES, Event, Signal, StepAttempt, WorkflowRun
@@ -140,7 +140,7 @@ def race(call, n=THREADS):
         except BaseException as exc:
             errors.append(exc)
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=run) for _ in range(n)]
     for thread in threads:

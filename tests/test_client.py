@@ -7,7 +7,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from django_openworkflow import (
@@ -102,7 +102,7 @@ def test_idempotency_key_under_concurrency_creates_one_run():
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=start) for _ in range(10)]
     for t in threads:

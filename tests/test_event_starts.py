@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.test import override_settings
 
 from django_openworkflow import (
@@ -243,7 +243,7 @@ def test_concurrent_sends_with_one_key_start_one_run_per_workflow(declare, dispa
         except BaseException as exc:
             errors.append(exc)
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=send) for _ in range(THREADS)]
     for thread in threads:

@@ -11,7 +11,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connections
 
 from django_openworkflow import operations, workflow
 from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationError
@@ -166,7 +166,7 @@ def test_two_claimers_at_once_never_exceed_the_limit(declare):
             barrier.wait()
             results.append(len(claim(limit=5, worker=f"w{i}")))
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
     for thread in threads:
@@ -284,7 +284,7 @@ def test_concurrent_debounced_starts_make_one_run(declare):
             barrier.wait()
             ids.append(spec.run(n).id)
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=start, args=(n,)) for n in range(8)]
     for thread in threads:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.urls import reverse
 
 from django_openworkflow import WorkflowRegistrationError, workflow
@@ -187,7 +187,7 @@ def test_workers_racing_for_one_tick_start_one_run(scheduled):
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:
-            connection.close()
+            connections.close_all()  # every alias this thread opened
 
     threads = [threading.Thread(target=worker) for _ in range(3)]
     for thread in threads:
