@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -172,6 +173,29 @@ class WorkerProcesses:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             proc.wait(10)
+
+
+@pytest.fixture
+def broker() -> Iterator[Any]:
+    """The test Redis database (Celery's broker in tests/settings_celery.py), empty.
+
+    Skips without Redis, unless OPENWORKFLOW_REQUIRE_REDIS says it must be there.
+    """
+    redis = pytest.importorskip("redis", reason="the Celery tests need Redis (celery[redis])")
+    from tests import settings_celery
+
+    client = redis.Redis.from_url(settings_celery.CELERY_BROKER_URL)
+    try:
+        client.ping()
+    except redis.ConnectionError as exc:
+        message = f"Redis is not reachable at {settings_celery.CELERY_BROKER_URL}: {exc}"
+        if os.environ.get("OPENWORKFLOW_REQUIRE_REDIS"):
+            pytest.fail(message)
+        pytest.skip(message)
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
 
 
 @pytest.fixture

@@ -39,23 +39,6 @@ def _tests_celery_app_is_current() -> None:
 
 
 @pytest.fixture
-def broker() -> Iterator[Any]:
-    """The test Redis database, empty."""
-    client = redis.Redis.from_url(settings_celery.CELERY_BROKER_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        message = f"Redis is not reachable at {settings_celery.CELERY_BROKER_URL}: {exc}"
-        if os.environ.get("OPENWORKFLOW_REQUIRE_REDIS"):
-            pytest.fail(message)
-        pytest.skip(message)
-    client.flushdb()
-    yield client
-    client.flushdb()
-    client.close()
-
-
-@pytest.fixture
 def celery_dispatch(settings: Any, broker: Any) -> None:
     """This process starts runs the way the worker subprocesses are configured: DISPATCH = "celery"."""
     settings.OPENWORKFLOW = settings_celery.OPENWORKFLOW

@@ -139,22 +139,12 @@ def test_concurrency_limit_holds_when_a_worker_is_killed_mid_run(workers):
 
 
 @pytest.fixture
-def celery_processes(settings: Any) -> Iterator[Any]:
+def celery_processes(settings: Any, broker: Any) -> Iterator[Any]:
     """This process dispatches to Celery (Redis, emptied); yields a function that starts subprocesses likewise."""
     pytest.importorskip("celery", reason="Celery dispatch needs the `celery` extra")
-    redis = pytest.importorskip("redis", reason="the Celery tests need Redis (celery[redis])")
     from tests import settings_celery
     from tests.celery_app import app
 
-    client = redis.Redis.from_url(settings_celery.CELERY_BROKER_URL)
-    try:
-        client.ping()
-    except redis.ConnectionError as exc:
-        message = f"Redis is not reachable at {settings_celery.CELERY_BROKER_URL}: {exc}"
-        if os.environ.get("OPENWORKFLOW_REQUIRE_REDIS"):
-            pytest.fail(message)
-        pytest.skip(message)
-    client.flushdb()
     app.set_current()  # another test may have made the example project's app current
     settings.OPENWORKFLOW = settings_celery.OPENWORKFLOW
     env = dict(
@@ -169,14 +159,12 @@ def celery_processes(settings: Any) -> Iterator[Any]:
         procs.append(proc)
         return proc
 
-    start.broker = client  # type: ignore[attr-defined]
+    start.broker = broker  # type: ignore[attr-defined]
     yield start
     for proc in procs:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
-    client.flushdb()
-    client.close()
 
 
 def consumers(broker: Any) -> int:
