@@ -80,3 +80,37 @@ def test_retry_from_the_failed_step_keeps_the_steps_before_it(run_worker):
     assert effects == {"one": 1, "two": 1, "three": 2}  # one and two did not run again
     after = StepAttempt.objects.filter(workflow_run_id=handle.id, status="completed", step_name__in=["one", "two"])
     assert dict(after.values_list("step_name", "output")) == before
+
+
+# -- a transaction the database aborted over locks is tried again --
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retrying_runs_a_lock_victim_again_but_not_inside_the_callers_transaction():
+    from django.db import IntegrityError, OperationalError, transaction
+
+    from django_openworkflow.store import get_backend
+
+    store = get_backend()
+    calls: list[int] = []
+
+    def deadlocked_once() -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OperationalError("(1213, 'Deadlock found when trying to get lock; try restarting transaction')")
+        return "done"
+
+    assert store.retrying(deadlocked_once) == "done" and len(calls) == 2
+    calls.clear()
+    with pytest.raises(OperationalError), transaction.atomic():  # the caller's transaction is aborted as a whole
+        store.retrying(deadlocked_once)
+    assert len(calls) == 1
+
+    def not_about_locks() -> None:
+        calls.append(1)
+        raise IntegrityError("duplicate key")
+
+    calls.clear()
+    with pytest.raises(IntegrityError):
+        store.retrying(not_about_locks)
+    assert len(calls) == 1

@@ -10,13 +10,14 @@ Nothing outside ``backends/`` asks which database it is talking to.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.core import checks
-from django.db import InterfaceError, OperationalError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Expression, QuerySet
 from django.db.models.functions import Now
@@ -43,6 +44,9 @@ def contains(payload: Any, pattern: Any) -> bool:
     if isinstance(pattern, int | float) and isinstance(payload, int | float):
         return payload == pattern
     return bool(payload == pattern and type(payload) is type(pattern))
+
+
+T = TypeVar("T")
 
 
 def gate_name(key: str) -> str:
@@ -75,6 +79,21 @@ class BackendCore:
     def is_transient(self, error: BaseException | None) -> bool:
         """Whether a database error is about the connection or a lock, and worth retrying as it is."""
         return isinstance(error, OperationalError | InterfaceError)
+
+    def retrying(self, operation: Callable[[], T], attempts: int = 3) -> T:
+        """Run a short transaction again when the database aborted it over locks (a deadlock's victim).
+
+        Only outside the caller's own transaction, which the database has
+        aborted as a whole; a connection error fails again and is raised.
+        """
+        for attempt in range(1, attempts + 1):
+            try:
+                return operation()
+            except DatabaseError as exc:
+                if attempt == attempts or self.connection.in_atomic_block or not self.is_transient(exc):
+                    raise
+                time.sleep(0.02 * attempt)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the clock --
 

@@ -131,7 +131,19 @@ class RunOps(JournalOps):
         return bool(self.cancel_runs([run_id]))
 
     def cancel_runs(self, run_ids: list[Any]) -> list[Any]:
-        """Cancel many runs in one transaction (the admin's "select all"); returns the ids it canceled."""
+        """Cancel many runs in one transaction (the admin's "select all"); returns the ids it canceled.
+
+        Racing a worker's commit, the database may pick this transaction as
+        a deadlock's victim: it is tried again (:meth:`retrying`).
+        """
+        targets = self.retrying(lambda: self._cancel(run_ids))
+        ids = [run_id for run_id, _, _ in targets]
+        # A canceled run may have held a place, or been the run asking for one for the others.
+        for key in sorted({key for _, _, key in targets if key is not None}):
+            self.free_place(key)
+        return ids
+
+    def _cancel(self, run_ids: list[Any]) -> list[tuple[Any, Any, Any]]:
         now = self.now()
         with transaction.atomic(using=self.alias):
             targets = list(
@@ -153,10 +165,7 @@ class RunOps(JournalOps):
             for _, parent_step, _ in targets:
                 if parent_step is not None:
                     self.wake_parent(parent_step, now)
-        # A canceled run may have held a place, or been the run asking for one for the others.
-        for key in sorted({key for _, _, key in targets if key is not None}):
-            self.free_place(key)
-        return ids
+        return targets
 
     def free_place(self, concurrency_key: str, *, skip_if_quiet: bool = False) -> tuple[uuid.UUID, str] | None:
         """A run of this key let go of its place: make the first run waiting for one due now; its (id, queue).
