@@ -102,7 +102,7 @@ def test_retrying_runs_a_lock_victim_again_but_not_inside_the_callers_transactio
 
     assert store.retrying(deadlocked_once) == "done" and len(calls) == 2
     calls.clear()
-    with pytest.raises(OperationalError), transaction.atomic():  # the caller's transaction is aborted as a whole
+    with pytest.raises(OperationalError), transaction.atomic(using=store.alias):  # aborted as a whole
         store.retrying(deadlocked_once)
     assert len(calls) == 1
 
