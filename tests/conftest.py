@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -242,3 +242,31 @@ def run_worker() -> Callable[..., None]:
         return worker
 
     return run
+
+
+def race(call: Callable[[], Any], n: int = 20) -> list[Any]:
+    """Run ``call()`` in ``n`` threads released at once, each on its own connections; returns the results.
+
+    Any exception in a thread fails the test; every thread closes the connections it opened.
+    """
+    barrier = threading.Barrier(n)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            barrier.wait(timeout=10)
+            results.append(call())
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()  # every alias this thread opened
+
+    threads = [threading.Thread(target=run) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    assert len(results) == n
+    return results

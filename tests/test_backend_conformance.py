@@ -27,14 +27,13 @@ exists on one database (a session time zone, a vendor's settings check).
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 from django.core import checks
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_openworkflow.models import FINISHED_STATUSES, Event, Signal, StepAttempt, WorkflowRun
@@ -49,6 +48,7 @@ from django_openworkflow.store.records import (
     LeaseLost,
     NewAttempt,
 )
+from tests.conftest import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -126,30 +126,6 @@ def snapshot():
 def exact(value):
     """A JSON value's text with sorted keys: ``1`` and ``1.0``, ``True`` and ``1`` differ."""
     return json.dumps(value, sort_keys=True)
-
-
-def race(call, n=THREADS):
-    """Run ``call()`` in ``n`` threads released at once, each on its own connection; returns the results."""
-    barrier = threading.Barrier(n)
-    results, errors = [], []
-
-    def run():
-        try:
-            barrier.wait(timeout=10)
-            results.append(call())
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()  # every alias this thread opened
-
-    threads = [threading.Thread(target=run) for _ in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert not errors, errors
-    assert len(results) == n
-    return results
 
 
 def wait(run_id, kind, name, match=None, worker="w1"):

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 from django.test import override_settings
 
 from django_openworkflow import (
@@ -21,6 +19,7 @@ from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import Event, WorkflowRun
 from django_openworkflow.registry import registry
 from tests import event_workflows
+from tests.conftest import race
 from tests.event_workflows import echo, echo_again
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -233,25 +232,7 @@ def test_a_debounced_subscriber_folds_events_into_one_run(declare):
 def test_concurrent_sends_with_one_key_start_one_run_per_workflow(declare, dispatched):
     declare("ev-race-a", on_event="ev.race")
     declare("ev-race-b", on_event=OnEvent("ev.race", match={"order": 7}))
-    barrier = threading.Barrier(THREADS)
-    results, errors = [], []
-
-    def send():
-        try:
-            barrier.wait(timeout=10)
-            results.append(publish_event("ev.race", {"order": 7}, idempotency_key="race-1"))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()  # every alias this thread opened
-
-    threads = [threading.Thread(target=send) for _ in range(THREADS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors, errors
-    assert len(results) == THREADS
+    results = race(lambda: publish_event("ev.race", {"order": 7}, idempotency_key="race-1"), THREADS)
 
     assert Event.objects.filter(event_type="ev.race").count() == 1
     (a,), (b,) = runs_of("ev-race-a"), runs_of("ev-race-b")

@@ -7,11 +7,10 @@ workers and Celery use.
 
 from __future__ import annotations
 
-import threading
+import itertools
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 
 from django_openworkflow import operations, workflow
 from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationError
@@ -19,6 +18,7 @@ from django_openworkflow.flow import BLOCKED_UNTIL, PROBE_INTERVAL, Concurrency,
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.registry import registry
 from django_openworkflow.store import get_backend
+from tests.conftest import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,21 +158,8 @@ def test_two_claimers_at_once_never_exceed_the_limit(declare):
     spec = declare("fc-race", concurrency=Concurrency(3))
     for n in range(30):
         spec.run(n)
-    results: list[int] = []
-    barrier = threading.Barrier(6)
-
-    def claimer(i):
-        try:
-            barrier.wait()
-            results.append(len(claim(limit=5, worker=f"w{i}")))
-        finally:
-            connections.close_all()  # every alias this thread opened
-
-    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    workers = itertools.count()
+    results = race(lambda: len(claim(limit=5, worker=f"w{next(workers)}")), 6)
     assert sum(results) == 3
     assert WorkflowRun.objects.filter(concurrency_key="fc-race", worker_id__isnull=False).count() == 3
 
@@ -276,21 +263,8 @@ def test_debounce_max_wait_caps_the_delay(declare):
 
 def test_concurrent_debounced_starts_make_one_run(declare):
     spec = declare("fc-debounce-race", debounce=Debounce("10s"))
-    ids: list = []
-    barrier = threading.Barrier(8)
-
-    def start(n):
-        try:
-            barrier.wait()
-            ids.append(spec.run(n).id)
-        finally:
-            connections.close_all()  # every alias this thread opened
-
-    threads = [threading.Thread(target=start, args=(n,)) for n in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    inputs = itertools.count()
+    ids = race(lambda: spec.run(next(inputs)).id, 8)
     assert len(ids) == 8 and len(set(ids)) == 1
     assert WorkflowRun.objects.filter(workflow_name="fc-debounce-race").count() == 1
 

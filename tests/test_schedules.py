@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.urls import reverse
 
 from django_openworkflow import WorkflowRegistrationError, workflow
@@ -32,7 +31,7 @@ from django_openworkflow.schedules import (
 )
 from django_openworkflow.store import get_backend
 from tests import schedule_workflows
-from tests.conftest import ROOT, wait_until
+from tests.conftest import ROOT, race, wait_until
 from tests.schedule_workflows import EVERY_MINUTE, EVERY_TWO_SECONDS, EVERY_TWO_SECONDS_CRON, PARIS, SKIPPING
 
 BASE = datetime(2030, 1, 7, 10, 0, 30, tzinfo=UTC)  # half a minute past a tick
@@ -176,25 +175,7 @@ def test_three_workers_for_three_minutes_start_one_run_per_minute(scheduled):
 @pytest.mark.django_db(transaction=True)
 def test_workers_racing_for_one_tick_start_one_run(scheduled):
     sync_schedules(now=BASE)
-    barrier = threading.Barrier(3)
-    made: list[int] = []
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            barrier.wait()
-            made.append(fire_due_schedules(now=at(31)))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()  # every alias this thread opened
-
-    threads = [threading.Thread(target=worker) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    made = race(lambda: fire_due_schedules(now=at(31)), 3)
     assert keys(EVERY_MINUTE) == [minute(1)]
     assert sum(made) == 2  # EVERY_MINUTE's and SKIPPING's runs, each once
     assert ScheduleRow.objects.get(name=EVERY_MINUTE).next_tick_at == at(90)
