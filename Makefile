@@ -16,6 +16,10 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 TOX_ARGS ?=
 
+# $(call require,FLAG,URL,example): fail when the environment requires a database (FLAG) but names none (URL).
+require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
+	echo "error: $(1) is set but $(2) is not; set $(2)=$(3)" >&2; exit 1; fi
+
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
@@ -39,16 +43,8 @@ demo: $(STAMP)
 # it against the database the run is on. mysqlclient is installed on first use only:
 # it needs a C compiler, and SQLite must keep working with nothing but python3.
 test: $(STAMP)
-	@if [ -n "$$OPENWORKFLOW_REQUIRE_POSTGRES" ] && [ -z "$$DATABASE_URL" ]; then \
-		echo "error: OPENWORKFLOW_REQUIRE_POSTGRES is set but DATABASE_URL is not;" \
-		     "set DATABASE_URL=postgres://user@host:5432/dbname" >&2; \
-		exit 1; \
-	fi
-	@if [ -n "$$OPENWORKFLOW_REQUIRE_MARIADB" ] && [ -z "$$MARIADB_URL" ]; then \
-		echo "error: OPENWORKFLOW_REQUIRE_MARIADB is set but MARIADB_URL is not;" \
-		     "set MARIADB_URL=mysql://user@host:3306/dbname" >&2; \
-		exit 1; \
-	fi
+	$(call require,OPENWORKFLOW_REQUIRE_POSTGRES,DATABASE_URL,postgres://user@host:5432/dbname)
+	$(call require,OPENWORKFLOW_REQUIRE_MARIADB,MARIADB_URL,mysql://user@host:3306/dbname)
 	@status=0; \
 	echo "==> pytest on SQLite"; \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
@@ -77,11 +73,7 @@ test: $(STAMP)
 # OWF_TEST_WORKFLOW_DATABASE=other: tests/settings.py sets OPENWORKFLOW["DATABASE"] and
 # DATABASE_ROUTERS, conftest.py lets every database test use both aliases.
 test-second-db: $(STAMP)
-	@if [ -n "$$OPENWORKFLOW_REQUIRE_POSTGRES" ] && [ -z "$$DATABASE_URL" ]; then \
-		echo "error: OPENWORKFLOW_REQUIRE_POSTGRES is set but DATABASE_URL is not;" \
-		     "set DATABASE_URL=postgres://user@host:5432/dbname" >&2; \
-		exit 1; \
-	fi
+	$(call require,OPENWORKFLOW_REQUIRE_POSTGRES,DATABASE_URL,postgres://user@host:5432/dbname)
 	@status=0; \
 	echo "==> pytest on SQLite, the workflow tables on the alias \"other\""; \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
