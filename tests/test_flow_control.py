@@ -126,6 +126,18 @@ def test_when_the_run_asking_for_a_place_gets_it_the_next_one_asks(declare):
     assert WorkflowRun.objects.get(id=third.id).available_at <= get_backend().now() + PROBE_INTERVAL
 
 
+def test_a_key_found_quiet_is_looked_at_again_once_a_claim_here_sets_a_run_aside(declare):
+    """Workers skip the wake-up read for a key nobody waited under; a refusal here ends that at once."""
+    spec = declare("fc-quiet", concurrency=Concurrency(1))
+    first = spec.run(1)
+    claim(limit=10)
+    assert get_backend().free_place("fc-quiet", skip_if_quiet=True) is None  # nobody waits: remembered
+    second = spec.run(2)
+    assert claim(limit=10) == []  # the key is full: the second run is set aside
+    WorkflowRun.objects.filter(id=first.id).update(status="completed", worker_id=None)
+    assert get_backend().free_place("fc-quiet", skip_if_quiet=True) == (second.id, "default")
+
+
 def test_free_place_with_nobody_waiting_changes_nothing(declare):
     declare("fc-nobody", concurrency=Concurrency(1))
     assert get_backend().free_place("fc-nobody") is None
