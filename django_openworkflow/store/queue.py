@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Value
+from django.db.models import Count, Value
 from django.db.models.functions import Coalesce
 
 from ..flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
@@ -175,11 +175,11 @@ class QueueOps(BackendCore):
             due = [c for c in due if _gate_keys(c) <= locked]
         places = sorted({c.concurrency_key for c in due if c.needs_place and c.concurrency_key})
         rates = {c.rate_key: c.rate_period for c in due if c.needs_rate and c.rate_key}
-        if not places and not rates:
+        keys = set().union(*map(_gate_keys, due))
+        if not keys:
             return due[:want], 0
-        keys = ["concurrency:" + key for key in places] + ["rate:" + key for key in sorted(rates)]
         if may_lock:
-            self.lock_keys(keys)
+            self.lock_keys(sorted(keys))
             locked.update(keys)
         held, in_progress = self._places_taken(places)
         window_ends = self._starts_in_window(rates, now)
@@ -241,9 +241,10 @@ class QueueOps(BackendCore):
         in_progress: Counter[str] = Counter()
         if keys:
             running = WorkflowRun.objects.filter(concurrency_key__in=keys, status=RunStatus.RUNNING)
-            for key, holder in running.values_list("concurrency_key", "worker_id"):
-                in_progress[str(key)] += 1
-                held[str(key)] += holder is not None
+            counts = running.values("concurrency_key").annotate(runs=Count("id"), holders=Count("worker_id"))
+            for row in counts.order_by():
+                in_progress[str(row["concurrency_key"])] = row["runs"]
+                held[str(row["concurrency_key"])] = row["holders"]
         return held, in_progress
 
     def _starts_in_window(self, periods: dict[str, float | None], now: datetime) -> dict[str, list[datetime]]:
