@@ -28,6 +28,7 @@ from django.db.models import Field, Model
 from ...flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
+from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
 from .base import Backend
 
@@ -67,7 +68,7 @@ class PostgreSQLBackend(Backend):
         leased = sorted((run for run in rows if not run.held_back), key=lambda run: (-run.priority, run.due_at))
         claimed = [
             ClaimedRun(
-                RunRecord(*(getattr(run, name) for name in RUN_RECORD_ATTRS)),
+                _record(run),
                 worker_id,
                 claimed_at=self._aware(run.claimed_at),
                 fresh=run.fresh,
@@ -86,7 +87,7 @@ class PostgreSQLBackend(Backend):
         # The lease and the records in one UPDATE ... RETURNING.
         params = [RunStatus.RUNNING.value, worker_id, now + lease, now, now, ids]
         rows: list[Any] = list(WorkflowRun.objects.raw(_lease_sql(), params))
-        return {run.id: RunRecord(*(getattr(run, name) for name in RUN_RECORD_ATTRS)) for run in rows}
+        return {run.id: _record(run) for run in rows}
 
     def lock_keys(self, keys: list[str]) -> None:
         # Transaction-level advisory locks, taken in the order of their hashes.
@@ -157,10 +158,9 @@ class PostgreSQLBackend(Backend):
         return PostgresListener(channels, on_notify, self.alias)
 
 
-RUN_RECORD_ATTRS = (
-    "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
-    "concurrency_key",
-)  # fmt: skip
+def _record(run: Any) -> RunRecord:
+    """The :class:`RunRecord` of a row read by raw SQL with the :data:`RUN_RECORD_FIELDS` columns."""
+    return RunRecord(*(getattr(run, name) for name in RUN_RECORD_FIELDS))
 
 
 @functools.cache
@@ -175,8 +175,8 @@ def _claim_sql(one_queue: bool) -> str:
         f" AND (due.status = '{RunStatus.PENDING.value}' OR NOT due.concurrency_counts_parked))"
         " OR (due.rate_key IS NOT NULL AND due.started_at IS NULL)"
     )
-    record = ", ".join(f"r.{_q(_field(WorkflowRun, name).column)}" for name in RUN_RECORD_ATTRS)
-    nulls = ", ".join(["NULL"] * (len(RUN_RECORD_ATTRS) - 1))
+    record = ", ".join(f"r.{_q(_field(WorkflowRun, name).column)}" for name in RUN_RECORD_FIELDS)
+    nulls = ", ".join(["NULL"] * (len(RUN_RECORD_FIELDS) - 1))
     return f"""
         WITH due AS (
             SELECT id, started_at, available_at, worker_id, status, priority,
@@ -205,7 +205,7 @@ def _claim_sql(one_queue: bool) -> str:
 @functools.cache
 def _lease_sql() -> str:
     """``QueueOps._lease`` returning the records: status, holder, lease end, first start, update time; ids."""
-    record = ", ".join(_q(_field(WorkflowRun, name).column) for name in RUN_RECORD_ATTRS)
+    record = ", ".join(_q(_field(WorkflowRun, name).column) for name in RUN_RECORD_FIELDS)
     return (
         f"UPDATE {_q(WorkflowRun._meta.db_table)} SET status = %s, worker_id = %s, available_at = %s, "
         "started_at = COALESCE(started_at, %s), updated_at = %s, blocked_at = NULL, debounce_key = NULL "
