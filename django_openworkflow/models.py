@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import F, Lookup, Q
+from django.utils.translation import gettext_lazy as _
 
 from .conf import owf_settings
 from .flow import DEFAULT_QUEUE
@@ -131,6 +132,19 @@ class WorkflowRun(models.Model):
         on_delete=models.SET_NULL,
         related_name="child_runs",
     )
+    continued_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="continued_as",
+        help_text="The run that handed over to this one (ctx.continue_as_new).",
+    )
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="Canceled while running: its compensations run, then it ends as canceled."
+    )
+    # While parked waiting for children: the one child step whose end wakes the run early (None: any child's).
+    wake_on_attempt_id = models.BigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -140,6 +154,8 @@ class WorkflowRun(models.Model):
 
     class Meta:
         db_table = "openworkflow_run"
+        verbose_name = _("workflow run")
+        verbose_name_plural = _("workflow runs")
         ordering = ["-created_at"]
         constraints = [
             models.UniqueConstraint(
@@ -219,6 +235,8 @@ class StepAttempt(models.Model):
 
     class Meta:
         db_table = "openworkflow_step_attempt"
+        verbose_name = _("step attempt")
+        verbose_name_plural = _("step attempts")
         ordering = ["workflow_run", "id"]
         indexes = [
             models.Index(fields=["workflow_run", "created_at"], name="owf_step_run_idx"),
@@ -246,6 +264,8 @@ class Signal(models.Model):
 
     class Meta:
         db_table = "openworkflow_signal"
+        verbose_name = _("signal")
+        verbose_name_plural = _("signals")
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(
@@ -274,6 +294,8 @@ class Event(models.Model):
 
     class Meta:
         db_table = "openworkflow_event"
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(
@@ -297,6 +319,8 @@ class Gate(models.Model):
 
     class Meta:
         db_table = "openworkflow_gate"
+        verbose_name = _("gate")
+        verbose_name_plural = _("gates")
 
     def __str__(self) -> str:
         return self.name
@@ -309,23 +333,28 @@ class Schedule(models.Model):
     idempotency key, so any number of them start it exactly once.
     """
 
-    name = models.CharField(max_length=255, unique=True, help_text="The workflow's name.")
-    cron = models.CharField(max_length=255)
-    timezone = models.CharField(max_length=64)
-    missed = models.CharField(max_length=16, default="latest")
-    input = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
-    paused = models.BooleanField(default=False)
+    name = models.CharField(verbose_name=_("name"), max_length=255, unique=True, help_text="The workflow's name.")
+    cron = models.CharField(verbose_name=_("cron"), max_length=255)
+    timezone = models.CharField(verbose_name=_("time zone"), max_length=64)
+    missed = models.CharField(verbose_name=_("missed ticks"), max_length=16, default="latest")
+    input = models.JSONField(verbose_name=_("input"), encoder=DjangoJSONEncoder, null=True, blank=True)
+    paused = models.BooleanField(verbose_name=_("paused"), default=False)
     last_tick_at = models.DateTimeField(
-        null=True, blank=True, help_text="The latest tick a run was started for (or the schedule began)."
+        verbose_name=_("last tick at"),
+        null=True,
+        blank=True,
+        help_text="The latest tick a run was started for (or the schedule began).",
     )
-    next_tick_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    next_tick_at = models.DateTimeField(verbose_name=_("next tick at"), null=True, blank=True)
+    created_at = models.DateTimeField(verbose_name=_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(verbose_name=_("updated at"), auto_now=True)
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
     class Meta:
         db_table = "openworkflow_schedule"
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
         ordering = ["name"]
 
     def __str__(self) -> str:
