@@ -1,6 +1,11 @@
 # Developer tasks. Needs only python3: everything else goes into .venv.
 #
-#   make demo              run the example workflow end to end (SQLite by default)
+#   make demo              run the example workflow end to end (SQLite by default); installs only
+#                          what the example project needs (the [example] extra), not the dev tools
+#   make demo-admin        the demo's runs in the example project's admin: creates a superuser
+#                          (asks once) and serves http://127.0.0.1:8000/admin/
+#   make messages          recompile the translations (needs GNU gettext's msgfmt; the .mo files are committed)
+#   make screenshots       refresh the README's pictures (docs/*.png) from the browser test's themed admin
 #   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
 #                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra)
 #   make test-second-db    pytest with the workflow tables on a database alias of their own
@@ -13,6 +18,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# The demo's own, smaller install: Django and the example project's theme, no test or lint tools.
+DEMO_STAMP := $(VENV)/.installed-demo
 PYTEST_ARGS ?=
 TOX_ARGS ?=
 
@@ -23,7 +30,7 @@ require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
-.PHONY: help venv .venv demo test test-second-db lint migrations-check tox clean distclean
+.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint migrations-check tox clean distclean
 
 help:
 	@awk '/^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -35,9 +42,32 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install -e ".[dev]"
 	touch $@
 
-demo: $(STAMP)
+$(DEMO_STAMP): setup.cfg pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e ".[example]"
+	touch $@
+
+demo: $(DEMO_STAMP)
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py demo
+
+# A superuser only when there is none (createsuperuser asks for a name and a password).
+demo-admin: $(DEMO_STAMP)
+	$(BIN)/python manage.py migrate --noinput
+	@$(BIN)/python manage.py shell -v 0 -c \
+		"from django.contrib.auth import get_user_model; import sys; \
+		sys.exit(0 if get_user_model().objects.filter(is_superuser=True).exists() else 1)" \
+		|| $(BIN)/python manage.py createsuperuser
+	@echo "==> the demo's runs: http://127.0.0.1:8000/admin/django_openworkflow/workflowrun/"
+	$(BIN)/python manage.py runserver 127.0.0.1:8000
+
+# The browser test (Debian's chromium, the example project's themed admin) copies its README pictures to docs/.
+screenshots: $(STAMP)
+	OPENWORKFLOW_SCREENSHOTS=docs $(BIN)/pytest -q tests/test_admin_browser.py
+
+# The translations: django.po (edited by hand or with makemessages) -> django.mo, which is committed.
+messages: $(DEMO_STAMP)
+	cd django_openworkflow && ../$(BIN)/django-admin compilemessages
 
 # Each run carries only its own OPENWORKFLOW_REQUIRE_* variable: conftest.py checks
 # it against the database the run is on. mysqlclient is installed on first use only:

@@ -4,6 +4,10 @@ Stored data is shown, never obeyed: :func:`printable` and :func:`json_text`
 write control characters, bidirectional overrides and lone surrogates as
 escapes, so a payload can neither drive the operator's terminal nor make a
 page impossible to encode as UTF-8 (SQLite keeps ``"\\ud800"`` in JSON).
+
+The phrases are translated (gettext) into the active language: the admin's
+(the user's, with Django's LocaleMiddleware), ``LANGUAGE_CODE`` for commands.
+Tables for a terminal keep their English headers: scripts read them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.functional import Promise
+from django.utils.translation import gettext, gettext_lazy, ngettext, pgettext_lazy
 
 from .flow import BLOCKED_UNTIL
 from .models import StepAttempt, WorkflowRun
@@ -144,8 +150,45 @@ def compact_json(value: Any, width: int = 60) -> str:
 
 
 def plural(count: int, word: str = "run") -> str:
-    """``1 run``, ``3 runs``."""
+    """``1 run``, ``3 runs`` (English only: for logs and the terminal; the admin says :func:`runs_text`)."""
     return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def runs_text(count: int) -> str:
+    """``1 run``, ``3 runs``, in the active language."""
+    return ngettext("%(count)d run", "%(count)d runs", count) % {"count": count}
+
+
+# What a badge says, lower case: keyed by the stored value, which CSS classes keep in every language.
+STATUS_LABELS: dict[str, Promise] = {
+    "pending": pgettext_lazy("status", "pending"),
+    "running": pgettext_lazy("status", "running"),
+    "parked": pgettext_lazy("status", "parked"),
+    "completed": pgettext_lazy("status", "completed"),
+    "failed": pgettext_lazy("status", "failed"),
+    "canceled": pgettext_lazy("status", "canceled"),
+    "continued": pgettext_lazy("status", "continued"),
+}
+KIND_LABELS: dict[str, Promise] = {
+    "run": pgettext_lazy("step kind", "run"),
+    "sleep": pgettext_lazy("step kind", "sleep"),
+    "workflow": pgettext_lazy("step kind", "workflow"),
+    "signal": pgettext_lazy("step kind", "signal"),
+    "event": pgettext_lazy("step kind", "event"),
+    "patch": pgettext_lazy("step kind", "patch"),
+}
+
+
+def status_label(status: str) -> str:
+    """A run's or a step's status (``parked`` too) in the active language; an unknown one as stored."""
+    label = STATUS_LABELS.get(status)
+    return str(label) if label is not None else status
+
+
+def kind_label(kind: str) -> str:
+    """A step kind in the active language; an unknown one as stored."""
+    label = KIND_LABELS.get(kind)
+    return str(label) if label is not None else kind
 
 
 def short_id(run_id: Any) -> str:
@@ -153,7 +196,7 @@ def short_id(run_id: Any) -> str:
     return str(run_id)[:8]
 
 
-WAITING_FOR_PLACE = "waiting for a concurrency place"
+WAITING_FOR_PLACE = gettext_lazy("waiting for a concurrency place")
 """What an ``available_at`` of :data:`~.flow.BLOCKED_UNTIL` means; shown instead of the year 9999."""
 
 
@@ -165,28 +208,40 @@ def is_blocked(run: WorkflowRun) -> bool:
 def format_available(value: datetime | None, *, precise: bool = False, day_of: datetime | None = None) -> str:
     """An ``available_at`` as :func:`format_time` does, but :data:`WAITING_FOR_PLACE` for a blocked run's."""
     if value is not None and value >= BLOCKED_UNTIL:
-        return WAITING_FOR_PLACE
+        return str(WAITING_FOR_PLACE)
     return format_time(value, precise=precise, day_of=day_of)
 
 
-_PERIOD_NAMES = {1.0: "second", 60.0: "minute", 3600.0: "hour", 86400.0: "day"}
+_PERIOD_NAMES = {
+    1.0: gettext_lazy("second"),
+    60.0: gettext_lazy("minute"),
+    3600.0: gettext_lazy("hour"),
+    86400.0: gettext_lazy("day"),
+}
 
 
 def format_period(seconds: float) -> str:
     """A rate limit's window: ``second``, ``minute``, ``hour``, ``day``, else a duration (``10 s``)."""
-    return _PERIOD_NAMES.get(float(seconds)) or format_duration(timedelta(seconds=seconds))
+    name = _PERIOD_NAMES.get(float(seconds))
+    return str(name) if name is not None else format_duration(timedelta(seconds=seconds))
 
 
 def parked_place(run: WorkflowRun) -> str:
     """What a parked run (sleeping, waiting, backing off) does with its concurrency place."""
-    return "parked runs keep their place" if run.concurrency_counts_parked else "parked runs give their place up"
+    if run.concurrency_counts_parked:
+        return gettext("parked runs keep their place")
+    return gettext("parked runs give their place up")
 
 
 def concurrency_text(run: WorkflowRun) -> str:
     """``charge/42: at most 2 at once (parked runs give their place up)``, or empty without a limit."""
     if not run.concurrency_key:
         return ""
-    return f"{run.concurrency_key}: at most {run.concurrency_limit} at once ({parked_place(run)})"
+    return gettext("%(key)s: at most %(limit)s at once (%(parked)s)") % {
+        "key": run.concurrency_key,
+        "limit": run.concurrency_limit,
+        "parked": parked_place(run),
+    }
 
 
 def rate_text(run: WorkflowRun) -> str:
@@ -194,7 +249,7 @@ def rate_text(run: WorkflowRun) -> str:
     if not run.rate_key:
         return ""
     period = format_period(run.rate_period) if run.rate_period is not None else "?"
-    return f"{run.rate_limit} per {period}"
+    return gettext("%(limit)s per %(period)s") % {"limit": run.rate_limit, "period": period}
 
 
 def rate_limit_text(run: WorkflowRun) -> str:
@@ -208,10 +263,14 @@ def blocked_line(run: WorkflowRun, now: datetime) -> str:
         return ""
     assert run.blocked_at is not None
     waited = format_duration(now - run.blocked_at)
-    return (
-        f"Waiting for a place under concurrency key {run.concurrency_key} (limit {run.concurrency_limit})"
-        f" since {format_time(run.blocked_at)} ({waited})"
-    )
+    return gettext(
+        "Waiting for a place under concurrency key %(key)s (limit %(limit)s) since %(since)s (%(waited)s)"
+    ) % {
+        "key": run.concurrency_key,
+        "limit": run.concurrency_limit,
+        "since": format_time(run.blocked_at),
+        "waited": waited,
+    }
 
 
 def wake_hint(run: WorkflowRun, now: datetime) -> str:
@@ -219,11 +278,13 @@ def wake_hint(run: WorkflowRun, now: datetime) -> str:
     if run.status not in CLAIMABLE_STATUSES or run.worker_id is not None:
         return ""
     if is_blocked(run) or run.available_at >= BLOCKED_UNTIL:
-        return WAITING_FOR_PLACE
+        return str(WAITING_FOR_PLACE)
     wait = run.available_at - now
     if wait <= timedelta(0):
-        return "due now"
-    return ("starts in " if run.status == RunStatus.PENDING else "wakes in ") + format_duration(wait)
+        return gettext("due now")
+    if run.status == RunStatus.PENDING:
+        return gettext("starts in %(duration)s") % {"duration": format_duration(wait)}
+    return gettext("wakes in %(duration)s") % {"duration": format_duration(wait)}
 
 
 def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datetime) -> str:
@@ -238,7 +299,10 @@ def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datet
     if not open_steps:
         return ""
     step = open_steps[-1]
-    return f"executing step {step.step_name!r} for {format_duration(now - (step.started_at or step.created_at))}"
+    return gettext("executing step %(step)s for %(duration)s") % {
+        "step": repr(step.step_name),
+        "duration": format_duration(now - (step.started_at or step.created_at)),
+    }
 
 
 def _headline(error: dict[str, Any]) -> str:

@@ -80,6 +80,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
+# The languages django_openworkflow ships (its locale/ folder): what the language chooser offers.
+LANGUAGES = [("en", "English"), ("fr", "Français")]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

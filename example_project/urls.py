@@ -1,4 +1,8 @@
-"""URLs: the admin, and /start/, which starts a workflow run from a view (for signed-in users)."""
+"""URLs: the admin, /start/, which starts a workflow run from a view (for signed-in users), and i18n/.
+
+i18n/ is Django's ``set_language`` view, which django-admin-interface's language chooser posts to;
+/favicon.ico, the example's icon.
+"""
 
 from django.contrib import admin
 from django.contrib.auth.decorators import login_required
@@ -6,8 +10,10 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect
 from django.template import engines
-from django.urls import path, reverse
+from django.templatetags.static import static
+from django.urls import include, path, reverse
 from django.views.decorators.http import require_http_methods
+from django.views.generic import RedirectView
 
 from django_openworkflow.durations import parse_duration
 from example_project.demo.workflows import onboard_user
@@ -41,4 +47,7 @@ def start(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("start/", start, name="start"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    # Browsers ask every site for one: an icon instead of a 404 (and a warning) on each page.
+    path("favicon.ico", RedirectView.as_view(url=static("demo/favicon.svg"))),
 ]

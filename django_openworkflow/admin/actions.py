@@ -14,10 +14,14 @@ from typing import Any
 from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html, format_html_join
+from django.utils.functional import Promise
+from django.utils.html import escape, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from .. import operations
-from ..formatting import plural, short_id
+from ..formatting import runs_text, short_id
 from ..models import WorkflowRun
 from ..store.queries import PAYLOAD_FIELDS
 from .markup import run_url, status_badge
@@ -31,10 +35,10 @@ class RunAction:
 
     name: str
     operation: str  # the name in operations.REFUSALS
-    label: str
+    label: str | Promise
     permission: str  # the model permission it needs: "change" or "add"
-    question: str  # the confirmation, "…the selected runs?"
-    done: str  # past tense for the report: "Canceled"
+    question: str | Promise  # the confirmation, "…%(runs)s?": "the 3 selected runs" or "this run"
+    done: str | Promise  # past tense for the report: "Canceled"
     apply: Callable[[Iterable[Any]], operations.BulkResult]
     creates_runs: bool = False
 
@@ -46,6 +50,15 @@ class RunAction:
         """Whether the run page offers it for ``run``."""
         return not self.refusals([run])
 
+    def ask(self, runs: str) -> str:
+        """The confirmation question about ``runs`` ("this run", "the 3 selected runs")."""
+        return str(self.question) % {"runs": runs}
+
+    @property
+    def confirm(self) -> str:
+        """The confirmation button's text: "Yes, cancel"."""
+        return gettext("Yes, %(action)s") % {"action": str(self.label).lower()}
+
 
 ACTIONS: dict[str, RunAction] = {
     action.name: action
@@ -53,37 +66,37 @@ ACTIONS: dict[str, RunAction] = {
         RunAction(
             "cancel",
             "cancel",
-            "Cancel",
+            _("Cancel"),
             "change",
-            "Cancel {runs}? A worker executing a run stops at its next step and writes nothing more.",
-            "Canceled",
+            _("Cancel %(runs)s? A worker executing a run stops at its next step and writes nothing more."),
+            _("Canceled"),
             operations.cancel_many,
         ),
         RunAction(
             "retry_now",
             "retry_now",
-            "Retry now",
+            _("Retry now"),
             "change",
-            "Make {runs} due now? A sleep ends early, a retry backoff or a scheduled start is skipped.",
-            "Made due now",
+            _("Make %(runs)s due now? A sleep ends early, a retry backoff or a scheduled start is skipped."),
+            _("Made due now"),
             operations.retry_now_many,
         ),
         RunAction(
             "retry_failed",
             "retry_from_failed_step",
-            "Retry from failed step",
+            _("Retry from failed step"),
             "change",
-            "Retry {runs} from the failed step? Completed steps keep their outputs and are not run again.",
-            "Sent back to pending",
+            _("Retry %(runs)s from the failed step? Completed steps keep their outputs and are not run again."),
+            _("Sent back to pending"),
             operations.retry_from_failed_step_many,
         ),
         RunAction(
             "rerun",
             "rerun",
-            "Re-run with same input",
+            _("Re-run with same input"),
             "add",
-            "Start a new run of the same workflow and version with the same input as {runs}?",
-            "Started a new run for",
+            _("Start a new run of the same workflow and version with the same input as %(runs)s?"),
+            _("Started a new run for"),
             operations.rerun_many,
             creates_runs=True,
         ),
@@ -98,10 +111,12 @@ def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str
     total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
     skipped = action.refusals(listed)
     return {
-        "title": f"{action.label}: are you sure?",
+        "title": gettext("%(action)s: are you sure?") % {"action": action.label},
         "action": action,
         "action_function": f"{action.name}_runs",
-        "question": action.question.format(runs=f"the {plural(total, 'selected run')}"),
+        "question": action.ask(
+            ngettext("the %(count)d selected run", "the %(count)d selected runs", total) % {"count": total}
+        ),
         "runs": [(run, status_badge(run.status, run.worker_id), skipped.get(run.id, "")) for run in listed],
         "more": total - len(listed),
     }
@@ -127,11 +142,20 @@ def perform_action(
             links = format_html_join(
                 ", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for new in result.created)
             )
-            messages.success(request, format_html("{} {}: {}.", action.done, plural(len(result.changed)), links))
+            # The links are HTML already; the translated frame and the other parts are escaped.
+            frame = escape(gettext("%(done)s %(runs)s: %(links)s."))
+            parts = {"done": escape(action.done), "runs": escape(runs_text(len(result.changed))), "links": links}
+            messages.success(request, mark_safe(frame % parts))  # every part is escaped or built by format_html
         else:
-            messages.success(request, f"{action.done}: {plural(len(result.changed))}.")
+            report = gettext("%(done)s: %(runs)s.")
+            messages.success(request, report % {"done": action.done, "runs": runs_text(len(result.changed))})
     for reason in sorted(set(result.refused.values())):
         skipped = [run_id for run_id, why in result.refused.items() if why == reason]
         ids = ", ".join(short_id(run_id) for run_id in skipped)
-        messages.warning(request, f"{action.label}: skipped {plural(len(skipped))} ({ids}): {reason}.")
+        # The reasons come from operations.py, in English.
+        messages.warning(
+            request,
+            gettext("%(action)s: skipped %(runs)s (%(ids)s): %(reason)s.")
+            % {"action": action.label, "runs": runs_text(len(skipped)), "ids": ids, "reason": reason},
+        )
     return result.created if action.creates_runs else result.changed

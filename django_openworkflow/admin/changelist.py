@@ -14,7 +14,10 @@ from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .. import formatting as fmt
 from ..errors import PayloadError
@@ -51,11 +54,11 @@ def _storable(text: str) -> bool:
 class StatusFilter(admin.SimpleListFilter):
     """Status, with ``parked`` (running, no worker holds it) apart from ``running``."""
 
-    title = "status"
+    title = _("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(status, status) for status in queries.DISPLAY_STATUSES]
+        return [(status, fmt.status_label(status)) for status in queries.DISPLAY_STATUSES]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
@@ -65,7 +68,7 @@ class StatusFilter(admin.SimpleListFilter):
 class WorkflowNameFilter(admin.SimpleListFilter):
     """Workflow names present in the table (not only registered ones: old runs outlive their code)."""
 
-    title = "workflow"
+    title = _("workflow")
     parameter_name = "workflow"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -85,7 +88,7 @@ NO_VERSION = "-"
 class VersionFilter(admin.SimpleListFilter):
     """The chosen workflow's versions; shown once a workflow is chosen (versions belong to a workflow)."""
 
-    title = "version"
+    title = _("version")
     parameter_name = "version"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -98,7 +101,7 @@ class VersionFilter(admin.SimpleListFilter):
             # A version given without a workflow (a bookmarked URL) still filters.
             given = request.GET.get(self.parameter_name)
             versions = [None if given == NO_VERSION else given] if given else []
-        return [(NO_VERSION if v is None else v, "(none)" if v is None else v) for v in versions]
+        return [(NO_VERSION if v is None else v, gettext("(none)") if v is None else v) for v in versions]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         value = self.value()
@@ -117,7 +120,7 @@ class QueueFilter(admin.SimpleListFilter):
     it. Shown once there is more than one queue to choose from.
     """
 
-    title = "queue"
+    title = _("queue")
     parameter_name = "queue"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -138,12 +141,20 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue=value) if QUEUE_NAME.match(value) else queryset.none()
 
 
+class CreatedFilter(admin.DateFieldListFilter):
+    """Django's date filter on ``created_at``, titled in the user's language (the field has no verbose name)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.title = gettext("created")
+
+
 FILTERS = (
     StatusFilter,
     WorkflowNameFilter,
     VersionFilter,
     QueueFilter,
-    ("created_at", admin.DateFieldListFilter),
+    ("created_at", CreatedFilter),
 )
 
 
@@ -161,17 +172,22 @@ def _time(value: Any) -> str:
     )
 
 
-@admin.display(description="run", ordering="id")
+@admin.display(description=_("run"), ordering="id")
 def run_id(run: WorkflowRun) -> str:
     return format_html('<code title="{}">{}</code>', run.id, fmt.short_id(run.id))
 
 
-@admin.display(description="workflow", ordering="workflow_name")
+@admin.display(description=_("workflow"), ordering="workflow_name")
 def workflow(run: WorkflowRun) -> str:
     return run.workflow_name
 
 
-@admin.display(description="status", ordering="status")
+@admin.display(description=_("version"), ordering="version")
+def version(run: WorkflowRun) -> str:
+    return run.version or "-"
+
+
+@admin.display(description=_("status"), ordering="status")
 def status_badge(run: WorkflowRun) -> str:
     badge = markup.status_badge(run.status, run.worker_id)
     if not fmt.is_blocked(run):
@@ -180,57 +196,67 @@ def status_badge(run: WorkflowRun) -> str:
         '{} <span class="owf-hint owf-blocked" title="{}">{}</span>',
         badge,
         fmt.blocked_line(run, timezone.now()),
-        fmt.WAITING_FOR_PLACE,
+        str(fmt.WAITING_FOR_PLACE),
     )
 
 
-@admin.display(description="queue", ordering="queue")
+@admin.display(description=_("queue"), ordering="queue")
 def queue(run: WorkflowRun) -> str:
     """The queue, and the priority when it is not the default 0."""
     if not run.priority:
         return format_html('<code class="owf-queue">{}</code>', run.queue)
     return format_html(
-        '<code class="owf-queue">{}</code> <span class="owf-hint" title="Priority: higher first within the queue">'
-        "priority {}</span>",
+        '<code class="owf-queue">{}</code> <span class="owf-hint" title="{}">{}</span>',
         run.queue,
-        run.priority,
+        gettext("Priority: higher first within the queue"),
+        gettext("priority %(priority)s") % {"priority": run.priority},
     )
 
 
-@admin.display(description="duration")
+@admin.display(description=_("attempts"), ordering="attempts")
+def attempts(run: WorkflowRun) -> str:
+    """Failed workflow-level attempts (claims and sleeps do not count)."""
+    return str(run.attempts)
+
+
+@admin.display(description=_("duration"))
 def duration(run: WorkflowRun) -> str:
     return fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, timezone.now())) or "-"
 
 
-@admin.display(description="created", ordering="created_at")
+@admin.display(description=_("created"), ordering="created_at")
 def created(run: WorkflowRun) -> str:
     return _time(run.created_at)
 
 
-@admin.display(description="started", ordering="started_at")
+@admin.display(description=_("started"), ordering="started_at")
 def started(run: WorkflowRun) -> str:
     return _time(run.started_at)
 
 
-@admin.display(description="finished", ordering="finished_at")
+@admin.display(description=_("finished"), ordering="finished_at")
 def finished(run: WorkflowRun) -> str:
     return _time(run.finished_at)
 
 
-@admin.display(description="worker", ordering="worker_id")
+@admin.display(description=_("worker"), ordering="worker_id")
 def worker(run: WorkflowRun) -> str:
-    return format_html('<code class="owf-worker">{}</code>', run.worker_id) if run.worker_id else "-"
+    if not run.worker_id:
+        return "-"
+    # host:pid:suffix may break after each colon in a narrow list.
+    parts = format_html_join(mark_safe(":<wbr>"), "{}", ((part,) for part in run.worker_id.split(":")))
+    return format_html('<code class="owf-worker">{}</code>', parts)
 
 
 # Most telling first: on a narrow screen the last columns scroll out of view.
 COLUMNS = (
     run_id,
     workflow,
-    "version",
+    version,
     status_badge,
     queue,
     duration,
-    "attempts",
+    attempts,
     created,
     started,
     finished,
@@ -241,7 +267,7 @@ LINKS = (run_id,)
 
 # -- search and status counts ---------------------------------------------------
 
-SEARCH_HELP = (
+SEARCH_HELP = _(
     "A run id (whole, or its first 8 characters), a workflow name, an idempotency key, a queue,"
     " or a concurrency or rate limit key."
 )
@@ -279,6 +305,7 @@ def status_counts(request: HttpRequest, cl: ChangeList) -> dict[str, Any]:
         "status_counts": [
             {
                 "status": status,
+                "label": fmt.status_label(status),
                 "count": count,
                 "url": cl.get_query_string({StatusFilter.parameter_name: status}, ["p"]),
                 "active": status == chosen,

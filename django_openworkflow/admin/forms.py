@@ -7,10 +7,12 @@ database could not store are form errors, not database errors.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..client import start_run
 from ..errors import InvalidArgument, OpenWorkflowError, PayloadError, UnknownWorkflowError
@@ -18,12 +20,18 @@ from ..formatting import read_json
 from ..payload import check_text
 from ..registry import registry
 
+if TYPE_CHECKING:
+    from django.utils.functional import _StrPromise
+
+    StrOrPromise = str | _StrPromise
+
 _LOCAL_INPUT = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S"]
 
 
-def _local_datetime_field(help_text: str) -> forms.DateTimeField:
+def _local_datetime_field(label: StrOrPromise, help_text: StrOrPromise) -> forms.DateTimeField:
     # A native datetime-local input: the admin's calendar widget needs JavaScript.
     return forms.DateTimeField(
+        label=label,
         required=False,
         input_formats=_LOCAL_INPUT,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"),
@@ -42,19 +50,23 @@ def workflow_choices() -> list[tuple[str, str]]:
 class StartRunForm(forms.Form):
     """Start a run of a registered workflow: version, JSON input, schedule, deadline, idempotency key."""
 
-    workflow = forms.ChoiceField(help_text="A workflow and version registered in this process.")
+    workflow = forms.ChoiceField(label=_("Workflow"), help_text=_("A workflow and version registered in this process."))
     input = forms.CharField(
+        label=_("Input"),
         required=False,
         initial="{}",
         widget=forms.Textarea(attrs={"rows": 8, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
-        help_text="JSON; leave empty for null.",
+        help_text=_("JSON; leave empty for null."),
     )
-    available_at = _local_datetime_field("Start no earlier than this. Empty: now.")
-    deadline_at = _local_datetime_field("Fail the run if it has not finished by then. Empty: no deadline.")
+    available_at = _local_datetime_field(_("Available at"), _("Start no earlier than this. Empty: now."))
+    deadline_at = _local_datetime_field(
+        _("Deadline at"), _("Fail the run if it has not finished by then. Empty: no deadline.")
+    )
     idempotency_key = forms.CharField(
+        label=_("Idempotency key"),
         required=False,
         max_length=255,
-        help_text="Starting the same workflow with the same key again returns the first run.",
+        help_text=_("Starting the same workflow with the same key again returns the first run."),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -62,7 +74,10 @@ class StartRunForm(forms.Form):
         self.fields["workflow"].choices = workflow_choices()  # type: ignore[attr-defined]
         zone = timezone.get_current_timezone_name()
         for name in ("available_at", "deadline_at"):
-            self.fields[name].help_text = f"{self.fields[name].help_text} Times are in {zone}."
+            self.fields[name].help_text = gettext("%(help)s Times are in %(zone)s.") % {
+                "help": self.fields[name].help_text,
+                "zone": zone,
+            }
 
     def clean_workflow(self) -> tuple[str, str | None]:
         name, version = json.loads(self.cleaned_data["workflow"])
@@ -72,13 +87,13 @@ class StartRunForm(forms.Form):
         return parse_json(self.cleaned_data["input"])
 
     def clean_idempotency_key(self) -> str | None:
-        return clean_text(self.cleaned_data["idempotency_key"], "The idempotency key") or None
+        return clean_text(self.cleaned_data["idempotency_key"], gettext("The idempotency key")) or None
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         available, deadline = data.get("available_at"), data.get("deadline_at")
         if available and deadline and deadline <= available:
-            self.add_error("deadline_at", "The deadline must be after the start time.")
+            self.add_error("deadline_at", gettext("The deadline must be after the start time."))
         return data
 
     def start(self) -> tuple[Any, bool]:
@@ -115,12 +130,12 @@ def parse_json(text: str) -> Any:
         return read_json(text)
     except json.JSONDecodeError as exc:
         raise forms.ValidationError(
-            "Not valid JSON: %(problem)s (line %(line)s, column %(column)s).",
+            _("Not valid JSON: %(problem)s (line %(line)s, column %(column)s)."),
             params={"problem": exc.msg, "line": exc.lineno, "column": exc.colno},
             code="json",
         ) from None
     except ValueError as exc:  # nested too deep to read
-        raise forms.ValidationError("The JSON %(problem)s.", params={"problem": exc}, code="json") from None
+        raise forms.ValidationError(_("The JSON %(problem)s."), params={"problem": exc}, code="json") from None
 
 
 def clean_text(text: str, what: str) -> str:
@@ -136,26 +151,33 @@ def clean_text(text: str, what: str) -> str:
 class SendSignalForm(forms.Form):
     """Send a signal to one run from its page: a name, JSON data, an optional idempotency key."""
 
-    name = forms.CharField(max_length=255, help_text="The name a wait_for_signal(...) in the workflow waits for.")
+    name = forms.CharField(
+        label=_("Name"),
+        max_length=255,
+        help_text=_("The name a wait_for_signal(...) in the workflow waits for."),
+    )
     json_data = forms.CharField(
-        label="Data",
+        label=_("Data"),
         required=False,
         initial="null",
         widget=forms.Textarea(attrs={"rows": 4, "cols": 60, "class": "owf-json-input", "spellcheck": "false"}),
-        help_text="JSON; leave empty for null.",
+        help_text=_("JSON; leave empty for null."),
     )
     idempotency_key = forms.CharField(
-        required=False, max_length=255, help_text="Sending again with the same key delivers once."
+        label=_("Idempotency key"),
+        required=False,
+        max_length=255,
+        help_text=_("Sending again with the same key delivers once."),
     )
 
     def clean_name(self) -> str:
-        name = clean_text(self.cleaned_data["name"], "The signal name")
+        name = clean_text(self.cleaned_data["name"], gettext("The signal name"))
         if not name:
-            raise forms.ValidationError("A signal needs a name.", code="required")
+            raise forms.ValidationError(_("A signal needs a name."), code="required")
         return name
 
     def clean_json_data(self) -> Any:
         return parse_json(self.cleaned_data["json_data"])
 
     def clean_idempotency_key(self) -> str | None:
-        return clean_text(self.cleaned_data["idempotency_key"], "The idempotency key") or None
+        return clean_text(self.cleaned_data["idempotency_key"], gettext("The idempotency key")) or None

@@ -12,8 +12,19 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
+from django.utils.translation import gettext
 
-from ..formatting import elapsed, format_duration, format_time, json_text, numbered, pretty_json, split_error
+from ..formatting import (
+    elapsed,
+    format_duration,
+    format_time,
+    json_text,
+    kind_label,
+    numbered,
+    pretty_json,
+    split_error,
+    status_label,
+)
 from ..models import StepAttempt, StepKind, StepStatus
 
 
@@ -36,7 +47,13 @@ class JournalRow:
     @property
     def status_badge(self) -> str:
         """The attempt's status as a badge."""
-        return format_html('<span class="owf-badge owf-status-{}">{}</span>', self.attempt.status, self.attempt.status)
+        status = self.attempt.status
+        return format_html('<span class="owf-badge owf-status-{}">{}</span>', status, status_label(status))
+
+    @property
+    def kind(self) -> str:
+        """The attempt's kind in the active language."""
+        return kind_label(self.attempt.kind)
 
 
 def journal_rows(
@@ -69,7 +86,7 @@ def journal_rows(
                 error_rest=rest,
                 wait=wait,
                 note=_attempt_note(attempt, day_of)
-                + (" (still open when the run ended)" if run_end and attempt.finished_at is None else ""),
+                + (gettext(" (still open when the run ended)") if run_end and attempt.finished_at is None else ""),
             )
         )
     return rows
@@ -86,15 +103,21 @@ class WaitInfo:
     name: str  # the signal's name or the event's type
     match: str  # an event's pattern as compact JSON; empty for signals and match-all events
     timeout: str  # when the wait gives up, formatted; empty if unknown
-    state: str  # "waiting", "arrived" or "timed out"
+    state: str  # "waiting", "arrived" or "timed out" (the template words them)
     arrived: str = ""  # the signal's data or the event's payload as indented JSON
     source: str = ""  # "signal #12", "event #3"
 
     @property
     def label(self) -> str:
         """``signal "approval"``, ``event order.paid matching {"order_id":42}``."""
-        text = f'{self.kind} "{self.name}"'
-        return f"{text} matching {self.match}" if self.match else text
+        text = f'{kind_label(self.kind)} "{self.name}"'
+        return gettext("%(wait)s matching %(pattern)s") % {"wait": text, "pattern": self.match} if self.match else text
+
+    @property
+    def state_label(self) -> str:
+        """The state in the active language (a wait that is neither waiting nor done shows its status)."""
+        words = {"waiting": gettext("waiting"), "arrived": gettext("received"), "timed out": gettext("timed out")}
+        return words.get(self.state) or status_label(self.state)
 
 
 def wait_info(attempt: StepAttempt, day_of: datetime | None = None) -> WaitInfo:
@@ -117,7 +140,7 @@ def wait_info(attempt: StepAttempt, day_of: datetime | None = None) -> WaitInfo:
     info.state = "arrived"
     info.arrived = pretty_json(output.get("payload" if is_event else "data"))
     source_id = output.get("event_id" if is_event else "signal_id")
-    info.source = f"{attempt.kind} #{source_id}" if source_id is not None else ""
+    info.source = f"{kind_label(attempt.kind)} #{source_id}" if source_id is not None else ""
     return info
 
 
@@ -125,8 +148,9 @@ def _attempt_note(attempt: StepAttempt, day_of: datetime | None) -> str:
     context = attempt.context or {}
     if attempt.kind == StepKind.SLEEP and context.get("resume_at"):
         resume = parse_datetime(str(context["resume_at"]))
-        text = f"until {format_time(resume, precise=True, day_of=day_of)}" if resume else ""
-        return text + (" (woken early)" if context.get("woken_early") else "")
+        text = gettext("until %(time)s") % {"time": format_time(resume, precise=True, day_of=day_of)} if resume else ""
+        return text + (gettext(" (woken early)") if context.get("woken_early") else "")
     if attempt.kind == StepKind.WORKFLOW and context.get("workflow"):
-        return f"child {context['workflow']}" + (f" {context['version']}" if context.get("version") else "")
+        child = f"{context['workflow']}" + (f" {context['version']}" if context.get("version") else "")
+        return gettext("child %(workflow)s") % {"workflow": child}
     return ""

@@ -7,6 +7,7 @@ from typing import Any
 from django.urls import reverse
 from django.utils.html import format_html
 
+from ..formatting import status_label
 from ..store.queries import display_status
 
 
@@ -18,4 +19,4 @@ def run_url(run_id: Any) -> str:
 def status_badge(status: str, worker_id: str | None = None) -> str:
     """A coloured badge; ``parked`` for a running run that no worker holds."""
     shown = display_status(status, worker_id)
-    return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, shown)
+    return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, status_label(shown))

@@ -23,6 +23,8 @@ from django.http import (
 )
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
 
 from ..client import send_signal
 from ..errors import PayloadError, RunNotFound, SignalError
@@ -45,7 +47,12 @@ def _list_action(run_action: RunAction) -> Any:
 
     # The admin keys actions by function name.
     action.__name__ = f"{run_action.name}_runs"
-    return admin.action(description=f"{run_action.label}…", permissions=[run_action.permission])(action)
+    description = format_lazy("{}…", run_action.label)
+    return admin.action(description=description, permissions=[run_action.permission])(action)
+
+
+def _not_sent(name: str, exc: Exception) -> str:
+    return gettext("Signal %(name)s not sent: %(error)s") % {"name": repr(name), "error": exc}
 
 
 @admin.register(WorkflowRun)
@@ -82,7 +89,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        response = printable_page(super().changelist_view(request, {"title": "Workflow runs", **(extra_context or {})}))
+        extra = {"title": gettext("Workflow runs"), **(extra_context or {})}
+        response = printable_page(super().changelist_view(request, extra))
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             context.update(changelist.status_counts(request, context["cl"]))
@@ -141,7 +149,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             request,
             **run_page(run, timezone.now()),
             run_actions=[
-                (action, action.question.format(runs="this run"))
+                (action, action.ask(gettext("this run")))
                 for action in ACTIONS.values()
                 if action.offered(run) and self._allowed(request, action, run)
             ],
@@ -161,29 +169,31 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         form = SendSignalForm(request.POST)
         if not form.is_valid():
             problems = "; ".join(
-                f"{form.fields[field].label or field if field in form.fields else 'form'}: {' '.join(map(str, errors))}"
+                f"{form.fields[field].label or field if field in form.fields else gettext('form')}: "
+                f"{' '.join(map(str, errors))}"
                 for field, errors in form.errors.items()
             )
-            self.message_user(request, f"Signal not sent: {problems}", level="error")
+            not_sent = gettext("Signal not sent: %(problems)s") % {"problems": problems}
+            self.message_user(request, not_sent, level="error")
             return self._run_page(request, run, signal_form=form)
         name = form.cleaned_data["name"]
         try:
             delivered = send_signal(run.id, name, form.cleaned_data["json_data"], form.cleaned_data["idempotency_key"])
         except (SignalError, RunNotFound) as exc:
-            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+            self.message_user(request, _not_sent(name, exc), level="error")
         except ValueError as exc:  # PayloadError: the data cannot be stored
             form.add_error("json_data" if isinstance(exc, PayloadError) else None, str(exc))
-            self.message_user(request, f"Signal {name!r} not sent: {exc}", level="error")
+            self.message_user(request, _not_sent(name, exc), level="error")
             return self._run_page(request, run, signal_form=form)
         else:
             self.log_change(request, run, f"Sent signal {name!r} (django-openworkflow)")
             if delivered:
-                self.message_user(request, f"Signal {name!r} delivered: a waiting step took it now.")
+                message = gettext("Signal %(name)s delivered: a waiting step took it now.")
             else:
-                self.message_user(
-                    request,
-                    f"Signal {name!r} buffered: no step waits for it yet; the first matching wait will take it.",
+                message = gettext(
+                    "Signal %(name)s buffered: no step waits for it yet; the first matching wait will take it."
                 )
+            self.message_user(request, message % {"name": repr(name)})
         return HttpResponseRedirect(run_url(run.id))
 
     def run_action_view(self, request: HttpRequest, object_id: str, action_name: str) -> HttpResponse:
@@ -239,17 +249,21 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 run = WorkflowRun.objects.defer(*queries.PAYLOAD_FIELDS).get(id=run_id)
                 if created:
                     self.log_addition(request, run, "Started from the admin.")
-                    self.message_user(request, f"Started run {short_id(run_id)} of {run.workflow_name}.")
+                    self.message_user(
+                        request,
+                        gettext("Started run %(id)s of %(workflow)s.")
+                        % {"id": short_id(run_id), "workflow": run.workflow_name},
+                    )
                 else:
                     self.message_user(
                         request,
-                        "A run with this idempotency key already exists; nothing new was started.",
+                        gettext("A run with this idempotency key already exists; nothing new was started."),
                         level="warning",
                     )
                 return HttpResponseRedirect(run_url(run_id))
         context = self._context(
             request,
-            title="Start a workflow run",
+            title=gettext("Start a workflow run"),
             form=form,
             no_workflows=not form.fields["workflow"].choices,  # type: ignore[attr-defined]
             changelist_url=reverse("admin:django_openworkflow_workflowrun_changelist"),

@@ -14,7 +14,8 @@ from typing import Any
 
 from .. import formatting as fmt
 from ..models import Signal, WorkflowRun
-from ..store import queries
+from ..states import RunStatus
+from ..store import get_backend, queries
 from .journal import journal_rows
 from .markup import status_badge
 from .timeline import build_timeline
@@ -73,11 +74,17 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
             "finished": fmt.format_time(run.finished_at),
             "available": fmt.format_available(run.available_at),
             "deadline": fmt.format_time(run.deadline_at),
+            "cancel_requested": fmt.format_time(run.cancel_requested_at),
             "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
         },
+        "successor_id": get_backend().successor_id(run.id) if run.status == RunStatus.CONTINUED else None,
         "parent_run": parent_step.workflow_run if parent_step is not None else None,
         "parent_step": parent_step,
-        "children": [(a.step_name, a.child_workflow_run) for a in attempts if a.child_workflow_run is not None],
+        "children": [
+            (a.step_name, child, status_badge(child.status, child.worker_id))
+            for a in attempts
+            if (child := a.child_workflow_run) is not None
+        ],
         "journal": rows,
         "timeline": build_timeline(run, rows, now),
         "input_json": fmt.pretty_json(run.input),

@@ -19,14 +19,18 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..models import Schedule
 from ..schedules import declared_schedules, next_ticks, ticks_after
 from ..store import get_backend
 
 FIRE_TIMES_SHOWN = 3
+_next_fire_times_title = lazy(lambda: gettext("Next %(count)d fire times") % {"count": FIRE_TIMES_SHOWN}, str)
 
 
 @admin.register(Schedule)
@@ -44,19 +48,19 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- columns -----------------------------------------------------------------
 
-    @admin.display(description=f"Next {FIRE_TIMES_SHOWN} fire times")
+    @admin.display(description=_next_fire_times_title())
     def next_fire_times(self, row: Schedule) -> SafeString | str:
         """Computed from the expression, in the schedule's own time zone: what a resume would give too."""
         try:
             ticks = next_ticks(row, FIRE_TIMES_SHOWN, now=timezone.now())
         except Exception as exc:  # croniter missing, a zone this machine lacks: say so, keep the page
-            return f"cannot compute: {exc}"
+            return gettext("cannot compute: %(error)s") % {"error": exc}
         zone = ZoneInfo(row.timezone)
         return format_html_join(
             "", "<div>{}</div>", ((f"{tick.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}",) for tick in ticks)
         )
 
-    @admin.display(description="In code", boolean=True)
+    @admin.display(description=_("In code"), boolean=True)
     def in_code(self, row: Schedule) -> bool:
         """False when no workflow of this process declares the schedule any more: it starts nothing."""
         return row.name in declared_schedules()
@@ -71,15 +75,18 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- actions -------------------------------------------------------------------
 
-    @admin.action(description="Pause the selected schedules", permissions=["change"])
+    @admin.action(description=_("Pause the selected schedules"), permissions=["change"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         changed = list(queryset.filter(paused=False))
         Schedule.objects.filter(pk__in=[row.pk for row in changed]).update(paused=True, updated_at=timezone.now())
         for row in changed:
             self.log_change(request, row, "Paused the schedule (django-openworkflow)")
-        self.message_user(request, f"Paused {len(changed)} schedule(s): they start no run until resumed.")
+        self.message_user(
+            request,
+            gettext("Paused %(count)d schedule(s): they start no run until resumed.") % {"count": len(changed)},
+        )
 
-    @admin.action(description="Resume the selected schedules", permissions=["change"])
+    @admin.action(description=_("Resume the selected schedules"), permissions=["change"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         now = get_backend().now()  # the clock the workers fire by
         resumed = 0
@@ -91,4 +98,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             ):
                 resumed += 1
                 self.log_change(request, row, f"Resumed the schedule; next tick {following.isoformat()}")
-        self.message_user(request, f"Resumed {resumed} schedule(s): each starts again at its next tick.")
+        self.message_user(
+            request,
+            gettext("Resumed %(count)d schedule(s): each starts again at its next tick.") % {"count": resumed},
+        )

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext
 
-from ..formatting import format_duration
+from ..formatting import format_duration, kind_label, status_label
 from ..models import CLAIMABLE_STATUSES, StepAttempt, StepKind, StepStatus, WorkflowRun
 from .journal import JournalRow
 
@@ -133,8 +134,14 @@ def build_timeline(run: WorkflowRun, rows: list[JournalRow], now: datetime) -> T
     by_key: dict[str, TimelineRow] = {}
     for row, start, finish in spans:
         attempt = row.attempt
-        line = by_key.setdefault(attempt.step_name, TimelineRow(attempt.step_name, attempt.kind))
-        title = f"{attempt.step_name} · {attempt.kind} attempt {row.number} · {attempt.status} · {row.duration}"
+        line = by_key.setdefault(attempt.step_name, TimelineRow(attempt.step_name, kind_label(attempt.kind)))
+        title = gettext("%(step)s · %(kind)s attempt %(number)s · %(status)s · %(duration)s") % {
+            "step": attempt.step_name,
+            "kind": kind_label(attempt.kind),
+            "number": row.number,
+            "status": status_label(attempt.status),
+            "duration": row.duration,
+        }
         if row.error_headline:
             title += f" · {row.error_headline}"
         width = percent(finish) - percent(start)

@@ -52,7 +52,8 @@ class Command(BaseCommand):
 
         run = handle.fetch()
         self.stdout.write(f"\nstatus:   {run.status}")
-        self.stdout.write(f"duration: {format_duration(elapsed(run.started_at, run.finished_at, timezone.now()))}")
+        took = format_duration(elapsed(run.started_at, run.finished_at, timezone.now()))
+        self.stdout.write(f"duration: {took} (the run, from its first claim to its end, sleeps included)")
         if run.status == RunStatus.COMPLETED:
             self.stdout.write(f"output:   {json_text(run.output)}")
         elif run.error:
@@ -62,6 +63,10 @@ class Command(BaseCommand):
         for child in WorkflowRun.objects.filter(parent_step_attempt__workflow_run=run).order_by("created_at"):
             self.stdout.write(f"\nchild run {child.id} ({printable(child.workflow_name)}): {child.status}")
             self._print_journal(child)
+        self.stdout.write(
+            "\nSee the runs in the admin: `make demo-admin` (a superuser, then runserver), then open"
+            f"\n  http://127.0.0.1:8000/admin/django_openworkflow/workflowrun/{run.id}/change/"
+        )
         if run.status != RunStatus.COMPLETED:
             raise CommandError(f"run {run.id} ended {run.status}")
 
