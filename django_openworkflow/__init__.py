@@ -15,6 +15,7 @@ from .errors import (
     RunNotFound,
     SignalError,
     StepFailed,
+    StepTimeout,
     StepUsageError,
     UnknownWorkflowError,
     WorkflowCanceled,
@@ -25,6 +26,8 @@ from .flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
 from .registry import WorkflowSpec, workflow
 
 __all__ = [
+    "AsyncWorkflowContext",
+    "ChildRun",
     "Concurrency",
     "Debounce",
     "DeterminismError",
@@ -42,6 +45,7 @@ __all__ = [
     "Schedule",
     "SignalError",
     "StepFailed",
+    "StepTimeout",
     "StepUsageError",
     "UnknownWorkflowError",
     "WorkflowCanceled",
@@ -67,8 +71,12 @@ def __getattr__(name: str) -> object:
         from . import client
 
         return getattr(client, name)
-    if name == "WorkflowContext":
-        from .engine.context import WorkflowContext
+    if name in ("WorkflowContext", "ChildRun"):
+        from .engine import context
 
-        return WorkflowContext
+        return getattr(context, name)
+    if name == "AsyncWorkflowContext":
+        from .engine.aio import AsyncWorkflowContext
+
+        return AsyncWorkflowContext
     raise AttributeError(f"module 'django_openworkflow' has no attribute {name!r}")

@@ -136,7 +136,7 @@ class RunHandle:
         return run
 
     def status(self) -> str:
-        """One of ``pending``, ``running``, ``completed``, ``failed``, ``canceled``."""
+        """One of ``pending``, ``running``, ``completed``, ``failed``, ``canceled``, ``continued``."""
         return self.fetch().status
 
     def result(self, timeout: float | timedelta | None = None) -> Any:
@@ -144,7 +144,8 @@ class RunHandle:
 
         Raises :class:`WorkflowFailed` or :class:`WorkflowCanceled` when it
         ended that way, and :class:`ResultTimeout` (a ``TimeoutError``) after
-        ``timeout`` seconds.
+        ``timeout`` seconds. A run that continued as new
+        (``ctx.continue_as_new``) is followed to the end of its chain.
         """
         if isinstance(timeout, timedelta):
             timeout = timeout.total_seconds()
@@ -152,12 +153,21 @@ class RunHandle:
             raise ValueError(f"timeout must be a finite number of seconds (at least 0) or None, got {timeout!r}")
         give_up = None if timeout is None else time.monotonic() + timeout
         # On PostgreSQL a finishing run notifies; polling is only the safety net.
-        finished = run_waiters.register(str(self.id))
+        handle = self
+        finished = run_waiters.register(str(handle.id))
         pause = 0.005
         left: float | None = None
         try:
             while True:
-                run = self.fetch()
+                run = handle.fetch()
+                if run.status == RunStatus.CONTINUED:
+                    successor = handle.successor()
+                    if successor is not None:
+                        if finished is not None:
+                            run_waiters.unregister(str(handle.id), finished)
+                        handle, pause = successor, 0.005
+                        finished = run_waiters.register(str(handle.id))
+                        continue
                 if run.status == RunStatus.COMPLETED:
                     return run.output
                 if run.status == RunStatus.FAILED:
@@ -177,7 +187,17 @@ class RunHandle:
                     pause = min(pause * 2, 0.25)
         finally:
             if finished is not None:
-                run_waiters.unregister(str(self.id), finished)
+                run_waiters.unregister(str(handle.id), finished)
+
+    def successor(self) -> RunHandle | None:
+        """The run this one handed over to with ``ctx.continue_as_new``, if it did."""
+        successor_id = get_backend().successor_id(self.id)
+        return None if successor_id is None else RunHandle(successor_id)
+
+    def predecessor(self) -> RunHandle | None:
+        """The run that handed over to this one with ``ctx.continue_as_new``, if any."""
+        predecessor_id = self.fetch().continued_from_id
+        return None if predecessor_id is None else RunHandle(predecessor_id)
 
     def parent(self) -> RunHandle | None:
         """The run that started this one with ``ctx.step.run_workflow``, if any."""
@@ -196,6 +216,9 @@ class RunHandle:
         """Cancel the run. True if it was canceled now; False if it had already finished.
 
         A worker executing it stops at its next step boundary and writes nothing more.
+        A run of a workflow declared with ``compensate_on_cancel=True`` that
+        has started runs its compensations first: it stays ``running`` (with
+        ``cancel_requested_at`` set) until a worker has run them.
         """
         from . import operations
 

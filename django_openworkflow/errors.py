@@ -81,6 +81,14 @@ class DeterminismError(OpenWorkflowError):
     """Replay took a different path from the one recorded in the journal."""
 
 
+class StepTimeout(OpenWorkflowError):
+    """A step's code ran longer than its ``timeout``: the attempt failed, and counts toward its retry budget.
+
+    Sync code cannot be stopped: it was abandoned and may still be running
+    (its result is dropped). Async code was cancelled.
+    """
+
+
 class StepUsageError(OpenWorkflowError):
     """A step API was called where it cannot work (inside another step, outside a run)."""
 

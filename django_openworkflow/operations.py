@@ -50,6 +50,8 @@ class BulkResult:
 def cancel_refusal(run: WorkflowRun) -> str:
     if run.status in FINISHED_STATUSES:
         return f"it has already finished ({run.status})"
+    if run.cancel_requested_at is not None:
+        return "it is being canceled already: its compensations are running"
     return ""
 
 
@@ -150,23 +152,44 @@ REFUSALS: dict[str, Callable[[dict[Any, WorkflowRun]], dict[Any, str]]] = {
 
 
 def cancel_many(run_ids: Iterable[Any]) -> BulkResult:
-    """Cancel the runs that have not finished; each sends the ``run_finished`` hook, status "canceled"."""
-    return _bulk(run_ids, REFUSALS["cancel"], get_backend().cancel_runs, _canceled)
+    """Cancel the runs that have not finished; each sends the ``run_finished`` hook, status "canceled".
+
+    A run of a workflow declared with ``compensate_on_cancel=True`` that
+    has started is not canceled at once: a worker runs its compensations,
+    then ends it as canceled (and sends the hook then).
+    """
+    return _bulk(run_ids, REFUSALS["cancel"], _cancel)
 
 
-def _canceled(runs: list[WorkflowRun]) -> None:
-    for run in runs:
-        hooks.send(hooks.run_finished, run.workflow_name, run_id=run.id, status=str(RunStatus.CANCELED), error=None)
+def _cancel(runs: list[WorkflowRun]) -> list[Any]:
+    store = get_backend()
+    undo = [run for run in runs if run.started_at is not None and _compensates_on_cancel(run)]
+    now = [run for run in runs if run not in undo]
+    canceled = store.cancel_runs([run.id for run in now]) if now else []
+    requested = store.request_cancel([run.id for run in undo]) if undo else []
+    for run in now:
+        if run.id in canceled:
+            hooks.send(hooks.run_finished, run.workflow_name, run_id=run.id, status=str(RunStatus.CANCELED), error=None)
+    return canceled + requested
+
+
+def _compensates_on_cancel(run: WorkflowRun) -> bool:
+    spec = registry.get(run.workflow_name, run.version)
+    return spec is not None and spec.compensate_on_cancel
 
 
 def retry_now_many(run_ids: Iterable[Any]) -> BulkResult:
     """Make due now the runs that sleep, back off or wait for their scheduled start."""
-    return _bulk(run_ids, REFUSALS["retry_now"], get_backend().wake_runs)
+    return _bulk(run_ids, REFUSALS["retry_now"], lambda runs: get_backend().wake_runs([run.id for run in runs]))
 
 
 def retry_from_failed_step_many(run_ids: Iterable[Any]) -> BulkResult:
     """Send the failed runs back to pending, each from its failed step."""
-    return _bulk(run_ids, REFUSALS["retry_from_failed_step"], get_backend().retry_failed_runs)
+    return _bulk(
+        run_ids,
+        REFUSALS["retry_from_failed_step"],
+        lambda runs: get_backend().retry_failed_runs([run.id for run in runs]),
+    )
 
 
 def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
@@ -195,8 +218,7 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
 def _bulk(
     run_ids: Iterable[Any],
     refusals: Callable[[dict[Any, WorkflowRun]], dict[Any, str]],
-    apply: Callable[[list[Any]], list[Any]],
-    after: Callable[[list[WorkflowRun]], None] | None = None,
+    apply: Callable[[list[WorkflowRun]], list[Any]],
 ) -> BulkResult:
     """Per chunk: read the runs (one query), refuse what cannot change, apply to the rest (one transaction)."""
     result = BulkResult()
@@ -204,9 +226,7 @@ def _bulk(
         runs = _read(chunk)
         refused = {**_missing(chunk, runs), **refusals(runs)}
         eligible = [run_id for run_id in runs if run_id not in refused]
-        changed = apply(eligible) if eligible else []
-        if after is not None and changed:
-            after([runs[run_id] for run_id in changed])
+        changed = apply([runs[run_id] for run_id in eligible]) if eligible else []
         result.changed += changed
         result.refused.update(refused)
         # The store's own conditions decide: a run that changed since the read is left alone.

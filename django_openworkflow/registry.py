@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .durations import Duration
+from .durations import Duration, parse_duration
 from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
 from .errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 from .flow import (
@@ -55,6 +55,13 @@ class WorkflowSpec:
     debounce: Debounce | None = None
     schedule: Schedule | None = None
     on_event: tuple[OnEvent, ...] = ()
+    step_timeout: Duration | None = None
+    compensate_on_cancel: bool = False
+
+    @property
+    def is_async(self) -> bool:
+        """An ``async def`` workflow: run on an event loop, its ``ctx.step`` methods awaited."""
+        return inspect.iscoroutinefunction(self.fn)
 
     def run(
         self,
@@ -227,6 +234,8 @@ def workflow(
     debounce: Debounce | None = None,
     schedule: Schedule | str | None = None,
     on_event: OnEvent | str | list[OnEvent | str] | tuple[OnEvent | str, ...] | None = None,
+    step_timeout: Duration | None = None,
+    compensate_on_cancel: bool = False,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -240,15 +249,20 @@ def workflow(
     :class:`Schedule` or a cron expression) starts runs on a timetable.
     ``on_event`` (an event type, an :class:`OnEvent` with a match pattern,
     or a list of them) makes ``send_event`` start a run, with the event's
-    payload as input, for each matching event.
+    payload as input, for each matching event. ``step_timeout`` is the
+    default ``timeout`` of its ``ctx.step.run`` steps. An ``async def``
+    function makes an async workflow (its ``ctx.step`` calls are awaited).
+    With ``compensate_on_cancel``, canceling a run that has started runs
+    its steps' compensations (``ctx.step.run(..., compensate=...)``) before
+    it ends as canceled.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
         if not callable(func):
             raise WorkflowRegistrationError(f"@workflow needs a function, got {func!r}")
-        if inspect.isgeneratorfunction(func) or inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func):
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             raise WorkflowRegistrationError(
-                f"workflow {_where(func)} must be a plain function (not a generator or async function)"
+                f"workflow {_where(func)} must be a plain or async function, not a generator"
             )
         wf_name = func.__name__ if name is None else name
         if not isinstance(wf_name, str) or not wf_name or len(wf_name) > 255:
@@ -296,6 +310,12 @@ def workflow(
                 raise WorkflowRegistrationError(
                     f"{where}: on_event must be an event type, an OnEvent or a list of them, got {sub!r:.80}"
                 )
+        if step_timeout is not None:
+            try:
+                if parse_duration(step_timeout).total_seconds() <= 0:
+                    raise ValueError("it must be positive")
+            except (TypeError, ValueError) as exc:
+                raise WorkflowRegistrationError(f"{where}: step_timeout {step_timeout!r:.40}: {exc}") from None
         spec = WorkflowSpec(
             name=wf_name,
             version=version,
@@ -309,6 +329,8 @@ def workflow(
             debounce=debounce,
             schedule=timetable,
             on_event=events,
+            step_timeout=step_timeout,
+            compensate_on_cancel=bool(compensate_on_cancel),
         )
         return registry.register(spec)
 

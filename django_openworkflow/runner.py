@@ -130,7 +130,7 @@ class SliceRunner:
         if run.concurrency_key is not None:
             result = dataclasses.replace(result, woke=self._free_place(run.concurrency_key))
         result.log(self.logger)
-        if result.outcome in (Outcome.COMPLETED, Outcome.FAILED):
+        if result.outcome in (Outcome.COMPLETED, Outcome.FAILED, Outcome.CONTINUED, Outcome.CANCELED):
             hooks.send(
                 hooks.run_finished, run.workflow_name, run_id=run.id, status=str(result.outcome), error=result.detail
             )

@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django_openworkflow",
     "tests.testapp",
     "tests.flowapp",
+    "tests.languageapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

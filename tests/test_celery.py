@@ -199,6 +199,22 @@ def test_prefork_pool_children_are_dispatched_and_wake_their_parents(celery_work
 
 
 @pytest.mark.django_db(transaction=True)
+def test_async_fan_out_and_continue_as_new_are_dispatched_without_a_sweep(celery_workers, broker):
+    from tests.languageapp import workflows as lang
+
+    async_run = lang.async_gather.run({"pause": "100ms"})
+    sync_run = lang.quick.run({"n": 1})
+    fan_out = lang.fan_out.run({"count": 20})
+    poller = lang.poller.run({"count": 0, "until": 6})
+    celery_workers.start("prefork", concurrency=2)
+    # No sweep: children and the successor are sent by the slice that started them.
+    wait_until(lambda: all(h.status() in ("completed", "continued") for h in (async_run, fan_out)), timeout=60)
+    assert async_run.result() == ["A", "B", "C"] and sync_run.result(timeout=30) == {"n": 1}
+    assert len(fan_out.result()) == 20
+    assert poller.result(timeout=30) == 6 and poller.status() == "continued"
+
+
+@pytest.mark.django_db(transaction=True)
 def test_sigkill_mid_run_then_a_new_worker_and_the_sweep_complete_every_run(celery_workers):
     # Step "two" hangs the first time it runs: four runs stuck in it, on four of six threads...
     hung = [three_steps.run({"start": i, "hang_first_time": True}).id for i in range(4)]

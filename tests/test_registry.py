@@ -69,7 +69,8 @@ def test_a_broken_workflows_module_is_one_clear_error_and_registers_nothing():
 @pytest.mark.parametrize(
     ("kwargs", "fn", "message"),
     [
-        ({}, generator_workflow, "plain function"),
+        ({}, generator_workflow, "plain or async function, not a generator"),
+        ({"name": "ok", "step_timeout": "-1s"}, lambda ctx: None, "step_timeout"),
         ({"name": ""}, lambda ctx: None, "non-empty string"),
         ({"name": "x" * 256}, lambda ctx: None, "at most 255"),
         ({"name": "ok", "version": 2}, lambda ctx: None, "version"),

@@ -245,6 +245,10 @@ def _dispatch_follow_ups(result: SliceResult) -> None:
     if result.woke is not None:
         woken_id, queue = result.woke
         send_execute_run(woken_id, queue=queue)
+    if result.spawned or result.outcome == Outcome.PARKED:
+        # The slice may have started children (run_workflow, start_workflow) or a successor.
+        for started, queue in store.due_children(result.run_id):
+            send_execute_run(started, queue=queue)
     state = store.run_state(result.run_id)
     if state is None:
         return
@@ -253,10 +257,6 @@ def _dispatch_follow_ups(result: SliceResult) -> None:
             # Due only if it is parked on this very child; otherwise the claim fails quietly.
             send_execute_run(state.parent_run_id, queue=state.parent_queue or DEFAULT_QUEUE)
         return
-    if result.outcome == Outcome.PARKED:
-        # A run that parks may just have started children (run_workflow).
-        for child, queue in store.due_children(result.run_id):
-            send_execute_run(child, queue=queue)
     if state.status == RunStatus.RUNNING and state.worker_id is None:
         _schedule(result.run_id, state.available_at, store.now(), state.queue)
 

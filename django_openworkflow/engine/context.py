@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from django.utils.dateparse import parse_datetime
 
@@ -22,10 +24,11 @@ from ..errors import (
     PayloadError,
     RetryAfter,
     StepFailed,
+    StepTimeout,
     StepUsageError,
 )
 from ..payload import check_text, storable_text, to_json_value
-from ..states import RunStatus, StepKind, StepStatus
+from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from ..store import get_backend
 from ..store.records import (
     AttemptRecord,
@@ -37,13 +40,23 @@ from ..store.records import (
     LeaseLost,
     NewAttempt,
     Pending,
+    RunOutcome,
 )
 from .retry import RetryPolicy
+from .threads import Ended, run_on_threads
 
 if TYPE_CHECKING:
     from ..registry import WorkflowSpec
 
 T = TypeVar("T")
+
+PARALLEL_THREADS = 16
+"""Threads a parallel group runs at most at once, unless ``max_workers`` says otherwise."""
+CHILD_WAIT = timedelta(days=365)
+"""How long ``wait_all``/``wait_first`` park at most before looking again (a child's end wakes them)."""
+
+current_step: contextvars.ContextVar[str | None] = contextvars.ContextVar("owf_current_step", default=None)
+"""The step whose code runs in this context (async steps: ``in_step`` is per slice, this is per task)."""
 
 
 class Suspend(EngineInterrupt):
@@ -61,6 +74,7 @@ class Suspend(EngineInterrupt):
         start_child: ChildStart | None = None,
         wake_when_child_done: Any = None,
         written: bool = False,
+        wake_on_attempt: int | None = None,
     ) -> None:
         super().__init__(reason)
         self.written = written  # the park was already committed (signal and event waits)
@@ -69,6 +83,7 @@ class Suspend(EngineInterrupt):
         self.insert = insert
         self.start_child = start_child
         self.wake_when_child_done = wake_when_child_done
+        self.wake_on_attempt = wake_on_attempt
 
 
 STALE_NOTES = ("UnknownWorkflow", "EngineError")
@@ -84,6 +99,19 @@ class RunningStep:
     started_monotonic: float
     attempt_id: int | None
     recorded_late: bool = False  # by the watchdog, while the step ran
+
+
+class ContinueAsNew(EngineInterrupt):
+    """Unwinds the workflow function to hand the run over to a fresh run with ``input``."""
+
+    def __init__(self, input: Any, version: str | None) -> None:
+        super().__init__("continue as new")
+        self.input = input
+        self.version = version
+
+
+class CancelRun(EngineInterrupt):
+    """Unwinds the workflow function of a run whose cancel was requested, before it starts anything new."""
 
 
 class FailRun(EngineInterrupt):
@@ -196,10 +224,18 @@ class Slice:
         self.latest_new_step: str | None = None
         self.thread_id = threading.get_ident()
         self.active = True
+        self.spawned = False  # started children or a successor (see SliceResult.spawned)
+        self.cancel_requested = self.run.cancel_requested_at is not None
+        self.compensating = False
         self.in_step: str | None = None
         self._running: RunningStep | None = None
         self._step_lock = threading.Lock()
         self._used_keys: set[str] = set()
+        self.compensations: list[tuple[str, Callable[[Any], Any], Any]] = []
+        # async workflows: the tasks running steps, how many run, and the parks of those that ended in one
+        self.async_tasks: set[Any] = set()
+        self.steps_running = 0
+        self.suspends: list[Suspend] = []
         self._next_index: dict[str, int] = {}
         self.max_attempts = owf_settings.max_step_attempts
         self._close_abandoned_attempts()
@@ -234,7 +270,12 @@ class Slice:
         return error
 
     def starting_new_step(self, key: str, kind: str) -> None:
-        """A step not in the journal is about to start: charge it what the previous slice left, if it runs code."""
+        """A step not in the journal is about to start: charge it what the previous slice left, if it runs code.
+
+        A run being canceled starts nothing new but its compensations.
+        """
+        if self.cancel_requested and not self.compensating:
+            raise CancelRun("the run is being canceled")
         self.latest_new_step = key
         if self._charge is None:
             return
@@ -264,10 +305,16 @@ class Slice:
 
     # -- the step in progress (read by the watchdog's thread) --
 
-    def begin_step(self, key: str, started: datetime, attempt_id: int | None) -> None:
-        self.in_step = key
+    def begin_step(self, key: str, started: datetime, attempt_id: int | None, exclusive: bool = True) -> None:
+        """A step's code starts; ``exclusive`` (sync code) refuses step calls until it ends."""
+        if exclusive:
+            self.in_step = key
         with self._step_lock:
             self._running = RunningStep(key, started, time.monotonic(), attempt_id)
+
+    def has_running_step(self) -> bool:
+        with self._step_lock:
+            return self._running is not None
 
     def end_step(self) -> int | None:
         """The step's code returned or raised; returns its attempt id if its start was recorded."""
@@ -313,6 +360,35 @@ class Slice:
         self.pending = []
         return result
 
+    def record_steps(self, attempts: list[NewAttempt]) -> list[int]:
+        """Record that several steps started (after the buffered changes); returns their attempt ids."""
+        ids = self._journal(self.store.record_steps, attempts)
+        self.history.count += len(attempts)
+        return ids
+
+    def flush(self) -> None:
+        """Commit the buffered changes now."""
+        if self.pending:
+            self._journal(self.store.flush)
+
+    def step_timeout(self, timeout: Duration | None) -> float | None:
+        """A step's timeout in seconds: its own, else the workflow's ``step_timeout``; None for none."""
+        value = self.spec.step_timeout if timeout is None else timeout
+        if value is None:
+            return None
+        try:
+            seconds = parse_duration(value).total_seconds()
+        except ValueError as exc:
+            raise StepUsageError(f"step timeout: {exc}") from None
+        if seconds <= 0:
+            raise StepUsageError(f"step timeout must be positive, got {value!r}")
+        return seconds
+
+    def compensable(self, key: str, compensate: Callable[[Any], Any] | None, output: Any) -> None:
+        """Remember how to undo a completed step, should the run fail for good."""
+        if compensate is not None:
+            self.compensations.append((key, compensate, output))
+
     def record_step(self, attempt: NewAttempt) -> int:
         """Record that a step started (after the buffered changes); returns its attempt id."""
         attempt_id = self._journal(self.store.record_step, attempt)
@@ -327,6 +403,7 @@ class Slice:
             attempt=suspend.insert,
             child=suspend.start_child,
             wake_if_child_done=suspend.wake_when_child_done,
+            wake_on_attempt=suspend.wake_on_attempt,
         )
         if suspend.insert is not None:
             self.history.count += 1
@@ -334,6 +411,10 @@ class Slice:
     def complete(self, output: Any) -> None:
         """Finish the run with ``output`` (and wake a parent waiting on it)."""
         self._journal(self.store.complete_run, output, self.run.parent_step_attempt_id)
+
+    def cancel(self, error: dict[str, Any]) -> None:
+        """End the run as canceled (its cancel was requested and its compensations ran)."""
+        self._journal(self.store.cancel_held, error, self.run.parent_step_attempt_id)
 
     def fail(self, error: dict[str, Any], attempts: int | None = None) -> None:
         """Fail the run for good (and wake a parent waiting on it)."""
@@ -356,14 +437,20 @@ class Slice:
 
     # -- checks shared by every step kind --
 
+    def check_thread(self, api: str) -> None:
+        """Refuse a step call from another thread (a step's own code, a parallel member) or after the slice."""
+        if not self.active or threading.get_ident() != self.thread_id:
+            raise StepUsageError(
+                f"ctx.step.{api}() was called outside its workflow run's execution "
+                "(from another thread, a parallel step's code, or after the run's slice ended)"
+            )
+
     def enter_step_api(self, api: str, name: Any) -> str:
         """Validate a step call and return its durable key for this pass."""
-        if not self.active or threading.get_ident() != self.thread_id:
-            raise StepUsageError(f"ctx.step.{api}() was called outside its workflow run's execution")
-        if self.in_step is not None:
-            raise StepUsageError(
-                f"ctx.step.{api}({name!r}) was called inside step {self.in_step!r}; steps cannot be nested"
-            )
+        self.check_thread(api)
+        running = self.in_step or current_step.get()
+        if running is not None:
+            raise StepUsageError(f"ctx.step.{api}({name!r}) was called inside step {running!r}; steps cannot be nested")
         if not isinstance(name, str) or not name.strip():
             raise StepUsageError(f"step name must be a non-empty string, got {name!r}")
         if len(name) > 240:
@@ -395,11 +482,32 @@ class Slice:
             raise FailRun(error_from_exception(DeterminismError(message), step=key))
         return self.history.completed.get(key)
 
-    def check_can_start(self, key: str, until: datetime | None = None) -> None:
-        """Fail the run if another attempt would pass the cap or the deadline; abandon it without a lease."""
+    def went_past_here(self) -> bool:
+        """Whether the journal holds steps this pass has not reached yet (an earlier pass went further)."""
+        return any(key not in self._used_keys for key in self.history.kinds)
+
+    def continue_as_new(self, handover: ContinueAsNew) -> Any:
+        """End the run as continued and start its successor; returns the successor's id."""
+        spec = self.spec if handover.version == self.run.version else None
+        from ..registry import registry
+
+        spec = spec or registry.get(self.run.workflow_name, handover.version)
+        assert spec is not None
+        return self._journal(
+            self.store.continue_as_new,
+            input=handover.input,
+            version=handover.version,
+            flow=spec.flow_fields(handover.input),
+        )
+
+    def check_can_start(self, key: str, until: datetime | None = None, more: int = 0) -> None:
+        """Fail the run if another attempt (and ``more``) would pass the cap or the deadline.
+
+        Without a lease the run is abandoned (:class:`LeaseLost`).
+        """
         if self.lease_valid is not None and not self.lease_valid():
             raise LeaseLost(self.run.id)
-        if self.history.count >= self.max_attempts:
+        if self.history.count + more >= self.max_attempts:
             raise FailRun(
                 engine_error(
                     STEP_LIMIT_EXCEEDED,
@@ -423,6 +531,76 @@ class Slice:
             )
 
 
+@dataclass
+class Settled:
+    """What became of a step whose code ended: its output, or its error and when it may be retried."""
+
+    key: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    retry_at: datetime | None = None  # None with an error: failed for good
+    failures: int = 0
+
+
+class ChildRun:
+    """A child run started by ``ctx.step.start_workflow``: wait with ``wait_all``, ``wait_first`` or :meth:`result`.
+
+    ``run_id`` is known once the start is written (at the run's next
+    journal write, or when a wait needs it).
+    """
+
+    def __init__(
+        self,
+        api: StepApi,
+        name: str,
+        run_id: Any,
+        *,
+        done: bool = False,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        attempt_id: int | None = None,
+        new: NewAttempt | None = None,
+    ) -> None:
+        self._api = api
+        self.name = name  # the step's durable key
+        self._run_id = run_id
+        self._attempt_id = attempt_id
+        self.new = new
+        self.done = done
+        self.output = output
+        self.error = error
+        self.finished_at: datetime | None = None
+
+    def __repr__(self) -> str:
+        state = "failed" if self.error is not None else "done" if self.done else "running"
+        return f"<ChildRun {self.name!r} {self.run_id} {state}>"
+
+    @property
+    def run_id(self) -> Any:
+        """The child run's id (None until its start is written)."""
+        return self.new.child_run_id if self.new is not None else self._run_id
+
+    @property
+    def attempt_id(self) -> int:
+        attempt_id = self.new.id if self.new is not None else self._attempt_id
+        assert attempt_id is not None, "the child's start is written before it is waited for"
+        return attempt_id
+
+    def result(self) -> Any:
+        """Wait durably for this child and return its output (``ctx.step.wait_all([child])[0]``)."""
+        return self._api.wait_all([self])[0]
+
+
+def _child_spec(workflow: Any, api: str) -> WorkflowSpec:
+    from ..registry import WorkflowSpec, registry
+
+    if isinstance(workflow, WorkflowSpec):
+        return workflow
+    if isinstance(workflow, str):
+        return registry.latest(workflow)
+    raise StepUsageError(f"ctx.step.{api}() needs a workflow or a workflow name, got {workflow!r}")
+
+
 class StepApi:
     """``ctx.step``: the durable primitives a workflow function calls."""
 
@@ -430,7 +608,14 @@ class StepApi:
         self._slice = slice_
 
     def run(
-        self, name: str, fn: Callable[[], T], *, retry_policy: RetryPolicy | None = None, atomic: bool = False
+        self,
+        name: str,
+        fn: Callable[[], T],
+        *,
+        retry_policy: RetryPolicy | None = None,
+        atomic: bool = False,
+        timeout: Duration | None = None,
+        compensate: Callable[[Any], Any] | None = None,
     ) -> T:
         """Run ``fn()`` once and memoize its JSON result under ``name``.
 
@@ -438,6 +623,15 @@ class StepApi:
         ``fn``. A failure is retried by ``retry_policy`` (default: the
         workflow's ``step_retry_policy``); when retries are spent the step
         raises :class:`StepFailed` here.
+
+        ``timeout`` (default: the workflow's ``step_timeout``) fails an
+        attempt that runs longer with :class:`StepTimeout`, which counts
+        toward the retry budget; the code then runs on a thread of its own,
+        which is abandoned (not stopped) when it overruns.
+
+        ``compensate(output)`` undoes the step: if the run later fails for
+        good, the compensations of its completed steps run in reverse order,
+        each as a durable step named ``compensate:<name>``.
 
         With ``atomic=True``, ``fn`` runs inside the database transaction that
         records its completion: its writes to the workflow database commit
@@ -447,21 +641,22 @@ class StepApi:
         """
         s = self._slice
         key = s.enter_step_api("run", name)
-        done = s.recorded(key, StepKind.RUN)
+        done = self._prepare(key, fn, retry_policy, compensate)
         if done is not None:
             return cast(T, done.output)
-        if not callable(fn):
-            raise StepUsageError(f"ctx.step.run({name!r}, fn): fn must be callable, got {fn!r}")
         policy = retry_policy or s.spec.step_retry_policy
-        s.starting_new_step(key, StepKind.RUN)
-        failures = s.history.failures.get(key, 0)
-        last_error = s.history.last_error.get(key)
-        if last_error is not None and (not last_error.get("retryable", True) or not policy.allows_another(failures)):
-            raise StepFailed(key, last_error)
+        limit = s.step_timeout(timeout)
+        if atomic and limit is not None:
+            raise StepUsageError(
+                f"ctx.step.run({name!r}): an atomic step cannot have a timeout (its transaction would commit "
+                "after the timeout gave up on it); set a statement timeout on the database instead"
+            )
         s.check_can_start(key)
         started = s.now()
         if atomic:
-            return cast(T, self._run_atomic(key, fn, policy))
+            stored = self._run_atomic(key, fn, policy)
+            s.compensable(key, compensate, stored)
+            return cast(T, stored)
         attempt_id = None
         if s.pending:
             # The writes buffered so far must be durable before this step's side
@@ -470,21 +665,73 @@ class StepApi:
             # the next claim charges the crash to it (see Slice.starting_new_step).
             attempt_id = s.record_step(NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
         s.begin_step(key, started, attempt_id)
-        try:
-            value = fn()
-        except EngineInterrupt:
-            s.end_step()
-            raise
-        except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
-            error = error_from_exception(exc, step=key)
-            attempt_id = s.end_step()
-            retryable, delay = retry_decision(exc)
-            self._fail_attempt(key, attempt_id, started, error, retryable, policy, delay)
+        if limit is None:
+            try:
+                ended = Ended(0, fn())
+            except EngineInterrupt:
+                s.end_step()
+                raise
+            except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
+                ended = Ended(0, error=exc)
+        else:
+            (ended,) = next(run_on_threads([(fn, limit)], 1, s.store.close_thread_connections, f"owf-{key}"))
         attempt_id = s.end_step()
+        settled = self.settle(key, attempt_id, started, policy, ended, limit)
+        if settled.error is not None:
+            self.unwind(settled)
+        s.compensable(key, compensate, settled.output)
+        return cast(T, settled.output)
+
+    def _prepare(self, key: str, fn: Any, retry_policy: RetryPolicy | None, compensate: Any) -> AttemptRecord | None:
+        """The checks before a ``run`` step's code: its journal entry if it completed, else None.
+
+        Raises :class:`StepFailed` when an earlier slice spent its retries.
+        """
+        s = self._slice
+        done = s.recorded(key, StepKind.RUN)
+        if done is not None:
+            s.compensable(key, compensate, done.output)
+            return done
+        if not callable(fn):
+            raise StepUsageError(f"step {key!r}: fn must be callable, got {fn!r}")
+        if compensate is not None and not callable(compensate):
+            raise StepUsageError(f"step {key!r}: compensate must be callable, got {compensate!r}")
+        policy = retry_policy or s.spec.step_retry_policy
+        s.starting_new_step(key, StepKind.RUN)
+        failures = s.history.failures.get(key, 0)
+        last_error = s.history.last_error.get(key)
+        if last_error is not None and (not last_error.get("retryable", True) or not policy.allows_another(failures)):
+            raise StepFailed(key, last_error)
+        return None
+
+    def settle(
+        self,
+        key: str,
+        attempt_id: int | None,
+        started: datetime,
+        policy: RetryPolicy,
+        ended: Ended,
+        limit: float | None = None,
+    ) -> Settled:
+        """Journal how a step's code ended (buffered) and decide what follows: its output, a retry, or failure."""
+        s = self._slice
+        if ended.timed_out:
+            error = error_from_exception(
+                StepTimeout(
+                    f"step {key!r} ran longer than its timeout of {limit:g}s; its code was abandoned "
+                    "and may still be running"
+                ),
+                step=key,
+            )
+            return self._failed(key, attempt_id, started, error, True, policy)
+        if ended.error is not None:
+            retryable, delay = retry_decision(ended.error)
+            error = error_from_exception(ended.error, step=key)
+            return self._failed(key, attempt_id, started, error, retryable, policy, delay)
         try:
-            stored = to_json_value(value, f"output of step {key!r}", "output")
+            stored = to_json_value(ended.value, f"output of step {key!r}", "output")
         except PayloadError as exc:
-            self._fail_attempt(key, attempt_id, started, error_from_exception(exc, step=key), False, policy)
+            return self._failed(key, attempt_id, started, error_from_exception(exc, step=key), False, policy)
         now = s.now()
         if attempt_id is None:
             s.add_finished(
@@ -493,7 +740,15 @@ class StepApi:
         else:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=stored))
         s.step_finished(key, StepStatus.COMPLETED, started, now)
-        return cast(T, stored)
+        return Settled(key, stored)
+
+    def unwind(self, settled: Settled) -> NoReturn:
+        """Leave the workflow function for a failed step: park until its retry, or raise :class:`StepFailed`."""
+        assert settled.error is not None
+        if settled.retry_at is not None:
+            self._slice.check_deadline(settled.retry_at, settled.key)
+            raise Suspend(settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}")
+        raise StepFailed(settled.key, settled.error)
 
     def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:
         s = self._slice
@@ -512,7 +767,7 @@ class StepApi:
             retryable, delay = retry_decision(exc)
             # Here the output's encoding failed inside the transaction too: no retry fixes that.
             retryable = retryable and not isinstance(exc, PayloadError)
-            self._fail_attempt(key, None, started, error_from_exception(exc, step=key), retryable, policy, delay)
+            self.unwind(self._failed(key, None, started, error_from_exception(exc, step=key), retryable, policy, delay))
         finally:
             s.in_step = None
         s.pending = []
@@ -520,7 +775,7 @@ class StepApi:
         s.step_finished(key, StepStatus.COMPLETED, started, s.now())
         return stored
 
-    def _fail_attempt(
+    def _failed(
         self,
         key: str,
         attempt_id: int | None,
@@ -529,7 +784,7 @@ class StepApi:
         retryable: bool,
         policy: RetryPolicy,
         delay: timedelta | None = None,
-    ) -> None:
+    ) -> Settled:
         s = self._slice
         now = s.now()
         error["run_attempt"] = s.run.attempts
@@ -543,11 +798,85 @@ class StepApi:
             s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
         failures = s.history.add_failure(key, error)
         s.step_finished(key, StepStatus.FAILED, started, now, error)
+        retry_at = None
         if retryable and policy.allows_another(failures):
-            wake = now + (policy.delay_after(failures) if delay is None else delay)
-            s.check_deadline(wake, key)
-            raise Suspend(wake, f"retry step {key!r} after failure {failures}")
-        raise StepFailed(key, error)
+            retry_at = now + (policy.delay_after(failures) if delay is None else delay)
+        return Settled(key, error=error, retry_at=retry_at, failures=failures)
+
+    def parallel(
+        self,
+        calls: Iterable[tuple[str, Callable[[], Any]]],
+        *,
+        retry_policy: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        max_workers: int | None = None,
+    ) -> list[Any]:
+        """Run several steps at once, each on a thread of its own, and return their outputs in call order.
+
+        ``calls`` is a list of ``(name, fn)`` pairs; each is a durable step
+        like :meth:`run`, journaled as it finishes, so a crash re-runs only
+        the ones that had not finished. A step's code that touches the
+        database uses its thread's own connection. When one fails for good
+        the others still finish (and keep their results) and
+        :class:`StepFailed` is raised for the first of them in call order;
+        when one may be retried, the run parks until its retry and the
+        group is replayed with the finished ones remembered.
+        ``max_workers`` caps the threads (default: :data:`PARALLEL_THREADS`).
+        """
+        s = self._slice
+        pairs = list(calls)
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise StepUsageError(f"ctx.step.parallel() takes (name, fn) pairs, got {pair!r:.80}")
+        if max_workers is not None and (type(max_workers) is not int or max_workers < 1):
+            raise StepUsageError(f"max_workers must be a positive integer, got {max_workers!r}")
+        policy = retry_policy or s.spec.step_retry_policy
+        limit = s.step_timeout(timeout)
+        keys = [s.enter_step_api("parallel", name) for name, _ in pairs]
+        results: list[Any] = [None] * len(pairs)
+        todo: list[int] = []
+        for index, (key, (_, fn)) in enumerate(zip(keys, pairs, strict=True)):
+            done = self._prepare(key, fn, retry_policy, None)
+            if done is not None:
+                results[index] = done.output
+            else:
+                todo.append(index)
+        if not todo:
+            return results
+        s.check_can_start(keys[todo[0]], more=len(todo) - 1)
+        started = s.now()
+        ids = s.record_steps([NewAttempt(keys[i], StepKind.RUN, StepStatus.RUNNING, started_at=started) for i in todo])
+        settled: dict[int, Settled] = {}
+        workers = min(len(todo), max_workers or PARALLEL_THREADS)
+        calls_ = [(pairs[i][1], limit) for i in todo]
+        for batch in run_on_threads(calls_, workers, s.store.close_thread_connections, "owf-parallel"):
+            for ended in batch:
+                index = todo[ended.index]
+                settled[index] = self.settle(keys[index], ids[ended.index], started, policy, ended, limit)
+                results[index] = settled[index].output
+            if len(settled) < len(todo):
+                s.flush()  # durable now: a crash re-runs only the members still running
+        failed = [settled[i] for i in todo if settled[i].error is not None]
+        terminal = [f for f in failed if f.retry_at is None]
+        if terminal or failed:
+            self.unwind(terminal[0] if terminal else min(failed, key=lambda f: cast(datetime, f.retry_at)))
+        return results
+
+    def map(
+        self,
+        name: str,
+        fn: Callable[[Any], Any],
+        items: Iterable[Any],
+        *,
+        retry_policy: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        max_workers: int | None = None,
+    ) -> list[Any]:
+        """``fn(item)`` for each item, in parallel, as steps ``name[0]``, ``name[1]``... (see :meth:`parallel`)."""
+        if not callable(fn):
+            raise StepUsageError(f"ctx.step.map({name!r}, fn, items): fn must be callable, got {fn!r}")
+        calls = [(f"{name}[{i}]", functools.partial(fn, item)) for i, item in enumerate(items)]
+        return self.parallel(calls, retry_policy=retry_policy, timeout=timeout, max_workers=max_workers)
 
     def sleep(self, name: str, duration: Duration) -> None:
         """Pause the run durably for ``duration``; the worker slot is freed meanwhile."""
@@ -589,17 +918,10 @@ class StepApi:
         keeps running on its own. ``name`` (the durable key) defaults to the
         child workflow's name; a string picks the highest registered version.
         """
-        from ..registry import WorkflowSpec, registry
-
         s = self._slice
-        if isinstance(workflow, WorkflowSpec):
-            child_name, child_version = workflow.name, workflow.version
-        elif isinstance(workflow, str):
-            child_name, child_version = workflow, registry.latest(workflow).version
-        else:
-            raise StepUsageError(f"ctx.step.run_workflow() needs a workflow or a workflow name, got {workflow!r}")
+        spec = _child_spec(workflow, "run_workflow")
         wait = parse_duration(timeout)
-        key = s.enter_step_api("run_workflow", child_name if name is None else name)
+        key = s.enter_step_api("run_workflow", spec.name if name is None else name)
         done = s.recorded(key, StepKind.WORKFLOW)
         if done is not None:
             return done.output
@@ -610,7 +932,7 @@ class StepApi:
         waiting = s.history.open.get(key)
         if waiting is None:
             s.starting_new_step(key, StepKind.WORKFLOW)
-            child_input = to_json_value(input, f"input of child workflow {child_name!r} (step {key!r})", "input")
+            start = self._child_start(spec, input, key)
             s.check_can_start(key)
             timeout_at = now + wait
             insert = NewAttempt(
@@ -618,38 +940,156 @@ class StepApi:
                 StepKind.WORKFLOW,
                 StepStatus.RUNNING,
                 started_at=now,
-                context={"timeout_at": timeout_at.isoformat(), "workflow": child_name, "version": child_version},
+                context={"timeout_at": timeout_at.isoformat(), "workflow": spec.name, "version": spec.version},
             )
-            spec = workflow if isinstance(workflow, WorkflowSpec) else registry.latest(child_name)
-            start = ChildStart(child_name, child_version, child_input, spec.flow_fields(child_input))
             raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
         child_id = waiting.child_workflow_run_id
-        child = s.store.run_outcome(child_id) if child_id is not None else None
-        error: dict[str, Any] | None = None
-        if child is None:
-            error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
-        elif child.status == RunStatus.COMPLETED:
-            s.add_finished(AttemptUpdate(waiting.id, StepStatus.COMPLETED, now, output=child.output))
-            return child.output
-        elif child.status in (RunStatus.FAILED, RunStatus.CANCELED):
-            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {child.status}", key)
-            # The child's own error, without the errors of its children: a chain of
-            # failed descendants would otherwise nest one level deeper per generation
-            # (each run's error links its child by child_run_id).
-            error["child_error"] = {k: v for k, v in (child.error or {}).items() if k != "child_error"}
-        else:
+        outcome = s.store.run_outcome(child_id) if child_id is not None else None
+        if outcome is not None and outcome.status not in FINISHED_STATUSES:
             wait_until = parse_datetime((waiting.context or {})["timeout_at"])
             assert wait_until is not None
             if now < wait_until:
                 s.check_deadline(now, key)
                 raise Suspend(s.park_limit(wait_until), f"wait for child {key!r}", wake_when_child_done=child_id)
             error = engine_error("ChildWorkflowTimeout", f"child run {child_id} did not finish within {wait}", key)
-        error["child_run_id"] = str(child_id)
-        error["run_attempt"] = s.run.attempts
-        error["retryable"] = False
-        s.add_finished(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
+            error.update(child_run_id=str(child_id), run_attempt=s.run.attempts, retryable=False)
+            s.add_finished(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
+            s.history.add_failure(key, error)
+            raise StepFailed(key, error)
+        child = self._child_finished(key, waiting.id, child_id, outcome)
+        if child.error is not None:
+            raise StepFailed(key, child.error)
+        return child.output
+
+    def _child_start(self, spec: WorkflowSpec, input: Any, key: str) -> ChildStart:
+        child_input = to_json_value(input, f"input of child workflow {spec.name!r} (step {key!r})", "input")
+        return ChildStart(spec.name, spec.version, child_input, spec.flow_fields(child_input))
+
+    def _child_finished(self, key: str, attempt_id: int, child_id: Any, outcome: RunOutcome | None) -> ChildRun:
+        """Journal (buffered) that the child of step ``key`` ended: its output, or its failure as the step's."""
+        s = self._slice
+        now = s.now()
+        if outcome is not None and outcome.status == RunStatus.COMPLETED:
+            s.add_finished(AttemptUpdate(attempt_id, StepStatus.COMPLETED, now, output=outcome.output))
+            return ChildRun(self, key, child_id, done=True, output=outcome.output)
+        if outcome is None:
+            error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
+        else:
+            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {outcome.status}", key)
+            # The child's own error, without the errors of its children: a chain of
+            # failed descendants would otherwise nest one level deeper per generation
+            # (each run's error links its child by child_run_id).
+            error["child_error"] = {k: v for k, v in (outcome.error or {}).items() if k != "child_error"}
+        error.update(child_run_id=str(child_id), run_attempt=s.run.attempts, retryable=False)
+        s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
         s.history.add_failure(key, error)
-        raise StepFailed(key, error)
+        return ChildRun(self, key, child_id, done=True, error=error)
+
+    def start_workflow(self, workflow: WorkflowSpec | str, input: Any = None, *, name: str | None = None) -> ChildRun:
+        """Start a child workflow exactly once without waiting for it; returns a :class:`ChildRun`.
+
+        Start as many as you like, then wait for them with :meth:`wait_all`
+        or :meth:`wait_first` (or ``child.result()``). The starts are
+        written together with the run's next journal write, each as a step
+        of its own (``name`` defaults to the workflow's name, numbered on
+        repeats: ``resize``, ``resize:1``...).
+        """
+        s = self._slice
+        spec = _child_spec(workflow, "start_workflow")
+        key = s.enter_step_api("start_workflow", spec.name if name is None else name)
+        done = s.recorded(key, StepKind.WORKFLOW)
+        if done is not None:
+            return ChildRun(self, key, done.child_workflow_run_id, done=True, output=done.output)
+        waiting = s.history.open.get(key)
+        if waiting is not None:
+            return ChildRun(self, key, waiting.child_workflow_run_id, attempt_id=waiting.id)
+        last_error = s.history.last_error.get(key)
+        if last_error is not None:
+            return ChildRun(self, key, None, done=True, error=last_error)
+        s.starting_new_step(key, StepKind.WORKFLOW)
+        start = self._child_start(spec, input, key)
+        s.check_can_start(key)
+        context = {"workflow": spec.name, "version": spec.version}
+        new = NewAttempt(key, StepKind.WORKFLOW, StepStatus.RUNNING, started_at=s.now(), context=context, child=start)
+        s.add_finished(new)
+        s.spawned = True
+        return ChildRun(self, key, None, new=new)
+
+    def wait_all(self, children: Sequence[ChildRun]) -> list[Any]:
+        """Wait durably until every child finished; their outputs in the order given.
+
+        The run parks meanwhile (no worker slot held). The first child to
+        fail (or be canceled) raises :class:`StepFailed` at once, carrying
+        its error; the others keep running.
+        """
+        s = self._slice
+        self._refresh(children, "wait_all")
+        for child in children:
+            if child.error is not None:
+                raise StepFailed(child.name, child.error)
+        unfinished = [child for child in children if not child.done]
+        if not unfinished:
+            return [child.output for child in children]
+        watched = unfinished[0]
+        raise Suspend(
+            s.park_limit(s.now() + CHILD_WAIT),
+            f"wait for {len(unfinished)} of {len(children)} children",
+            wake_when_child_done=watched.run_id,
+            wake_on_attempt=watched.attempt_id,
+        )
+
+    def wait_first(self, children: Sequence[ChildRun], *, name: str = "wait_first") -> tuple[int, Any]:
+        """Wait durably until one of the children finished; returns its index and output.
+
+        Which one came first is journaled under ``name``, so a replay returns
+        the same. If that child failed, :class:`StepFailed` is raised.
+        """
+        s = self._slice
+        if not children:
+            raise StepUsageError("ctx.step.wait_first() needs at least one child")
+        key = s.enter_step_api("wait_first", name)
+        done = s.recorded(key, StepKind.RUN)
+        if done is None:
+            s.starting_new_step(key, StepKind.RUN)
+        self._refresh(children, "wait_first")
+        if done is not None:
+            index = int(done.output["index"])
+        else:
+            ended = [i for i, child in enumerate(children) if child.done]
+            if not ended:
+                raise Suspend(s.park_limit(s.now() + CHILD_WAIT), f"wait for the first of {len(children)} children")
+            index = min(ended, key=lambda i: children[i].finished_at or s.now())
+            s.check_can_start(key)
+            now = s.now()
+            output = {"index": index, "run_id": str(children[index].run_id)}
+            s.add_finished(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, now, output=output, finished_at=now))
+        winner = children[index]
+        if winner.error is not None:
+            raise StepFailed(winner.name, winner.error)
+        return index, winner.output
+
+    def _refresh(self, children: Sequence[ChildRun], api: str) -> None:
+        """Read the state of the children not known to have finished, in one query, and journal those that did."""
+        s = self._slice
+        s.check_thread(api)
+        for child in children:
+            if not isinstance(child, ChildRun) or child._api is not self:
+                raise StepUsageError(
+                    f"ctx.step.{api}() takes children from ctx.step.start_workflow(), got {child!r:.80}"
+                )
+        if any(child.new is not None and child.new.id is None for child in children):
+            s.flush()  # the starts are written: the children exist and have ids
+        open_children = [child for child in children if not child.done]
+        if not open_children:
+            return
+        outcomes = s.store.run_outcomes([child.run_id for child in open_children])
+        for child in open_children:
+            outcome = outcomes.get(child.run_id)
+            if outcome is not None and outcome.status not in FINISHED_STATUSES:
+                continue
+            ended = self._child_finished(child.name, child.attempt_id, child.run_id, outcome)
+            child.done, child.output, child.error = True, ended.output, ended.error
+            child.finished_at = outcome.finished_at if outcome is not None else None
 
     def wait_for_signal(self, name: str, *, timeout: Duration = "7d") -> Any:
         """Park until a signal called ``name`` is sent to this run; return its data.
@@ -745,4 +1185,48 @@ class WorkflowContext:
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
-        return self._slice.store.run_status(self.run_id) in (RunStatus.CANCELED, None)
+        return self._slice.store.is_canceled(self.run_id)
+
+    def patched(self, name: str) -> bool:
+        """Whether this run takes the new branch of a code change called ``name``.
+
+        ``if ctx.patched("tax-v2"): new code; else: old code``. A run that
+        reaches this point for the first time takes the new branch, and the
+        choice is journaled; a run that went past this point before the
+        patch was deployed (its journal has steps beyond it) keeps the old
+        branch, so its replay still matches its journal. Once no run
+        started before the patch is in flight, delete the old branch and
+        the call.
+        """
+        s = self._slice
+        key = s.enter_step_api("patched", f"patch:{name}")
+        if s.recorded(key, StepKind.PATCH) is not None:
+            return True
+        if s.went_past_here():
+            return False
+        now = s.now()
+        s.add_finished(NewAttempt(key, StepKind.PATCH, StepStatus.COMPLETED, started_at=now, finished_at=now))
+        return True
+
+    def continue_as_new(self, input: Any = None, *, version: str | None = None) -> NoReturn:
+        """End this run and start a fresh one of the same workflow with ``input`` (an empty journal).
+
+        For pollers and long loops, which would otherwise reach the step
+        limit: the run ends as ``continued`` and its successor, linked by
+        ``continued_from``, carries on; its result is the result of the
+        chain (``handle.result()`` follows it). ``version`` defaults to this
+        run's. Does not return.
+        """
+        from ..registry import registry
+
+        s = self._slice
+        s.check_thread("continue_as_new")
+        if s.in_step is not None or current_step.get() is not None:
+            raise StepUsageError("ctx.continue_as_new() was called inside a step")
+        target = s.run.version if version is None else version
+        if registry.get(s.run.workflow_name, target) is None:
+            raise StepUsageError(
+                f"ctx.continue_as_new(): workflow {s.run.workflow_name!r} has no version {target!r} in this process"
+            )
+        value = to_json_value(input, f"input of the run continuing {s.run.workflow_name!r}", "input")
+        raise ContinueAsNew(value, target)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import functools
+import inspect
 import logging
 import time
 from collections.abc import Callable
@@ -10,13 +13,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..errors import PayloadError
+from ..errors import PayloadError, StepFailed
 from ..payload import to_json_value
 from ..registry import registry
 from ..store import get_backend
 from ..store.records import ClaimedRun, EngineInterrupt, LeaseLost, StoreUnavailable
-from .context import FailRun, Slice, Suspend, WorkflowContext, engine_error, error_from_exception
-from .retry import UNKNOWN_WORKFLOW_BACKOFF
+from .context import (
+    CancelRun,
+    ContinueAsNew,
+    FailRun,
+    Slice,
+    StepApi,
+    Suspend,
+    WorkflowContext,
+    engine_error,
+    error_from_exception,
+)
+from .retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
 from .watchdog import watchdog
 
 logger = logging.getLogger("django_openworkflow.engine")
@@ -24,6 +37,8 @@ logger = logging.getLogger("django_openworkflow.engine")
 ENGINE_ERROR_LIMIT = 3
 """Slices in a row that may end in an engine error before the run is failed."""
 ENGINE_ERROR_BACKOFF = timedelta(seconds=1)
+COMPENSATION_RETRY_POLICY = DEFAULT_STEP_RETRY_POLICY
+"""How compensations are retried (10 attempts, backoff from 1 s)."""
 """The wait before the first retry after an engine error; doubled after each."""
 
 
@@ -32,8 +47,10 @@ class Outcome(enum.StrEnum):
 
     COMPLETED = "completed"
     FAILED = "failed"
+    CONTINUED = "continued"  # handed over to a successor run (continue-as-new)
     PARKED = "parked"  # sleeping, waiting, or backing off before a retry
     RETRY = "retry"  # workflow-level failure, rescheduled
+    CANCELED = "canceled"  # its cancel was requested: compensated, then canceled
     RELEASED = "released"  # an engine error: handed back, to be tried again shortly
     UNKNOWN_WORKFLOW = "unknown-workflow"  # this process lacks the name/version
     LEASE_LOST = "lease-lost"  # canceled, taken over, or deleted: wrote nothing
@@ -53,16 +70,23 @@ class SliceResult:
     # (id, queue) of a run that was waiting for this run's place under a
     # concurrency limit and is due now that the slice let go of it.
     woke: tuple[Any, str] | None = None
+    # The slice started runs that a parked or finished parent does not announce:
+    # children (start_workflow), a successor (continue-as-new).
+    spawned: bool = False
 
     def log(self, logger: logging.Logger) -> None:
-        """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost."""
+        """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost.
+
+        The time is this slice's (one replay, from claim to outcome), not the run's: a run that slept
+        for hours finishes with a slice of milliseconds. The run's own duration is on its page.
+        """
         level = logging.INFO if self.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
         if self.outcome in (Outcome.LEASE_LOST, Outcome.RELEASED):
             level = logging.WARNING
         detail = f": {self.detail}" if self.detail and self.outcome != Outcome.COMPLETED else ""
         logger.log(
             level,
-            "run %s (%s) %s in %.1f ms%s",
+            "run %s (%s) %s; this slice took %.1f ms%s",
             self.run_id,
             self.workflow_name,
             self.outcome,
@@ -95,7 +119,8 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
         outcome, detail, wake_at = _engine_failure(claimed, exc.__cause__ or exc, slices)
     except Exception as exc:  # the engine's own failure: user code's exceptions are handled inside
         outcome, detail, wake_at = _engine_failure(claimed, exc, slices)
-    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at)
+    spawned = bool(slices) and slices[0].spawned
+    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at, spawned=spawned)
 
 
 def _engine_failure(
@@ -151,14 +176,26 @@ def _execute(
     slices.append(slice_)
     watchdog.watch(slice_)
     try:
-        result = spec.fn(WorkflowContext(slice_))
+        if spec.is_async:
+            from .aio import AsyncWorkflowContext, call_async
+
+            result = call_async(spec, AsyncWorkflowContext(slice_))
+        else:
+            result = spec.fn(WorkflowContext(slice_))
         if slice_.in_step is not None:  # pragma: no cover - defensive
             raise RuntimeError("workflow returned from inside a step")
         output = to_json_value(result, f"output of workflow {run.workflow_name!r}", "output")
-    except Suspend as suspend:
-        if not suspend.written:
-            slice_.park(suspend)
-        return Outcome.PARKED, suspend.reason, suspend.until
+    except (Suspend, ContinueAsNew, CancelRun) as interrupt:
+        if slice_.cancel_requested:  # replayed up to where it would wait or start something new
+            return _cancel(slice_)
+        if isinstance(interrupt, ContinueAsNew):
+            successor = slice_.continue_as_new(interrupt)
+            slice_.spawned = True
+            return Outcome.CONTINUED, f"continued as run {successor}", None
+        assert isinstance(interrupt, Suspend)
+        if not interrupt.written:
+            slice_.park(interrupt)
+        return Outcome.PARKED, interrupt.reason, interrupt.until
     except FailRun as failure:
         slice_.fail(failure.error)
         return Outcome.FAILED, failure.error["message"], None
@@ -190,8 +227,67 @@ def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, 
         if deadline is None or wake <= deadline:
             slice_.reschedule(wake, error, attempts)
             return Outcome.RETRY, error["message"], wake
+    if slice_.compensations:
+        try:
+            failures = _compensate(slice_)
+        except Suspend as suspend:  # a compensation waits for its retry: the run fails once they all ran
+            slice_.park(suspend)
+            return Outcome.PARKED, suspend.reason, suspend.until
+        except FailRun as failure:  # the step limit or the deadline: no more steps can run
+            failures = [failure.error]
+        if failures:
+            error["compensation_errors"] = failures
     slice_.fail(error, attempts)
     return Outcome.FAILED, error["message"], None
+
+
+def _cancel(slice_: Slice) -> tuple[Outcome, str, datetime | None]:
+    """The run's cancel was requested: run the compensations of its completed steps, then end it canceled."""
+    try:
+        failures = _compensate(slice_)
+    except Suspend as suspend:  # a compensation waits for its retry; the cancel is still requested then
+        slice_.park(suspend)
+        return Outcome.PARKED, suspend.reason, suspend.until
+    except FailRun as failure:
+        failures = [failure.error]
+    undone = f" after {len(slice_.compensations)} compensations" if slice_.compensations else ""
+    error = engine_error("Canceled", f"the run was canceled{undone}")
+    if failures:
+        error["compensation_errors"] = failures
+    slice_.cancel(error)
+    return Outcome.CANCELED, error["message"], None
+
+
+def _compensate(slice_: Slice) -> list[dict[str, Any]]:
+    """Undo the run's completed steps, latest first, each as a durable step ``compensate:<step>``.
+
+    Each is retried by :data:`COMPENSATION_RETRY_POLICY`, whatever the
+    workflow's step policy: an undo must be tried harder than a do.
+    A compensation that fails for good does not stop the others; the errors
+    are returned. Replay makes this exactly-once: a compensation that
+    completed is not called again when the failed run is replayed after a
+    crash or a compensation's retry.
+    """
+    api = StepApi(slice_)
+    slice_.compensating = True
+    failures = []
+    for key, undo, output in reversed(slice_.compensations):
+        try:
+            api.run(f"compensate:{key}", functools.partial(_undo, undo, output), retry_policy=COMPENSATION_RETRY_POLICY)
+        except StepFailed as failed:
+            failures.append(failed.error)
+    return failures
+
+
+def _undo(undo: Any, output: Any) -> Any:
+    result = undo(output)
+    if inspect.isawaitable(result):  # an async compensation of an async workflow's step
+        return asyncio.run(_awaited(result))
+    return result
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
 
 
 def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:

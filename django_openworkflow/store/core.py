@@ -76,6 +76,11 @@ class BackendCore:
         """Close this thread's connection to the alias (threads that write rarely)."""
         self.connection.close()
 
+    def close_thread_connections(self) -> None:
+        """Close every database connection this thread opened (a step's thread, as it ends)."""
+        for wrapper in connections.all(initialized_only=True):
+            wrapper.close()
+
     def is_transient(self, error: BaseException | None) -> bool:
         """Whether a database error is about the connection or a lock, and worth retrying as it is."""
         return isinstance(error, OperationalError | InterfaceError)
@@ -94,6 +99,11 @@ class BackendCore:
                     raise
                 time.sleep(0.02 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def insert_with_ids(self, rows: list[Any]) -> None:
+        """Insert model instances in one statement and fill in their ids (INSERT ... RETURNING)."""
+        if rows:
+            type(rows[0]).objects.bulk_create(rows)
 
     # -- the clock --
 

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import Q
 
 from ..errors import StepUsageError
 from ..models import Signal, StepAttempt, WorkflowRun
@@ -80,6 +81,19 @@ class JournalOps(BackendCore):
         return new_id
 
     @engine_op
+    def record_steps(
+        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, attempts: list[NewAttempt]
+    ) -> list[int]:
+        """Commit ``pending`` and record that several steps started (a parallel group); returns their ids."""
+        self._commit(run_id, worker_id, now, pending, inserts=attempts)
+        return [attempt.id for attempt in attempts if attempt.id is not None]
+
+    @engine_op
+    def flush(self, run_id: Any, worker_id: str, now: datetime, pending: Pending) -> None:
+        """Commit ``pending`` alone: steps of a parallel group that finished while others still run."""
+        self._commit(run_id, worker_id, now, pending)
+
+    @engine_op
     def park(
         self,
         run_id: Any,
@@ -91,13 +105,17 @@ class JournalOps(BackendCore):
         attempt: NewAttempt | None = None,
         child: ChildStart | None = None,
         wake_if_child_done: Any = None,
+        wake_on_attempt: int | None = None,
     ) -> None:
         """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
 
         ``attempt`` records the step that parks (a sleep or a wait);
         ``child`` starts a child run linked to it, in the same transaction.
         A parent that parks on ``wake_if_child_done`` is due at once if that
-        child has already finished.
+        child has already finished. ``wake_on_attempt`` (a child's step
+        attempt) lets only that child's end wake the run early, so a parent
+        waiting for 300 children is not woken 300 times; without it, any
+        child's end does.
         """
         self._commit(
             run_id,
@@ -105,7 +123,7 @@ class JournalOps(BackendCore):
             now,
             pending,
             insert=attempt,
-            run_fields={"worker_id": None, "available_at": until},
+            run_fields={"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt},
             start_child=child,
             wake_when_child_done=wake_if_child_done,
         )
@@ -134,6 +152,32 @@ class JournalOps(BackendCore):
         if attempts is not None:
             fields["attempts"] = attempts
         self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id)
+
+    @engine_op
+    def cancel_held(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        error: dict[str, Any],
+        parent_step_id: int | None,
+    ) -> None:
+        """End a run whose cancel was requested, its compensations done; close its open steps, wake a parent."""
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            self._fence(run_id, worker_id, now, {"status": RunStatus.CANCELED, "error": error, "finished_at": now})
+            self._flush(run_id, pending, now)
+            StepAttempt.objects.filter(workflow_run_id=run_id, status=StepStatus.RUNNING).update(
+                status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
+            )
+            if parent_step_id is not None:
+                self.wake_parent(parent_step_id, now)
+
+    @engine_op
+    def is_canceled(self, run_id: Any) -> bool:
+        """Whether the run was canceled, is being canceled (compensating), or is gone."""
+        row = WorkflowRun.objects.filter(id=run_id).values_list("status", "cancel_requested_at").first()
+        return row is None or row[0] == RunStatus.CANCELED or row[1] is not None
 
     @engine_op
     def reschedule_run(
@@ -189,24 +233,34 @@ class JournalOps(BackendCore):
         pending: Pending,
         *,
         insert: NewAttempt | None = None,
+        inserts: list[NewAttempt] | None = None,
         run_fields: dict[str, Any] | None = None,
         start_child: ChildStart | None = None,
         wake_when_child_done: Any = None,
         wake_parent_of: int | None = None,
     ) -> int | None:
-        """Write ``pending``, an optional new attempt and run fields in one fenced transaction.
+        """Write ``pending``, new attempts and run fields in one fenced transaction.
 
         ``start_child`` inserts a child run linked to the new attempt, so the
-        child exists exactly when the parent's wait step does;
-        ``wake_parent_of`` (the finishing run's parent step attempt) wakes a
-        parent parked on that very step. Returns the inserted attempt's id.
-        Raises :class:`LeaseLost` (after writing nothing) when the worker no
-        longer holds the run.
+        child exists exactly when the parent's wait step does (so do the
+        ``child`` of pending new attempts: ``ctx.step.start_workflow``);
+        ``inserts`` are more new attempts whose ids the caller wants back
+        (filled in on each); ``wake_parent_of`` (the finishing run's parent
+        step attempt) wakes a parent parked on that very step. Returns the
+        inserted attempt's id. Raises :class:`LeaseLost` (after writing
+        nothing) when the worker no longer holds the run.
         """
-        if start_child is None and wake_when_child_done is None and wake_parent_of is None:
+        spawning = [c for c in pending if isinstance(c, NewAttempt) and c.child is not None]
+        if not (spawning or inserts or start_child or wake_when_child_done or wake_parent_of):
             return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
         with self.write_lock(), transaction.atomic(using=self.alias):
-            new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
+            if spawning or inserts:
+                plain = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
+                self._step_boundary(run_id, worker_id, now, plain, None, run_fields or {})
+                self._insert_attempts(run_id, [*spawning, *([insert] if insert else []), *(inserts or [])], now)
+                new_id = insert.id if insert is not None else None
+            else:
+                new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now)
             if (
@@ -367,8 +421,55 @@ class JournalOps(BackendCore):
     @engine_op
     def run_outcome(self, run_id: Any) -> RunOutcome | None:
         """A run's status, output and error (None if the row is gone)."""
-        row = WorkflowRun.objects.filter(id=run_id).values_list("status", "output", "error").first()
+        row = WorkflowRun.objects.filter(id=run_id).values_list("status", "output", "error", "finished_at").first()
         return RunOutcome(*row) if row is not None else None
+
+    @engine_op
+    def run_outcomes(self, run_ids: list[Any]) -> dict[Any, RunOutcome]:
+        """The status, output and error of several runs, by id, in one query (missing rows are left out)."""
+        rows = WorkflowRun.objects.filter(id__in=run_ids).values_list("id", "status", "output", "error", "finished_at")
+        return {run_id: RunOutcome(status, output, error, finished) for run_id, status, output, error, finished in rows}
+
+    @engine_op
+    def continue_as_new(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        input: Any,
+        version: str | None,
+        flow: dict[str, Any],
+    ) -> Any:
+        """End the run as ``continued`` and start its successor with ``input``, in one transaction.
+
+        The successor keeps the run's deadline and its place under a
+        parent: a parent waiting on the run now waits on the successor.
+        Returns the successor's id.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
+            self._fence(run_id, worker_id, now, fields)
+            self._flush(run_id, pending, now)
+            name, deadline, parent_step = (
+                WorkflowRun.objects.filter(id=run_id)
+                .values_list("workflow_name", "deadline_at", "parent_step_attempt_id")
+                .get()
+            )
+            successor = WorkflowRun.objects.create(
+                workflow_name=name,
+                version=version,
+                input=input,
+                available_at=now,
+                deadline_at=deadline,
+                parent_step_attempt_id=parent_step,
+                continued_from_id=run_id,
+                **flow,
+            )
+            if parent_step is not None:
+                StepAttempt.objects.filter(id=parent_step).update(child_workflow_run=successor)
+            return successor.id
 
     @engine_op
     def run_status(self, run_id: Any) -> str | None:
@@ -384,19 +485,52 @@ class JournalOps(BackendCore):
             raise LeaseLost(run_id)
 
     def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
+        spawning = []
         for change in pending:
-            if isinstance(change, NewAttempt):
-                self._insert_attempt(run_id, change, now)
-            else:
+            if not isinstance(change, NewAttempt):
                 self._finish_attempt(change)
+            elif change.child is not None:
+                spawning.append(change)
+            else:
+                self._insert_attempt(run_id, change, now)
+        if spawning:
+            self._insert_attempts(run_id, spawning, now)
 
     def _finish_attempt(self, change: AttemptUpdate) -> None:
         StepAttempt.objects.filter(id=change.attempt_id).update(
             status=change.status, output=change.output, error=change.error, finished_at=change.finished_at
         )
 
-    def _insert_attempt(self, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
-        return StepAttempt.objects.create(
+    def _insert_attempts(self, run_id: Any, news: list[NewAttempt], now: datetime) -> None:
+        """Insert attempts in a few statements, fill in their ids, and start the children they carry."""
+        rows = [self._attempt(run_id, new, now) for new in news]
+        self.insert_with_ids(rows)
+        for new, row in zip(news, rows, strict=True):
+            new.id = row.id
+        spawned = [new for new in news if new.child is not None]
+        if not spawned:
+            return
+        children = []
+        for new in spawned:
+            start = new.child
+            assert start is not None
+            children.append(
+                WorkflowRun(
+                    workflow_name=start.workflow_name,
+                    version=start.version,
+                    input=start.input,
+                    available_at=now,
+                    **start.flow,
+                    parent_step_attempt_id=new.id,
+                )
+            )
+            new.child_run_id = children[-1].id
+        WorkflowRun.objects.bulk_create(children)
+        links = [StepAttempt(id=new.id, child_workflow_run_id=new.child_run_id) for new in spawned]
+        StepAttempt.objects.bulk_update(links, ["child_workflow_run"])
+
+    def _attempt(self, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
+        return StepAttempt(
             workflow_run_id=run_id,
             step_name=new.step_name,
             kind=new.kind,
@@ -409,6 +543,11 @@ class JournalOps(BackendCore):
             created_at=now,
         )
 
+    def _insert_attempt(self, run_id: Any, new: NewAttempt, now: datetime) -> StepAttempt:
+        row = self._attempt(run_id, new, now)
+        row.save(using=self.alias, force_insert=True)
+        return row
+
     def wake_parent(self, parent_step_attempt_id: int, now: Any) -> int:
         """Make a parent run due now if it is parked waiting on this step attempt.
 
@@ -419,6 +558,7 @@ class JournalOps(BackendCore):
         return (
             WorkflowRun.objects.parked()
             .filter(id__in=waiting.values("workflow_run_id"), available_at__gt=now)
+            .filter(Q(wake_on_attempt_id__isnull=True) | Q(wake_on_attempt_id=parent_step_attempt_id))
             .update(available_at=now)
         )
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Value
+from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
 
 from ..flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
@@ -21,7 +21,7 @@ from .records import ClaimedRun, RunRecord, RunState
 
 RUN_RECORD_FIELDS = (
     "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
-    "concurrency_key",
+    "concurrency_key", "cancel_requested_at",
 )  # fmt: skip
 """The columns a :class:`RunRecord` is read from, in its fields' order."""
 
@@ -320,8 +320,9 @@ class QueueOps(BackendCore):
         return list(due.values_list("id", "available_at", "queue")[:limit])
 
     def due_children(self, run_id: Any) -> list[tuple[uuid.UUID, str]]:
-        """(id, queue) of a run's children that are due now (just started by ``run_workflow``)."""
-        due = WorkflowRun.objects.due(self.now()).filter(parent_step_attempt__workflow_run_id=run_id)
+        """(id, queue) of the runs a run started that are due now: its children, its successor (continue-as-new)."""
+        started = Q(parent_step_attempt__workflow_run_id=run_id) | Q(continued_from_id=run_id)
+        due = WorkflowRun.objects.due(self.now()).filter(started)
         return list(due.values_list("id", "queue"))
 
     def run_state(self, run_id: Any) -> RunState | None:

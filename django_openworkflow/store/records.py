@@ -49,6 +49,7 @@ class RunRecord:
     parent_step_attempt_id: int | None
     error: dict[str, Any] | None = None
     concurrency_key: str | None = None
+    cancel_requested_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class RunOutcome:
     status: str
     output: Any
     error: dict[str, Any] | None
+    finished_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,11 @@ class AttemptUpdate:
 
 @dataclass
 class NewAttempt:
-    """A step attempt to insert."""
+    """A step attempt to insert.
+
+    ``child`` starts a child run linked to it, in the same transaction;
+    the store fills in ``id`` and ``child_run_id`` when it writes the row.
+    """
 
     step_name: str
     kind: str
@@ -133,6 +139,9 @@ class NewAttempt:
     output: Any = None
     error: dict[str, Any] | None = None
     finished_at: datetime | None = None
+    child: ChildStart | None = None
+    id: int | None = None
+    child_run_id: uuid.UUID | None = None
 
 
 @dataclass

@@ -111,6 +111,10 @@ class RunOps(JournalOps):
         """The id of the run that started this one as a child, or None."""
         return StepAttempt.objects.filter(child_runs__id=run_id).values_list("workflow_run_id", flat=True).first()
 
+    def successor_id(self, run_id: Any) -> Any:
+        """The id of the run this one continued as (``ctx.continue_as_new``), or None."""
+        return WorkflowRun.objects.filter(continued_from_id=run_id).values_list("id", flat=True).first()
+
     def child_run_ids(self, run_id: Any) -> list[Any]:
         """The ids of the runs this one started as children, oldest first."""
         children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id=run_id).order_by("created_at")
@@ -142,6 +146,26 @@ class RunOps(JournalOps):
         for key in sorted({key for _, _, key in targets if key is not None}):
             self.free_place(key)
         return ids
+
+    def request_cancel(self, run_ids: list[Any]) -> list[Any]:
+        """Ask a worker to cancel these runs after running their compensations; returns the ids asked.
+
+        Each is made due now and taken from the worker holding it (whose
+        next write is fenced out); the next slice replays the journal, runs
+        the compensations of its completed steps and ends it as canceled.
+        """
+        now = self.now()
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            asked = list(
+                WorkflowRun.objects.claimable()
+                .select_for_update()
+                .filter(id__in=run_ids, cancel_requested_at__isnull=True)
+                .values_list("id", flat=True)
+            )
+            WorkflowRun.objects.filter(id__in=asked).update(
+                status=RunStatus.RUNNING, cancel_requested_at=now, worker_id=None, available_at=now, updated_at=now
+            )
+        return asked
 
     def _cancel(self, run_ids: list[Any]) -> list[tuple[Any, Any, Any]]:
         now = self.now()

@@ -42,6 +42,13 @@ class MySQLBackend(Backend):
     def now_expr(self, delta: timedelta | None = None) -> Any:
         return UTCNow() + delta if delta else UTCNow()
 
+    def insert_with_ids(self, rows: list[Any]) -> None:
+        if self.connection.features.can_return_rows_from_bulk_insert:  # MariaDB 10.5+
+            super().insert_with_ids(rows)
+            return
+        for row in rows:  # MySQL has no INSERT ... RETURNING
+            row.save(using=self.alias, force_insert=True)
+
     def lock_keys(self, keys: list[str]) -> None:
         """One upsert of the keys' gate rows, in sorted order.
 

@@ -1,0 +1,251 @@
+"""``async def`` workflows: an event loop per slice, and ``ctx.step`` methods that return awaitables.
+
+The loop runs on the worker slot's own thread, so sync and async workflows
+share the slots, the leases and the journal. Every ``ctx.step.*`` call does
+its bookkeeping *when it is called* (names are assigned in call order, so
+``asyncio.gather(ctx.step.run("a", f), ctx.step.run("b", g))`` replays the
+same whatever finishes first) and returns an awaitable. Only a ``run``
+step's own code runs concurrently: async code on the loop, sync code on a
+thread of its own.
+
+The journal's writes are short and synchronous; they run on the loop's
+thread with the loop set aside (:func:`outside_loop`), exactly as they run
+between the steps of a sync workflow. Code in an async workflow that uses
+the ORM itself must use its async API or ``sync_to_async``, as anywhere in
+Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..durations import Duration
+from ..states import StepKind, StepStatus
+from ..store.records import EngineInterrupt, NewAttempt
+from .context import ChildRun, Slice, StepApi, Suspend, WorkflowContext, current_step
+from .retry import RetryPolicy
+from .threads import Ended, count_abandoned
+
+if TYPE_CHECKING:
+    from ..registry import WorkflowSpec
+
+T = TypeVar("T")
+
+
+@contextmanager
+def outside_loop() -> Iterator[None]:
+    """Run synchronous journal code from inside the loop: Django refuses ORM calls while a loop runs."""
+    loop = asyncio.events._get_running_loop()
+    asyncio.events._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+def _ready(value: Any) -> asyncio.Future[Any]:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+class AsyncStepApi:
+    """``ctx.step`` in an ``async def`` workflow: the same primitives, each returning an awaitable."""
+
+    def __init__(self, slice_: Slice) -> None:
+        self._slice = slice_
+        self._sync = StepApi(slice_)
+
+    def run(
+        self,
+        name: str,
+        fn: Callable[[], Any],
+        *,
+        retry_policy: RetryPolicy | None = None,
+        timeout: Duration | None = None,
+        compensate: Callable[[Any], Any] | None = None,
+    ) -> Awaitable[Any]:
+        """Like the sync ``ctx.step.run``; ``fn`` may be an ``async def`` function (awaited on the loop)
+        or a plain one (run on a thread of its own). A timeout cancels async code and abandons sync code."""
+        s = self._slice
+        with outside_loop():
+            key = s.enter_step_api("run", name)
+            done = self._sync._prepare(key, fn, retry_policy, compensate)
+            if done is None:
+                policy = retry_policy or s.spec.step_retry_policy
+                limit = s.step_timeout(timeout)
+                s.check_can_start(key)
+        if done is not None:
+            return _ready(done.output)
+        return self._execute(key, fn, policy, limit, compensate)
+
+    async def _execute(
+        self,
+        key: str,
+        fn: Callable[[], Any],
+        policy: RetryPolicy,
+        limit: float | None,
+        compensate: Callable[[Any], Any] | None,
+    ) -> Any:
+        s = self._slice
+        token = current_step.set(key)
+        task = asyncio.current_task()
+        if task is not None:
+            s.async_tasks.add(task)
+        try:
+            started = s.now()
+            # Alone, like the first step of a sync slice: no start record (the watchdog writes one if it runs long).
+            alone = not s.pending and s.steps_running == 0 and not s.has_running_step()
+            attempt_id = None
+            if alone:
+                s.begin_step(key, started, None, exclusive=False)
+            else:
+                with outside_loop():
+                    attempt_id = s.record_step(NewAttempt(key, StepKind.RUN, StepStatus.RUNNING, started_at=started))
+            s.steps_running += 1
+            try:
+                ended = await _call(fn, limit, s)
+            finally:
+                s.steps_running -= 1
+            if alone:
+                attempt_id = s.end_step()
+            with outside_loop():
+                settled = self._sync.settle(key, attempt_id, started, policy, ended, limit)
+                if s.steps_running:
+                    s.flush()  # durable now: a crash re-runs only the steps still running
+                if settled.error is not None:
+                    self._sync.unwind(settled)
+            s.compensable(key, compensate, settled.output)
+            return settled.output
+        finally:
+            current_step.reset(token)
+
+    def _now(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """Call a sync step method at once (it parks by raising) and hand back its result as an awaitable."""
+        with outside_loop():
+            value = method(*args, **kwargs)
+        return _ready(value)
+
+    def sleep(self, name: str, duration: Duration) -> Awaitable[None]:
+        return self._now(self._sync.sleep, name, duration)
+
+    def run_workflow(self, workflow: Any, input: Any = None, **options: Any) -> Awaitable[Any]:
+        return self._now(self._sync.run_workflow, workflow, input, **options)
+
+    def start_workflow(self, workflow: Any, input: Any = None, **options: Any) -> Awaitable[ChildRun]:
+        return self._now(self._sync.start_workflow, workflow, input, **options)
+
+    def wait_all(self, children: list[ChildRun]) -> Awaitable[list[Any]]:
+        return self._now(self._sync.wait_all, children)
+
+    def wait_first(self, children: list[ChildRun], **options: Any) -> Awaitable[tuple[int, Any]]:
+        return self._now(self._sync.wait_first, children, **options)
+
+    def wait_for_signal(self, name: str, **options: Any) -> Awaitable[Any]:
+        return self._now(self._sync.wait_for_signal, name, **options)
+
+    def wait_for_event(self, name: str, **options: Any) -> Awaitable[Any]:
+        return self._now(self._sync.wait_for_event, name, **options)
+
+
+async def _call(fn: Callable[[], Any], limit: float | None, s: Slice) -> Ended:
+    """Run a step's code: on the loop if it is async, else on a thread; never raises for the code's errors."""
+    started = time.monotonic()
+    try:
+        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
+            value = await asyncio.wait_for(fn(), limit)
+        else:
+            value = await asyncio.wait_for(_on_thread(fn, s), limit)
+            if inspect.isawaitable(value):  # a lambda around an async call
+                remaining = None if limit is None else max(0.0, limit - (time.monotonic() - started))
+                value = await asyncio.wait_for(value, remaining)
+        return Ended(0, value, seconds=time.monotonic() - started)
+    except TimeoutError:
+        return Ended(0, timed_out=True, seconds=time.monotonic() - started)
+    except EngineInterrupt:
+        raise
+    except BaseException as exc:  # user code: anything, SystemExit included
+        return Ended(0, error=exc, seconds=time.monotonic() - started)
+
+
+def _on_thread(fn: Callable[[], Any], s: Slice) -> asyncio.Future[Any]:
+    """``fn()`` on a daemon thread; the future is cancelled (and the thread abandoned) on timeout."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.cancelled():
+            count_abandoned(-1)
+        elif error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+    def target() -> None:
+        value, error = None, None
+        try:
+            value = fn()
+        except BaseException as exc:  # handed to the loop as the step's error
+            error = exc
+        finally:
+            s.store.close_thread_connections()
+        try:
+            loop.call_soon_threadsafe(settle, value, error)
+        except RuntimeError:  # the loop is closed: the slice ended without this step
+            count_abandoned(-1)
+
+    def abandoned(done: asyncio.Future[Any]) -> None:
+        if done.cancelled():
+            count_abandoned(1)
+
+    future.add_done_callback(abandoned)
+    threading.Thread(target=target, name="owf-async-step", daemon=True).start()
+    return future
+
+
+class AsyncWorkflowContext(WorkflowContext):
+    """The argument of an ``async def`` workflow: ``ctx.step`` methods return awaitables."""
+
+    step: AsyncStepApi  # type: ignore[assignment]
+
+    def __init__(self, slice_: Slice) -> None:
+        super().__init__(slice_)
+        self.step = AsyncStepApi(slice_)
+
+    def is_canceled(self) -> bool:
+        with outside_loop():
+            return super().is_canceled()
+
+
+def call_async(spec: WorkflowSpec, ctx: AsyncWorkflowContext) -> Any:
+    """Run an async workflow function on a fresh event loop, until it returns or leaves the slice.
+
+    Steps still running when the function returns or raises (a gathered
+    step failed, or one parked the run) are awaited first, so what they
+    finish is journaled; the earliest wake-up among those that parked wins.
+    """
+    s = ctx._slice
+
+    async def main() -> Any:
+        try:
+            return await spec.fn(ctx)
+        finally:
+            others = [task for task in s.async_tasks if task is not asyncio.current_task() and not task.done()]
+            if others:
+                for result in await asyncio.gather(*others, return_exceptions=True):
+                    if isinstance(result, Suspend):
+                        s.suspends.append(result)
+
+    try:
+        return asyncio.run(main())
+    except Suspend as suspend:
+        earliest = min((other.until for other in s.suspends), default=suspend.until)
+        if earliest < suspend.until and not suspend.written:
+            suspend.until = earliest  # another step's retry is due first; the rest is looked at again then
+        raise

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LanguageAppConfig(AppConfig):
+    name = "tests.languageapp"
+    label = "languageapp"
