@@ -27,6 +27,7 @@ exists on one database (a session time zone, a vendor's settings check).
 from __future__ import annotations
 
 import json
+import threading
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -412,6 +413,70 @@ def test_a_finishing_child_wakes_its_parked_parent(finish):
     assert get_backend().claim_run(parent_id, "w1", LEASE) is None
     finish(child, db_now())
     assert get_backend().claim_run(parent_id, "w1", LEASE) is not None
+
+
+def parent_with_children(n):
+    """A parent that started ``n`` children through pending attempts (start_workflow); (parent id, attempts)."""
+    parent_id, now = held("w1").run.id, db_now()
+    starts = [
+        NewAttempt(f"kid-{i}", "workflow", "running", started_at=now, child=ChildStart("kid", None, {"i": i}))
+        for i in range(n)
+    ]
+    get_backend().flush(parent_id, "w1", now, starts)
+    return parent_id, starts
+
+
+def test_pending_child_starts_insert_linked_children_and_fill_in_their_ids():
+    parent_id, starts = parent_with_children(3)
+    history = get_backend().load_history(parent_id)
+    assert [(a.step_name, a.id, a.child_workflow_run_id) for a in history] == [
+        (f"kid-{i}", start.id, start.child_run_id) for i, start in enumerate(starts)
+    ]
+    children = {child_id: row(child_id) for child_id in get_backend().child_run_ids(parent_id)}
+    assert {c.input["i"]: c.parent_step_attempt_id for c in children.values()} == {
+        i: s.id for i, s in enumerate(starts)
+    }
+    assert all(c.status == "pending" for c in children.values())
+
+
+@pytest.mark.parametrize("finish", FINISH_CHILD.values(), ids=FINISH_CHILD.keys())
+def test_a_parent_watching_one_child_is_woken_by_it_and_by_any_childs_failure(finish):
+    parent_id, starts = parent_with_children(2)
+    watched, other = starts
+    now = db_now()
+    get_backend().park(parent_id, "w1", now, [], now + LATER, wake_on_attempt=watched.id)
+    claimed = get_backend().claim_run(other.child_run_id, "w2", LEASE)
+    finish(claimed, db_now())
+    woken = get_backend().claim_run(parent_id, "w1", LEASE) is not None
+    assert woken is (finish is not FINISH_CHILD["complete_run"])  # the other child's success does not wake it
+    if not woken:
+        claimed = get_backend().claim_run(watched.child_run_id, "w2", LEASE)
+        FINISH_CHILD["complete_run"](claimed, db_now())
+        assert get_backend().claim_run(parent_id, "w1", LEASE) is not None
+
+
+def test_a_parent_parking_while_its_child_finishes_is_never_left_asleep():
+    # The park checks whether the child finished; the child's end wakes a parked parent. Run at
+    # the same moment, each must see the other's write, or the parent sleeps for a year.
+    for _ in range(30):
+        parent_id, child = parent_with_child()
+        reclaim(parent_id, "w1")
+        now = db_now()
+        sides = iter(
+            [
+                lambda: get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=child.run.id),
+                lambda: get_backend().complete_run(child.run.id, "w2", now, [], 1, child.run.parent_step_attempt_id),
+            ]
+        )
+        lock = threading.Lock()
+
+        def one_side():
+            with lock:
+                side = next(sides)
+            side()
+
+        race(one_side, n=2)
+        assert get_backend().claim_run(parent_id, "w3", LEASE) is not None, "the parent was left parked"
 
 
 @pytest.mark.parametrize("child_done", [True, False], ids=["child_done", "child_running"])

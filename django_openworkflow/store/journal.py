@@ -151,7 +151,7 @@ class JournalOps(BackendCore):
         fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": now}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id)
+        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True)
 
     @engine_op
     def cancel_held(
@@ -167,11 +167,9 @@ class JournalOps(BackendCore):
         with self.write_lock(), transaction.atomic(using=self.alias):
             self._fence(run_id, worker_id, now, {"status": RunStatus.CANCELED, "error": error, "finished_at": now})
             self._flush(run_id, pending, now)
-            StepAttempt.objects.filter(workflow_run_id=run_id, status=StepStatus.RUNNING).update(
-                status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
-            )
+            self._close_open_steps([run_id], now)
             if parent_step_id is not None:
-                self.wake_parent(parent_step_id, now)
+                self.wake_parent(parent_step_id, now, ended_badly=True)
 
     @engine_op
     def is_canceled(self, run_id: Any) -> bool:
@@ -238,6 +236,7 @@ class JournalOps(BackendCore):
         start_child: ChildStart | None = None,
         wake_when_child_done: Any = None,
         wake_parent_of: int | None = None,
+        ended_badly: bool = False,
     ) -> int | None:
         """Write ``pending``, new attempts and run fields in one fenced transaction.
 
@@ -262,7 +261,7 @@ class JournalOps(BackendCore):
             else:
                 new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
             if wake_parent_of is not None:
-                self.wake_parent(wake_parent_of, now)
+                self.wake_parent(wake_parent_of, now, ended_badly)
             if (
                 wake_when_child_done is not None
                 and WorkflowRun.objects.finished().filter(id=wake_when_child_done).exists()
@@ -496,6 +495,12 @@ class JournalOps(BackendCore):
         if spawning:
             self._insert_attempts(run_id, spawning, now)
 
+    def _close_open_steps(self, run_ids: list[Any], now: datetime) -> None:
+        """A canceled run's sleep, wait or executing step ends with it, so no step shows "running" forever."""
+        StepAttempt.objects.filter(workflow_run_id__in=run_ids, status=StepStatus.RUNNING).update(
+            status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
+        )
+
     def _finish_attempt(self, change: AttemptUpdate) -> None:
         StepAttempt.objects.filter(id=change.attempt_id).update(
             status=change.status, output=change.output, error=change.error, finished_at=change.finished_at
@@ -548,19 +553,31 @@ class JournalOps(BackendCore):
         row.save(using=self.alias, force_insert=True)
         return row
 
-    def wake_parent(self, parent_step_attempt_id: int, now: Any) -> int:
+    def wake_parent(self, parent_step_attempt_id: int, now: Any, ended_badly: bool = False) -> int:
         """Make a parent run due now if it is parked waiting on this step attempt.
 
         A parent that is executing (it holds its lease) is left alone: it will
-        see the child's state when it next reads it.
+        see the child's state when it next reads it. A parent watching one
+        child of many (``wake_on_attempt_id``) is woken by that child, or by
+        any child that failed or was canceled.
+
+        The parent's row is locked first, whatever its state. A parent
+        parking at this moment holds that lock until its park commits, so
+        the update below then sees it parked; and if this transaction locks
+        first, the park's own check sees this child finished once it
+        commits. Without the lock each can miss the other (an update skips
+        a row whose committed version does not match, without waiting), and
+        the parent would sleep until its wait times out.
         """
         waiting = StepAttempt.objects.filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
-        return (
-            WorkflowRun.objects.parked()
-            .filter(id__in=waiting.values("workflow_run_id"), available_at__gt=now)
-            .filter(Q(wake_on_attempt_id__isnull=True) | Q(wake_on_attempt_id=parent_step_attempt_id))
-            .update(available_at=now)
-        )
+        parent_id = waiting.values_list("workflow_run_id", flat=True).first()
+        if parent_id is None:
+            return 0
+        list(WorkflowRun.objects.select_for_update().filter(id=parent_id).values_list("id", flat=True))
+        parents = WorkflowRun.objects.parked().filter(id=parent_id, available_at__gt=now)
+        if not ended_badly:  # a failed or canceled child wakes its parent even if it watches another
+            parents = parents.filter(Q(wake_on_attempt_id__isnull=True) | Q(wake_on_attempt_id=parent_step_attempt_id))
+        return parents.update(available_at=now)
 
 
 def _refuse_writes(other: str, using: str) -> Callable[..., Any]:

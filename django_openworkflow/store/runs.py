@@ -180,15 +180,11 @@ class RunOps(JournalOps):
             WorkflowRun.objects.filter(id__in=ids).update(
                 status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now
             )
-            # A sleep or wait in progress ends with the run, so the journal shows no
-            # step "running" forever; a step a worker is executing is closed too
-            # (that worker's own write is fenced out).
-            StepAttempt.objects.filter(workflow_run_id__in=ids, status=StepStatus.RUNNING).update(
-                status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
-            )
+            # A step a worker is executing is closed too (that worker's own write is fenced out).
+            self._close_open_steps(ids, now)
             for _, parent_step, _ in targets:
                 if parent_step is not None:
-                    self.wake_parent(parent_step, now)
+                    self.wake_parent(parent_step, now, ended_badly=True)
         return targets
 
     def free_place(self, concurrency_key: str, *, skip_if_quiet: bool = False) -> tuple[uuid.UUID, str] | None:
