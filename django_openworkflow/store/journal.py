@@ -151,7 +151,9 @@ class JournalOps(BackendCore):
         fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": now}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True)
+        self._commit(
+            run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True
+        )
 
     @engine_op
     def cancel_held(
@@ -561,22 +563,27 @@ class JournalOps(BackendCore):
         child of many (``wake_on_attempt_id``) is woken by that child, or by
         any child that failed or was canceled.
 
-        The parent's row is locked first, whatever its state. A parent
-        parking at this moment holds that lock until its park commits, so
-        the update below then sees it parked; and if this transaction locks
-        first, the park's own check sees this child finished once it
-        commits. Without the lock each can miss the other (an update skips
-        a row whose committed version does not match, without waiting), and
-        the parent would sleep until its wait times out.
+        A parent that is held may be parking at this very moment, its park
+        not yet committed: the update skips such a row without waiting (its
+        committed version is not parked), and the park's own check of the
+        child ran before this child's end committed, so each would miss the
+        other and the parent would sleep until its wait times out. So when
+        the update woke nobody, it is tried again, after locking the
+        parent's row if the parent is held (which waits for a park in
+        progress to commit). Siblings finishing while their parent is
+        parked take no lock, so they do not queue behind each other.
         """
         waiting = StepAttempt.objects.filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
-        parent_id = waiting.values_list("workflow_run_id", flat=True).first()
-        if parent_id is None:
-            return 0
-        list(WorkflowRun.objects.select_for_update().filter(id=parent_id).values_list("id", flat=True))
-        parents = WorkflowRun.objects.parked().filter(id=parent_id, available_at__gt=now)
+        parent = waiting.values("workflow_run_id")
+        parents = WorkflowRun.objects.parked().filter(id__in=parent, available_at__gt=now)
         if not ended_badly:  # a failed or canceled child wakes its parent even if it watches another
             parents = parents.filter(Q(wake_on_attempt_id__isnull=True) | Q(wake_on_attempt_id=parent_step_attempt_id))
+        woken = parents.update(available_at=now)
+        if woken:
+            return woken
+        if WorkflowRun.objects.held().filter(id__in=parent).exists():
+            list(WorkflowRun.objects.select_for_update().filter(id__in=parent).values_list("id", flat=True))
+        # Again: the parent's park may also have committed since the first update.
         return parents.update(available_at=now)
 
 
