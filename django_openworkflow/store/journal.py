@@ -564,26 +564,29 @@ class JournalOps(BackendCore):
         any child that failed or was canceled.
 
         A parent that is held may be parking at this very moment, its park
-        not yet committed: the update skips such a row without waiting (its
+        not yet committed: an update skips such a row without waiting (its
         committed version is not parked), and the park's own check of the
         child ran before this child's end committed, so each would miss the
-        other and the parent would sleep until its wait times out. So when
-        the update woke nobody, it is tried again, after locking the
-        parent's row if the parent is held (which waits for a park in
-        progress to commit). Siblings finishing while their parent is
-        parked take no lock, so they do not queue behind each other.
+        other and the parent would sleep until its wait times out. So the
+        parent's state is read first: a held parent's row is locked (which
+        waits for a park in progress to commit) before the update; a parked
+        parent that watches another child is left alone, without a write.
+        Siblings finishing while their parent is parked take no lock, so
+        they do not queue behind each other.
         """
         waiting = StepAttempt.objects.filter(id=parent_step_attempt_id, status=StepStatus.RUNNING)
-        parent = waiting.values("workflow_run_id")
-        parents = WorkflowRun.objects.parked().filter(id__in=parent, available_at__gt=now)
+        parent = WorkflowRun.objects.filter(id__in=waiting.values("workflow_run_id"))
+        state = parent.values_list("worker_id", "status", "wake_on_attempt_id").first()
+        if state is None:
+            return 0
+        worker_id, status, watched = state
+        if worker_id is not None:
+            list(parent.select_for_update().values_list("id", flat=True))
+        elif status != RunStatus.RUNNING or not (ended_badly or watched in (None, parent_step_attempt_id)):
+            return 0  # finished, pending, or parked watching another child: nothing to wake
+        parents = parent.parked().filter(available_at__gt=now)
         if not ended_badly:  # a failed or canceled child wakes its parent even if it watches another
             parents = parents.filter(Q(wake_on_attempt_id__isnull=True) | Q(wake_on_attempt_id=parent_step_attempt_id))
-        woken = parents.update(available_at=now)
-        if woken:
-            return woken
-        if WorkflowRun.objects.held().filter(id__in=parent).exists():
-            list(WorkflowRun.objects.select_for_update().filter(id__in=parent).values_list("id", flat=True))
-        # Again: the parent's park may also have committed since the first update.
         return parents.update(available_at=now)
 
 
