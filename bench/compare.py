@@ -7,7 +7,8 @@ Reads ``RESULT ...`` lines (ours from ``bench/run.py --peer-protocol``, the peer
 from ../shared/bench-peers/run_all.sh), each tagged ``run=<RUN_ID>_r<k>``. For
 every figure and peer it pairs round k of ours with round k of the peer, takes
 the ratio ours/peer, and prints the median over rounds (with min..max), next to
-the median raw values. Throughput: higher ratio is better for us. Latency,
+the median raw values (``--per-round``: and each round's values). Throughput and
+children per second: higher ratio is better for us. Latency, fan-out wall time,
 write transactions and CPU per workflow: lower ratio is better for us.
 Standard library only (runs with any python3).
 """
@@ -107,6 +108,41 @@ COMPARISONS = [
         "lower",
     ),
     (
+        "fan-out: a parent starts N children at once and collects their results (wall, start -> result() returned)",
+        "wall_s",
+        "ours_fanout",
+        [("OpenWorkflow", "ow_fanout")],
+        "lower",
+    ),
+    (
+        "fan-out: start -> the parent's finished_at (without the caller's result() polling)",
+        "server_wall_s",
+        "ours_fanout",
+        [("OpenWorkflow", "ow_fanout")],
+        "lower",
+    ),
+    (
+        "fan-out: children per second (N / wall)",
+        "children_per_s",
+        "ours_fanout",
+        [("OpenWorkflow", "ow_fanout")],
+        "higher",
+    ),
+    (
+        "fan-out: machine CPU ms per child",
+        "cpu_ms_per_child",
+        "ours_fanout",
+        [("OpenWorkflow", "ow_fanout")],
+        "lower",
+    ),
+    (
+        "fan-out: write transactions per child (cluster-wide xid delta)",
+        "write_txn_per_child",
+        "ours_fanout",
+        [("OpenWorkflow", "ow_fanout")],
+        "lower",
+    ),
+    (
         "latency p50, start -> native wait returned (result())",
         "native_p50_ms",
         "ours_lat",
@@ -173,6 +209,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("file")
     ap.add_argument("--run-prefix", help="only RESULT lines whose run= starts with this (compare.sh's RUN_ID)")
+    ap.add_argument("--per-round", action="store_true", help="also print each round's values, ours / peer")
     a = ap.parse_args()
     data, rounds, fails = parse(a.file, a.run_prefix)
     print(
@@ -184,6 +221,10 @@ def main() -> None:
         ours_med = (
             statistics.median([v for v in ours_all if v is not None]) if any(v is not None for v in ours_all) else None
         )
+        if ours_med is None and not any(
+            value(data.get((r, cfg), []), key) is not None for r in rounds for _, cfg in peers
+        ):
+            continue  # not measured in these rounds (e.g. FANOUT_ONLY=1, or FANOUT=0)
         print(f"\n## {section}  [{key}; {'higher' if better == 'higher' else 'lower'} is better for us]")
         print(
             f"{'peer':28s} {'peer cfg':28s} {'ours':>9s} {'peer':>9s} {'ratio':>7s} {'[min..max]':>16s} {'n':>2s}"
@@ -211,6 +252,13 @@ def main() -> None:
                 met = "-" if ratio is None else ("met" if ratio >= target else "NOT met")
                 line += f"  >= {target:g}x: {met}"
             print(line)
+            if a.per_round:
+                d = 3 if key.endswith("_s") and not key.endswith("per_s") else 1  # seconds: 3 decimals
+                vals = [
+                    f"r{r} {fmt(ours_v, d)} / {fmt(value(data.get((r, cfg), []), key), d)}"
+                    for r, ours_v in zip(rounds, ours_all, strict=True)
+                ]
+                print(f"{'':28s}   per round, ours / peer: {'; '.join(vals)}")
     ours_rows = [kv for (r, cfg), rows in data.items() if cfg.startswith("ours") for kv in rows]
     not_ok = [kv.get("cfg") for kv in ours_rows if kv.get("ok") == "false"]
     if not_ok:

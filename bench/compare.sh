@@ -5,12 +5,21 @@
 #
 #   bench/compare.sh                          # 3 rounds, all peers (~40-50 min on 2 cores)
 #   ROUNDS=1 PEERS="ow dbos" bench/compare.sh
+#   FANOUT_ONLY=1 PEERS=ow bench/compare.sh   # only the 300-child fan-out, ours vs OpenWorkflow (~1 min)
 #
 # Variables: ROUNDS (3), PEERS ("ow dbos celery proc"; run_all.sh's ONLY, add "limit" for
 # pgbench), N (2000 runs per throughput config), LAT (50 latency samples), GAP (1000 ms max
 # idle gap), TMO (240 s per peer config), PY (our venv python), PEERS_DIR
 # (../shared/bench-peers), RUN_ID, OUT_DIR (/tmp/owf-compare/$RUN_ID), SKIP_INSTALL=1,
-# PEER_SETUP=1 (run the peers' setup.sh -- it RESTARTS PostgreSQL, see below).
+# PEER_SETUP=1 (run the peers' setup.sh -- it RESTARTS PostgreSQL, see below),
+# FANOUT (300 children in the fan-out; 0: no fan-out), FANOUT_ONLY=1 (the fan-out only: ours'
+# fanout phase and, for the peer ow, bench/peers/fanout_openworkflow.mjs; the other peers have
+# no fan-out and are skipped), OW_FANOUT_DB_URL (postgresql://postgres@127.0.0.1:5432/bench_ow_fanout,
+# OpenWorkflow's fan-out database, created by the script if missing).
+#
+# The fan-out: bench-peers has no fan-out benchmark, so OpenWorkflow's is our own script,
+# bench/peers/fanout_openworkflow.mjs (it imports OpenWorkflow from /tmp/peers/ow); it runs right
+# after OpenWorkflow's run_all.sh configs in each round and is tagged cfg=ow_fanout.
 #
 # Services: the peers' setup.sh rewrites postgresql.conf (max_connections=300) and pg_hba.conf
 # and restarts PostgreSQL every time. Other people use this server, so this script does not
@@ -29,12 +38,23 @@ N=${N:-2000}
 LAT=${LAT:-50}
 GAP=${GAP:-1000}
 TMO=${TMO:-240}
+FANOUT=${FANOUT:-300}
+FANOUT_ONLY=${FANOUT_ONLY:-0}
 PY=${PY:-$ROOT/.venv/bin/python}
 RUN_ID=${RUN_ID:-cmp$(date -u +%Y%m%dT%H%M%SZ)}
 OUT=${OUT_DIR:-/tmp/owf-compare/$RUN_ID}
 RES=$OUT/results.txt
 PGHOST=127.0.0.1
 PGPORT=5432
+OW_FANOUT_DB_URL=${OW_FANOUT_DB_URL:-postgresql://postgres@$PGHOST:$PGPORT/bench_ow_fanout}
+if [ "$FANOUT_ONLY" = 1 ]; then
+  [ "$FANOUT" -gt 0 ] || { echo "FANOUT_ONLY=1 needs FANOUT > 0" >&2; exit 1; }
+  OURS_PHASES=fanout
+elif [ "$FANOUT" -gt 0 ]; then
+  OURS_PHASES=throughput,latency,fanout
+else
+  OURS_PHASES=throughput,latency
+fi
 
 mkdir -p "$OUT"
 log() { echo "[$(date -u +%H:%M:%S)] $*"; }
@@ -133,23 +153,50 @@ ow_direct() {
   prun ow_lat node bench.mjs main --n 0 --conc 20 --lat "$LAT" --gap "$GAP"
 }
 
+# OpenWorkflow's fan-out (our own script, bench/peers/fanout_openworkflow.mjs), tagged cfg=ow_fanout.
+ow_fanout() {
+  local rid=$1 lf=$OUT/ow_fanout.$1.log rc lines
+  echo ">>> ow_fanout: node $HERE/peers/fanout_openworkflow.mjs --n $FANOUT --conc 20"
+  OW_DB_URL=$OW_FANOUT_DB_URL in_session timeout "$TMO" node "$HERE/peers/fanout_openworkflow.mjs" \
+    --n "$FANOUT" --conc 20 --timeout "$((TMO - 20))" > "$lf" 2>&1
+  rc=$?
+  grep '^ow\.fanout\.' "$lf"
+  lines=$(grep '^RESULT ' "$lf")
+  if [ $rc -ne 0 ] || [ -z "$lines" ]; then
+    echo "FAIL name=ow_fanout rc=$rc run=$rid rep=1 log=$lf" | tee -a "$RES"
+    tail -5 "$lf" | sed 's/^/    /'
+  else
+    echo "$lines" | sed "s/\$/ cfg=ow_fanout run=$rid rep=1/" | tee -a "$RES"
+  fi
+}
+
 # ---------------------------------------------------------------- rounds: A B A B ...
-echo "# compare.sh RUN_ID=$RUN_ID ROUNDS=$ROUNDS PEERS=\"$PEERS\" N=$N LAT=$LAT GAP=$GAP host=$(hostname) nproc=$(nproc) $(date -u +%FT%TZ)" >> "$RES"
+echo "# compare.sh RUN_ID=$RUN_ID ROUNDS=$ROUNDS PEERS=\"$PEERS\" N=$N LAT=$LAT GAP=$GAP FANOUT=$FANOUT FANOUT_ONLY=$FANOUT_ONLY host=$(hostname) nproc=$(nproc) $(date -u +%FT%TZ)" >> "$RES"
 for r in $(seq 1 "$ROUNDS"); do
   rid="${RUN_ID}_r$r"
-  log "round $r/$ROUNDS: ours (bench/run.py --peer-protocol), log $OUT/ours.r$r.log"
-  ( cd "$ROOT" && in_session "$PY" "$HERE/run.py" --db postgres --peer-protocol --only throughput,latency \
-      --n "$N" --lat-n "$LAT" --gap-ms "$GAP" --tag "run=$rid rep=1" ) > "$OUT/ours.r$r.log" 2>&1
+  log "round $r/$ROUNDS: ours (bench/run.py --peer-protocol --only $OURS_PHASES), log $OUT/ours.r$r.log"
+  ( cd "$ROOT" && in_session "$PY" "$HERE/run.py" --db postgres --peer-protocol --only "$OURS_PHASES" \
+      --n "$N" --lat-n "$LAT" --gap-ms "$GAP" --fanout-n "$FANOUT" --tag "run=$rid rep=1" ) > "$OUT/ours.r$r.log" 2>&1
   rc=$?
   if ! grep -q '^RESULT ' "$OUT/ours.r$r.log"; then
     echo "FAIL name=ours rc=$rc run=$rid rep=1 log=$OUT/ours.r$r.log" | tee -a "$RES"
     tail -5 "$OUT/ours.r$r.log" | sed 's/^/    /'
   else
+    grep '^pg\.fanout\.' "$OUT/ours.r$r.log"
     grep '^RESULT ' "$OUT/ours.r$r.log" | tee -a "$RES"
   fi
   # One peer at a time, each in its own session (see in_session).
   for peer in $PEERS; do
     plog="$OUT/peers.r$r.$peer.log"
+    if [ "$FANOUT_ONLY" = 1 ]; then
+      if [ "$peer" = ow ]; then
+        log "round $r/$ROUNDS: ow fan-out, log $OUT/ow_fanout.$rid.log"
+        ow_fanout "$rid" | sed 's/^\(.\{160\}\).*/\1 .../'
+      else
+        log "round $r/$ROUNDS: $peer has no fan-out benchmark: skipped"
+      fi
+      continue
+    fi
     if [ "$peer" = ow ] && [ "$maxc" -lt 210 ]; then
       log "round $r/$ROUNDS: ow, config by config (max_connections=$maxc: ow_c100_pool100 skipped), log $plog"
       ow_direct "$rid" > "$plog" 2>&1
@@ -159,8 +206,12 @@ for r in $(seq 1 "$ROUNDS"); do
         in_session "$PEERS_DIR/run_all.sh" > "$plog" 2>&1
     fi
     grep -E '^(RESULT|FAIL|SKIP) ' "$plog" | sed 's/^\(.\{160\}\).*/\1 .../'
+    if [ "$peer" = ow ] && [ "$FANOUT" -gt 0 ]; then
+      log "round $r/$ROUNDS: ow fan-out, log $OUT/ow_fanout.$rid.log"
+      ow_fanout "$rid" | sed 's/^\(.\{160\}\).*/\1 .../'
+    fi
   done
 done
 
 log "summary (results: $RES)"
-python3 "$HERE/compare.py" "$RES" --run-prefix "$RUN_ID" | tee "$OUT/summary.txt"
+python3 "$HERE/compare.py" "$RES" --run-prefix "$RUN_ID" --per-round | tee "$OUT/summary.txt"

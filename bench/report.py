@@ -3,8 +3,8 @@
 * figure lines: ``<db>.<figure> <value> <unit (explanation)>``, printed as each figure is
   measured (``<db>`` is ``pg``, ``sqlite`` or ``mariadb``);
 * notes: ``# <db>: <text>``;
-* ``RESULT peer=ours key=value ...``: one line per throughput configuration and one for
-  latency. The keys are the ones the peers' benchmarks in ../shared/bench-peers print
+* ``RESULT peer=ours key=value ...``: one line per throughput configuration, one for
+  latency and one for the fan-out (``mode=fanout``). The keys are the ones the peers' benchmarks in ../shared/bench-peers print
   (``wall_s wf_per_s steps_per_s enqueue_s completed failed steps_done cpu_util_pct
   cpu_ms_per_wf write_txn_per_wf wal_kb_per_wf lat_p50_ms lat_p90_ms native_p50_ms`` ...),
   so that bench/compare.py (and the peers' summarize.py) read ours next to theirs.
@@ -132,12 +132,42 @@ def latency_line(db: str, cfg: str, la: list[float], na: list[float], gap: int, 
     )
 
 
+def fanout_line(db: str, cfg: str, r: dict, ts: str) -> str:
+    """The fan-out's result (``phases.fanout.measure``); OpenWorkflow's counterpart,
+    bench/peers/fanout_openworkflow.mjs, prints the same fields."""
+    return " ".join(
+        [
+            "RESULT",
+            "peer=ours",
+            "mode=fanout",
+            f"n={r['n']}",
+            f"conc={r['conc_effective']}",
+            f"db={db}",
+            f"wall_s={fmt(r['wall_s'], 3)}",
+            f"children_per_s={fmt(r['children_per_s'])}",
+            f"server_wall_s={fmt(r['server_wall_s'], 3)}",
+            f"children_done_s={fmt(r['children_done_s'], 3)}",
+            f"distinct_children={r['distinct_children']}",
+            f"cpu_util_pct={fmt(r['cpu_util_pct'], 0)}",
+            f"cpu_ms_per_child={fmt(r['machine_cpu_ms_per_child'], 2)}",
+            f"worker_cpu_pct={fmt(r['worker_cpu_pct'], 0)}",
+            f"write_txn_per_child={fmt(r['write_txn_per_child'], 2)}",
+            f"load1={fmt(r['load1'], 2)}",
+            "lat_n=0",
+            f"ok={str(r['ok']).lower()}",
+            f"ts={ts}",
+            f"cfg={cfg}",
+        ]
+    )
+
+
 def result_lines(
     db: str,
     cfg_prefix: str,
     thr_rows: list[tuple[str, dict]],
     lat: tuple[list[float], list[float], int] | None,
     tag: str,
+    fanout: dict | None = None,
 ) -> list[str]:
     """Every RESULT line of one database's run; ``tag`` (``--tag``) is appended to each."""
     tag = (" " + tag.strip()) if tag.strip() else ""
@@ -147,4 +177,6 @@ def result_lines(
         la, na, gap = lat
         if la:
             lines.append(latency_line(db, f"{cfg_prefix}_lat", la, na, gap, ts) + tag)
+    if fanout is not None:
+        lines.append(fanout_line(db, f"{cfg_prefix}_fanout", fanout, ts) + tag)
     return lines

@@ -20,6 +20,8 @@ Phases (each starts from empty tables; one module each in bench/phases/):
   replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
   claims      claim latency with 1M finished + 10k parked runs vs an empty table.
   memory      worker RSS after 1k and after 50k completed runs.
+  fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
+              --quick 50): wall = parent started -> handle.result() returned.
 
 Exit status: 0 when every phase ran and every run completed; 1 otherwise.
 Timing targets are never asserted here.
@@ -43,7 +45,7 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, latency, memory, replay, throughput  # noqa: E402
+from bench.phases import claims, fanout, latency, memory, replay, throughput  # noqa: E402
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -53,6 +55,7 @@ PHASES = {
     "replay": replay.run,
     "claims": claims.run,
     "memory": memory.run,
+    "fanout": fanout.run,
 }
 
 
@@ -71,6 +74,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--n", type=int, default=None, help="override the number of runs of every throughput config")
     p.add_argument("--lat-n", type=int, default=None, help="override the number of latency samples")
     p.add_argument("--gap-ms", type=int, default=None, help="override the max random idle gap before a latency sample")
+    p.add_argument("--fanout-n", type=int, default=None, help="override the number of children of the fan-out")
     p.add_argument("--poll", default="100ms", help="worker --poll (default 100ms)")
     p.add_argument("--no-cap", action="store_true", help="do not lower concurrency to fit the server's max_connections")
     p.add_argument("--timeout", type=float, default=None, help="per-phase timeout in seconds")
@@ -108,7 +112,12 @@ def run_phases(bench: Bench) -> list[str]:
             bench.procs.kill_children()
         bench.emit(f"phase.{name}_s", time.monotonic() - t0, "s (time this phase took)", 1)
     return report.result_lines(
-        bench.db, bench.dbh.cfg_prefix, outputs.get("throughput", []), outputs.get("latency"), bench.args.tag
+        bench.db,
+        bench.dbh.cfg_prefix,
+        outputs.get("throughput", []),
+        outputs.get("latency"),
+        bench.args.tag,
+        outputs.get("fanout"),
     )
 
 

@@ -47,3 +47,18 @@ def bench_long(ctx):
 
 
 STEPS = {"bench-1": 1, "bench-3": 3, "bench-4": 4}
+
+
+@workflow(name="bench-fanout-child")
+def bench_fanout_child(ctx):
+    """One step that returns its index and its own run id (the fan-out checks they are distinct)."""
+    return ctx.step.run("work", lambda: {"i": ctx.input["i"], "run": str(ctx.run_id)})
+
+
+@workflow(name="bench-fanout")
+def bench_fanout(ctx):
+    """Start ``input["count"]`` children at once, then collect every result (the fan-out phase)."""
+    children = [
+        ctx.step.start_workflow(bench_fanout_child, {"i": i}, name=f"child-{i}") for i in range(ctx.input["count"])
+    ]
+    return ctx.step.wait_all(children)
