@@ -122,7 +122,10 @@ def test_list_shows_every_run_with_a_badge_and_status_counts(admin_client: Any) 
         assert str(run.id)[:8] in html
         assert f'owf-badge owf-status-{status}">{status}<' in html
     counts = {item["status"]: item["count"] for item in response.context["status_counts"]}
-    assert counts == {s: 1 for s in ("pending", "running", "parked", "completed", "failed", "canceled")}
+    assert counts == {
+        **{s: 1 for s in ("pending", "running", "parked", "completed", "failed", "canceled")},
+        "continued": 0,
+    }
     assert response.context["status_total"] == 6
     assert "Start a run" in html
 
@@ -222,6 +225,7 @@ def test_status_counts_follow_the_other_filters_and_link_to_the_status(admin_cli
         "completed": 1,
         "failed": 0,
         "canceled": 0,
+        "continued": 0,
     }
     assert items["completed"]["active"] and not items["pending"]["active"]
     assert "workflow=three-steps" in items["failed"]["url"] and "status=failed" in items["failed"]["url"]

@@ -310,13 +310,23 @@ def test_stats() -> None:
     some_runs()
     make_run(status="completed")
     lines = workflows("stats").splitlines()
-    assert lines[0].split() == ["WORKFLOW", "PENDING", "RUNNING", "PARKED", "COMPLETED", "FAILED", "CANCELED", "TOTAL"]
+    assert lines[0].split() == [
+        "WORKFLOW",
+        "PENDING",
+        "RUNNING",
+        "PARKED",
+        "COMPLETED",
+        "FAILED",
+        "CANCELED",
+        "CONTINUED",
+        "TOTAL",
+    ]
     rows = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in lines[1:]}
     assert rows == {
-        "always-fails": [0, 0, 0, 0, 1, 0, 1],
-        "sleeper": [0, 0, 1, 0, 0, 0, 1],
-        "three-steps": [1, 1, 0, 2, 0, 0, 4],
-        "(all)": [1, 1, 1, 2, 1, 0, 6],
+        "always-fails": [0, 0, 0, 0, 1, 0, 0, 1],
+        "sleeper": [0, 0, 1, 0, 0, 0, 0, 1],
+        "three-steps": [1, 1, 0, 2, 0, 0, 0, 4],
+        "(all)": [1, 1, 1, 2, 1, 0, 0, 6],
     }
     data = as_json("stats")
     assert data[2] == {
@@ -327,6 +337,7 @@ def test_stats() -> None:
         "completed": 2,
         "failed": 0,
         "canceled": 0,
+        "continued": 0,
         "total": 4,
     }
 

@@ -1050,7 +1050,8 @@ class StepApi:
         key = s.enter_step_api("wait_first", name)
         done = s.recorded(key, StepKind.RUN)
         if done is None:
-            s.starting_new_step(key, StepKind.RUN)
+            # A wait: a crash of the previous slice is not charged to it (it runs no code).
+            s.starting_new_step(key, StepKind.WORKFLOW)
         self._refresh(children, "wait_first")
         if done is not None:
             index = int(done.output["index"])

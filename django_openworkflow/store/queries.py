@@ -28,6 +28,7 @@ DISPLAY_STATUSES: tuple[str, ...] = (
     RunStatus.COMPLETED,
     RunStatus.FAILED,
     RunStatus.CANCELED,
+    RunStatus.CONTINUED,
 )
 """Every status the admin and CLI show, in life-cycle order; ``running`` excludes ``parked``."""
 
