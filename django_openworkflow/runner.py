@@ -65,6 +65,7 @@ class LeaseKeeper:
         self.lease = lease
         self.interval = lease / 3
         self.renewed_at = time.monotonic()
+        self._held: dict[Any, ClaimedRun] = {}
 
     def renew(self, run_ids: Iterable[Any]) -> int | None:
         """Extend the leases of ``run_ids``; returns how many are still held, or None if the database failed."""
@@ -75,16 +76,23 @@ class LeaseKeeper:
             return 0
         try:
             renewed = self.store.extend_leases(self.worker_id, self.lease, held)
+            canceling = self.store.cancel_requested_among(held)
         except DatabaseError as exc:
             logging.getLogger("django_openworkflow.worker").warning("heartbeat failed: %s", exc)
             recycle_connections()
             return None
         self.renewed_at = started
+        # A cancel that waits for compensations: the slice stops before its next new step.
+        self._held = {run_id: claimed for run_id, claimed in self._held.items() if run_id in held}
+        for run_id in canceling:
+            if run_id in self._held:
+                self._held[run_id].cancel_requested = True
         return renewed
 
     def lease_valid(self, claimed: ClaimedRun) -> Callable[[], bool]:
         """For the engine: whether ``claimed``'s lease is still known to be held."""
         window = self.lease.total_seconds() * LEASE_SAFETY
+        self._held[claimed.run.id] = claimed
         return lambda: time.monotonic() < max(claimed.claimed_monotonic, self.renewed_at) + window
 
 

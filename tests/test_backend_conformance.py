@@ -455,6 +455,15 @@ def test_a_parent_watching_one_child_is_woken_by_it_and_by_any_childs_failure(fi
         assert get_backend().claim_run(parent_id, "w1", LEASE) is not None
 
 
+def test_parking_on_several_children_is_due_at_once_if_any_of_them_finished():
+    parent_id, starts = parent_with_children(3)
+    claimed = get_backend().claim_run(starts[2].child_run_id, "w2", LEASE)
+    get_backend().complete_run(claimed.run.id, "w2", db_now(), [], 1, None)  # no wake-up: the park re-checks
+    now = db_now()
+    get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[s.child_run_id for s in starts])
+    assert get_backend().claim_run(parent_id, "w3", LEASE) is not None
+
+
 def test_a_parent_parking_while_its_child_finishes_is_never_left_asleep():
     # The park checks whether the child finished; the child's end wakes a parked parent. Run at
     # the same moment, each must see the other's write, or the parent sleeps for a year.
@@ -464,7 +473,7 @@ def test_a_parent_parking_while_its_child_finishes_is_never_left_asleep():
         now = db_now()
         sides = iter(
             [
-                lambda: get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=child.run.id),
+                lambda: get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[child.run.id]),
                 lambda: get_backend().complete_run(child.run.id, "w2", now, [], 1, child.run.parent_step_attempt_id),
             ]
         )
@@ -486,7 +495,7 @@ def test_parking_on_a_child_that_already_finished_is_due_at_once(child_done):
         get_backend().complete_run(child.run.id, "w2", db_now(), [], 1, None)  # no wake-up: the parent re-checks
     reclaim(parent_id, "w1")
     now = db_now()
-    get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=child.run.id)
+    get_backend().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[child.run.id])
     assert (get_backend().claim_run(parent_id, "w3", LEASE) is not None) is child_done
 
 

@@ -283,6 +283,35 @@ def test_a_run_that_never_started_is_canceled_at_once_even_with_compensate_on_ca
     assert handle.cancel() is True and handle.status() == "canceled"
 
 
+def test_a_run_canceled_while_it_waits_for_a_signal_compensates_once_and_ends_canceled(run_worker):
+    handle = lang.cancel_in_wait.run({})
+    run_worker(until=lambda: is_parked(handle), timeout=30)
+    assert handle.cancel() is True
+    run_worker(until=lambda: handle.status() == "canceled", timeout=30)
+    assert [key for key, event in ledger(handle.id) if event == "start"] == ["a", "undo-a"]
+    assert dict(journal(handle.id))["go"] == "failed"  # the wait is closed with the run
+
+
+def test_a_cancel_while_a_worker_holds_the_run_keeps_the_step_it_was_running_and_undoes_it(workers):
+    handle = lang.cancel_while_held.run({})
+    workers.start("--concurrency", "1", "--lease", "1s", *FAST)
+    wait_until(lambda: started(handle.id, "b") == 1, timeout=30)
+    assert handle.cancel() is True  # while b's code runs
+    wait_until(lambda: handle.status() == "canceled", timeout=30)
+    events = [(key, event) for key, event in ledger(handle.id)]
+    # b finished and was undone (its completion was kept), c never ran.
+    assert events == [
+        ("a", "start"),
+        ("a", "end"),
+        ("b", "start"),
+        ("b", "end"),
+        ("undo-b", "start"),
+        ("undo-b", "end"),
+        ("undo-a", "start"),
+        ("undo-a", "end"),
+    ]
+
+
 # -- patches -----------------------------------------------------------------------
 
 
@@ -326,6 +355,12 @@ def test_continue_as_new_refuses_an_unknown_version(run_worker):
     handle = continue_bad.run()
     run_worker(until=lambda: finished(handle), timeout=30)
     assert "has no version 'v404'" in handle.fetch().error["message"]
+
+
+def test_a_parent_waits_for_a_child_through_its_continue_as_new(run_worker):
+    handle = lang.continuing_child_parent.run({})
+    run_worker(until=lambda: finished(handle), timeout=60)
+    assert handle.result() == {"total": 9, "single": 6}
 
 
 # -- async workflows ---------------------------------------------------------------
@@ -401,3 +436,41 @@ def test_the_admin_links_a_chain_of_runs_and_says_a_run_is_being_canceled(admin_
     run_worker(until=lambda: is_parked(saga), timeout=30)
     saga.cancel()
     assert "a worker runs the compensations of its completed steps" in page(saga.id)
+
+
+def test_an_async_steps_own_timeout_error_is_its_error_not_a_step_timeout(run_worker):
+    async def remote_call():
+        raise TimeoutError("the remote service timed out")
+
+    @workflow(name="lang-async-own-timeout", step_retry_policy=RetryPolicy(maximum_attempts=1))
+    async def own_timeout(ctx):
+        await ctx.step.run("call", remote_call)
+
+    @workflow(name="lang-async-own-timeout-limited", step_retry_policy=RetryPolicy(maximum_attempts=1))
+    async def own_timeout_limited(ctx):
+        await ctx.step.run("call", remote_call, timeout="10s")
+
+    for spec in (own_timeout, own_timeout_limited):
+        handle = spec.run()
+        run_worker(until=lambda h=handle: finished(h), timeout=30)
+        message = handle.fetch().error["message"]
+        assert "TimeoutError: the remote service timed out" in message and "StepTimeout" not in message
+
+
+def test_an_async_signal_wait_refuses_while_other_steps_still_run(run_worker):
+    async def slow():
+        await asyncio.sleep(0.2)
+        return 1
+
+    @workflow(name="lang-async-wait-busy", retry_policy=RetryPolicy(maximum_attempts=1))
+    async def busy(ctx):
+        running = asyncio.ensure_future(ctx.step.run("slow", slow))
+        try:
+            await ctx.step.wait_for_signal("go")
+        finally:
+            await running
+
+    handle = busy.run()
+    run_worker(until=lambda: finished(handle), timeout=30)
+    assert "await them first" in handle.fetch().error["message"]
+    assert dict(journal(handle.id)) == {"slow": "completed"}

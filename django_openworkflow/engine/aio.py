@@ -18,6 +18,7 @@ Django.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 import time
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..durations import Duration
+from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
 from .context import ChildRun, Slice, StepApi, Suspend, WorkflowContext, current_step
@@ -49,9 +51,13 @@ def outside_loop() -> Iterator[None]:
         asyncio.events._set_running_loop(loop)
 
 
-def _ready(value: Any) -> asyncio.Future[Any]:
+def _ready(value: Any = None, error: BaseException | None = None) -> asyncio.Future[Any]:
+    """An awaitable that is done already: with ``value``, or raising ``error``."""
     future = asyncio.get_running_loop().create_future()
-    future.set_result(value)
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
     return future
 
 
@@ -74,15 +80,21 @@ class AsyncStepApi:
         """Like the sync ``ctx.step.run``; ``fn`` may be an ``async def`` function (awaited on the loop)
         or a plain one (run on a thread of its own). A timeout cancels async code and abandons sync code."""
         s = self._slice
-        with outside_loop():
-            key = s.enter_step_api("run", name)
-            done = self._sync._prepare(key, fn, retry_policy, compensate)
-            if done is None:
-                policy = retry_policy or s.spec.step_retry_policy
-                limit = s.step_timeout(timeout)
-                s.check_can_start(key)
+        try:
+            with outside_loop():
+                key = s.enter_step_api("run", name)
+                done = self._sync._prepare(key, fn, retry_policy, compensate)
+                if done is None:
+                    policy = retry_policy or s.spec.step_retry_policy
+                    limit = s.step_timeout(timeout)
+                    s.check_can_start(key)
+        except (EngineInterrupt, StepFailed) as exc:
+            # Raised when awaited, so the calls after this one in a gather(...) still happen
+            # (and register their compensations) exactly as in the pass that ran them.
+            return _ready(error=exc)
         if done is not None:
             return _ready(done.output)
+        s.steps_called += 1
         return self._execute(key, fn, policy, limit, compensate)
 
     async def _execute(
@@ -124,13 +136,25 @@ class AsyncStepApi:
             s.compensable(key, compensate, settled.output)
             return settled.output
         finally:
+            s.steps_called -= 1
             current_step.reset(token)
 
     def _now(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
-        """Call a sync step method at once (it parks by raising) and hand back its result as an awaitable."""
-        with outside_loop():
-            value = method(*args, **kwargs)
+        """Call a sync step method at once and hand back its result, or its park, as an awaitable."""
+        try:
+            with outside_loop():
+                value = method(*args, **kwargs)
+        except (EngineInterrupt, StepFailed) as exc:
+            return _ready(error=exc)
         return _ready(value)
+
+    def _wait_alone(self, api: str) -> None:
+        """A signal or event wait writes its park at once: no other step of the run may still be running."""
+        if self._slice.steps_called:
+            raise StepUsageError(
+                f"ctx.step.{api}() was called while other steps of this run are still running; "
+                "await them first (a wait parks the run at once, and their results would be lost)"
+            )
 
     def sleep(self, name: str, duration: Duration) -> Awaitable[None]:
         return self._now(self._sync.sleep, name, duration)
@@ -148,29 +172,32 @@ class AsyncStepApi:
         return self._now(self._sync.wait_first, children, **options)
 
     def wait_for_signal(self, name: str, **options: Any) -> Awaitable[Any]:
+        self._wait_alone("wait_for_signal")
         return self._now(self._sync.wait_for_signal, name, **options)
 
     def wait_for_event(self, name: str, **options: Any) -> Awaitable[Any]:
+        self._wait_alone("wait_for_event")
         return self._now(self._sync.wait_for_event, name, **options)
 
 
 async def _call(fn: Callable[[], Any], limit: float | None, s: Slice) -> Ended:
     """Run a step's code: on the loop if it is async, else on a thread; never raises for the code's errors."""
     started = time.monotonic()
+    timer = asyncio.timeout(limit)
     try:
-        if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
-            value = await asyncio.wait_for(fn(), limit)
-        else:
-            value = await asyncio.wait_for(_on_thread(fn, s), limit)
-            if inspect.isawaitable(value):  # a lambda around an async call
-                remaining = None if limit is None else max(0.0, limit - (time.monotonic() - started))
-                value = await asyncio.wait_for(value, remaining)
+        async with timer:
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "func", None)):
+                value = await fn()
+            else:
+                value = await _on_thread(fn, s)
+                if inspect.isawaitable(value):  # a lambda around an async call
+                    value = await value
         return Ended(0, value, seconds=time.monotonic() - started)
-    except TimeoutError:
-        return Ended(0, timed_out=True, seconds=time.monotonic() - started)
     except EngineInterrupt:
         raise
     except BaseException as exc:  # user code: anything, SystemExit included
+        if timer.expired():  # the step's timeout, not a TimeoutError of the code's own
+            return Ended(0, timed_out=True, seconds=time.monotonic() - started)
         return Ended(0, error=exc, seconds=time.monotonic() - started)
 
 
@@ -187,10 +214,12 @@ def _on_thread(fn: Callable[[], Any], s: Slice) -> asyncio.Future[Any]:
         else:
             future.set_result(value)
 
+    context = contextvars.copy_context()
+
     def target() -> None:
         value, error = None, None
         try:
-            value = fn()
+            value = context.run(fn)
         except BaseException as exc:  # handed to the loop as the step's error
             error = exc
         finally:

@@ -72,7 +72,7 @@ class Suspend(EngineInterrupt):
         reason: str,
         insert: NewAttempt | None = None,
         start_child: ChildStart | None = None,
-        wake_when_child_done: Any = None,
+        wake_when_child_done: list[Any] | None = None,
         written: bool = False,
         wake_on_attempt: int | None = None,
     ) -> None:
@@ -234,7 +234,8 @@ class Slice:
         self.compensations: list[tuple[str, Callable[[Any], Any], Any]] = []
         # async workflows: the tasks running steps, how many run, and the parks of those that ended in one
         self.async_tasks: set[Any] = set()
-        self.steps_running = 0
+        self.steps_running = 0  # whose code runs now
+        self.steps_called = 0  # called and not finished (their code may not have started yet)
         self.suspends: list[Suspend] = []
         self._next_index: dict[str, int] = {}
         self.max_attempts = owf_settings.max_step_attempts
@@ -274,8 +275,7 @@ class Slice:
 
         A run being canceled starts nothing new but its compensations.
         """
-        if self.cancel_requested and not self.compensating:
-            raise CancelRun("the run is being canceled")
+        self.refuse_if_canceling()
         self.latest_new_step = key
         if self._charge is None:
             return
@@ -287,6 +287,13 @@ class Slice:
                     key, kind, StepStatus.FAILED, started_at=now, finished_at=now, error=self._failure(key, cause)
                 )
             )
+
+    def refuse_if_canceling(self) -> None:
+        """A run whose cancel was requested (seen at its claim or by the heartbeat) starts nothing new."""
+        if self._claimed.cancel_requested:
+            self.cancel_requested = True
+        if self.cancel_requested and not self.compensating:
+            raise CancelRun("the run is being canceled")
 
     def step_finished(
         self, key: str, status: str, started: datetime, finished: datetime, error: dict[str, Any] | None = None
@@ -570,6 +577,7 @@ class ChildRun:
         self.output = output
         self.error = error
         self.finished_at: datetime | None = None
+        self.outcome: RunOutcome | None = None
 
     def __repr__(self) -> str:
         state = "failed" if self.error is not None else "done" if self.done else "running"
@@ -577,8 +585,14 @@ class ChildRun:
 
     @property
     def run_id(self) -> Any:
-        """The child run's id (None until its start is written)."""
+        """The child run's id (None until its start is written); after a continue-as-new, its successor's."""
         return self.new.child_run_id if self.new is not None else self._run_id
+
+    def follow(self, run_id: Any, outcome: RunOutcome | None) -> None:
+        """The child continued as new: it is now ``run_id``."""
+        if self.new is not None:
+            self._attempt_id, self.new = self.new.id, None
+        self._run_id, self.outcome = run_id, outcome
 
     @property
     def attempt_id(self) -> int:
@@ -826,7 +840,7 @@ class StepApi:
         s = self._slice
         pairs = list(calls)
         for pair in pairs:
-            if not (isinstance(pair, tuple) and len(pair) == 2):
+            if not (isinstance(pair, tuple | list) and len(pair) == 2):
                 raise StepUsageError(f"ctx.step.parallel() takes (name, fn) pairs, got {pair!r:.80}")
         if max_workers is not None and (type(max_workers) is not int or max_workers < 1):
             raise StepUsageError(f"max_workers must be a positive integer, got {max_workers!r}")
@@ -943,14 +957,13 @@ class StepApi:
                 context={"timeout_at": timeout_at.isoformat(), "workflow": spec.name, "version": spec.version},
             )
             raise Suspend(s.park_limit(timeout_at), f"wait for child {key!r}", insert=insert, start_child=start)
-        child_id = waiting.child_workflow_run_id
-        outcome = s.store.run_outcome(child_id) if child_id is not None else None
+        child_id, outcome = self._current_child(waiting.child_workflow_run_id)
         if outcome is not None and outcome.status not in FINISHED_STATUSES:
             wait_until = parse_datetime((waiting.context or {})["timeout_at"])
             assert wait_until is not None
             if now < wait_until:
                 s.check_deadline(now, key)
-                raise Suspend(s.park_limit(wait_until), f"wait for child {key!r}", wake_when_child_done=child_id)
+                raise Suspend(s.park_limit(wait_until), f"wait for child {key!r}", wake_when_child_done=[child_id])
             error = engine_error("ChildWorkflowTimeout", f"child run {child_id} did not finish within {wait}", key)
             error.update(child_run_id=str(child_id), run_attempt=s.run.attempts, retryable=False)
             s.add_finished(AttemptUpdate(waiting.id, StepStatus.FAILED, now, error=error))
@@ -960,6 +973,18 @@ class StepApi:
         if child.error is not None:
             raise StepFailed(key, child.error)
         return child.output
+
+    def _current_child(self, child_id: Any, outcome: RunOutcome | None = None) -> tuple[Any, RunOutcome | None]:
+        """The run that stands for a child now, and its outcome: a child that continued as new is its successor."""
+        store = self._slice.store
+        if child_id is not None and outcome is None:
+            outcome = store.run_outcome(child_id)
+        while outcome is not None and outcome.status == RunStatus.CONTINUED:
+            successor = store.successor_id(child_id)
+            if successor is None:  # pragma: no cover - written in one transaction with the handover
+                break
+            child_id, outcome = successor, store.run_outcome(successor)
+        return child_id, outcome
 
     def _child_start(self, spec: WorkflowSpec, input: Any, key: str) -> ChildStart:
         child_input = to_json_value(input, f"input of child workflow {spec.name!r} (step {key!r})", "input")
@@ -1030,12 +1055,13 @@ class StepApi:
         unfinished = [child for child in children if not child.done]
         if not unfinished:
             return [child.output for child in children]
-        watched = unfinished[0]
+        # Woken early by the first of them only (or by any that fails); due at once if
+        # one ended since they were read, so no end that raced this park is missed.
         raise Suspend(
             s.park_limit(s.now() + CHILD_WAIT),
             f"wait for {len(unfinished)} of {len(children)} children",
-            wake_when_child_done=watched.run_id,
-            wake_on_attempt=watched.attempt_id,
+            wake_when_child_done=[child.run_id for child in unfinished],
+            wake_on_attempt=unfinished[0].attempt_id,
         )
 
     def wait_first(self, children: Sequence[ChildRun], *, name: str = "wait_first") -> tuple[int, Any]:
@@ -1058,7 +1084,11 @@ class StepApi:
         else:
             ended = [i for i, child in enumerate(children) if child.done]
             if not ended:
-                raise Suspend(s.park_limit(s.now() + CHILD_WAIT), f"wait for the first of {len(children)} children")
+                raise Suspend(
+                    s.park_limit(s.now() + CHILD_WAIT),
+                    f"wait for the first of {len(children)} children",
+                    wake_when_child_done=[child.run_id for child in children],
+                )
             index = min(ended, key=lambda i: children[i].finished_at or s.now())
             s.check_can_start(key)
             now = s.now()
@@ -1074,7 +1104,7 @@ class StepApi:
         s = self._slice
         s.check_thread(api)
         for child in children:
-            if not isinstance(child, ChildRun) or child._api is not self:
+            if not isinstance(child, ChildRun):
                 raise StepUsageError(
                     f"ctx.step.{api}() takes children from ctx.step.start_workflow(), got {child!r:.80}"
                 )
@@ -1086,6 +1116,9 @@ class StepApi:
         outcomes = s.store.run_outcomes([child.run_id for child in open_children])
         for child in open_children:
             outcome = outcomes.get(child.run_id)
+            if outcome is not None and outcome.status == RunStatus.CONTINUED:
+                child.follow(*self._current_child(child.run_id, outcome))
+                outcome = child.outcome
             if outcome is not None and outcome.status not in FINISHED_STATUSES:
                 continue
             ended = self._child_finished(child.name, child.attempt_id, child.run_id, outcome)
@@ -1164,6 +1197,7 @@ class StepApi:
             delivered: dict[str, Any] | None = s.expire_wait(waiting.id)
             return delivered
         s.check_deadline(now, key)
+        s.refuse_if_canceling()  # before the park is written: a canceling run compensates instead
         until = s.park_limit(expires_at)
         s.wait_for_delivery(waiting_attempt_id=waiting.id, park_until=until)
         raise Suspend(until, f"{api} {key!r}", written=True)

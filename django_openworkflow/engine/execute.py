@@ -37,9 +37,9 @@ logger = logging.getLogger("django_openworkflow.engine")
 ENGINE_ERROR_LIMIT = 3
 """Slices in a row that may end in an engine error before the run is failed."""
 ENGINE_ERROR_BACKOFF = timedelta(seconds=1)
+"""The wait before the first retry after an engine error; doubled after each."""
 COMPENSATION_RETRY_POLICY = DEFAULT_STEP_RETRY_POLICY
 """How compensations are retried (10 attempts, backoff from 1 s)."""
-"""The wait before the first retry after an engine error; doubled after each."""
 
 
 class Outcome(enum.StrEnum):

@@ -9,6 +9,7 @@ closes its own database connections when its code ends.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import queue
 import threading
@@ -74,11 +75,11 @@ def run_on_threads(
     waiting = deque(_Member(i, fn, timeout) for i, (fn, timeout) in enumerate(calls))
     running: dict[int, _Member] = {}
 
-    def target(member: _Member) -> None:
+    def target(member: _Member, context: contextvars.Context) -> None:
         value: Any = None
         error: BaseException | None = None
         try:
-            value = member.fn()
+            value = context.run(member.fn)
         except BaseException as exc:  # user code: anything, SystemExit included
             error = exc
         finally:
@@ -99,7 +100,9 @@ def run_on_threads(
             member = waiting.popleft()
             member.started = time.monotonic()
             running[member.index] = member
-            threading.Thread(target=target, args=(member,), name=f"{name}-{member.index}", daemon=True).start()
+            # The workflow's context variables (logging, tracing) go with the code, a copy each.
+            context = contextvars.copy_context()
+            threading.Thread(target=target, args=(member, context), name=f"{name}-{member.index}", daemon=True).start()
         deadlines = [m.started + m.timeout for m in running.values() if m.timeout is not None]
         wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
         batch: list[Ended] = []

@@ -86,7 +86,9 @@ class JournalOps(BackendCore):
     ) -> list[int]:
         """Commit ``pending`` and record that several steps started (a parallel group); returns their ids."""
         self._commit(run_id, worker_id, now, pending, inserts=attempts)
-        return [attempt.id for attempt in attempts if attempt.id is not None]
+        ids = [attempt.id for attempt in attempts if attempt.id is not None]
+        assert len(ids) == len(attempts), "every inserted attempt has its id"
+        return ids
 
     @engine_op
     def flush(self, run_id: Any, worker_id: str, now: datetime, pending: Pending) -> None:
@@ -104,15 +106,15 @@ class JournalOps(BackendCore):
         *,
         attempt: NewAttempt | None = None,
         child: ChildStart | None = None,
-        wake_if_child_done: Any = None,
+        wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
     ) -> None:
         """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
 
         ``attempt`` records the step that parks (a sleep or a wait);
         ``child`` starts a child run linked to it, in the same transaction.
-        A parent that parks on ``wake_if_child_done`` is due at once if that
-        child has already finished. ``wake_on_attempt`` (a child's step
+        A parent that parks on ``wake_if_child_done`` (child run ids) is due
+        at once if one of those children has already finished. ``wake_on_attempt`` (a child's step
         attempt) lets only that child's end wake the run early, so a parent
         waiting for 300 children is not woken 300 times; without it, any
         child's end does.
@@ -236,7 +238,7 @@ class JournalOps(BackendCore):
         inserts: list[NewAttempt] | None = None,
         run_fields: dict[str, Any] | None = None,
         start_child: ChildStart | None = None,
-        wake_when_child_done: Any = None,
+        wake_when_child_done: list[Any] | None = None,
         wake_parent_of: int | None = None,
         ended_badly: bool = False,
     ) -> int | None:
@@ -264,10 +266,7 @@ class JournalOps(BackendCore):
                 new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now, ended_badly)
-            if (
-                wake_when_child_done is not None
-                and WorkflowRun.objects.finished().filter(id=wake_when_child_done).exists()
-            ):
+            if wake_when_child_done and WorkflowRun.objects.finished().filter(id__in=wake_when_child_done).exists():
                 WorkflowRun.objects.filter(id=run_id).update(available_at=now)
             if start_child is not None:
                 assert new_id is not None, "a child starts with the step that waits for it"
@@ -430,6 +429,11 @@ class JournalOps(BackendCore):
         """The status, output and error of several runs, by id, in one query (missing rows are left out)."""
         rows = WorkflowRun.objects.filter(id__in=run_ids).values_list("id", "status", "output", "error", "finished_at")
         return {run_id: RunOutcome(status, output, error, finished) for run_id, status, output, error, finished in rows}
+
+    @engine_op
+    def successor_id(self, run_id: Any) -> Any:
+        """The id of the run this one continued as (``ctx.continue_as_new``), or None."""
+        return WorkflowRun.objects.filter(continued_from_id=run_id).values_list("id", flat=True).first()
 
     @engine_op
     def continue_as_new(

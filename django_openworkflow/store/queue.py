@@ -312,6 +312,13 @@ class QueueOps(BackendCore):
                 .update(available_at=self.now_expr(lease), updated_at=self.now_expr())
             )
 
+    def cancel_requested_among(self, run_ids: list[Any]) -> set[Any]:
+        """Which of these runs someone asked to cancel after their compensations (read by the heartbeat)."""
+        if not run_ids:
+            return set()
+        asked = WorkflowRun.objects.filter(id__in=run_ids, cancel_requested_at__isnull=False)
+        return set(asked.values_list("id", flat=True))
+
     # -- for dispatchers --
 
     def due_runs(self, limit: int) -> list[tuple[uuid.UUID, datetime, str]]:

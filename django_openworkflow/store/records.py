@@ -75,6 +75,8 @@ class ClaimedRun:
     claimed_at: datetime
     fresh: bool = False  # never claimed before: no history to load
     lease_expired: bool = False  # the previous holder died or stalled mid-slice
+    # Set by the heartbeat when someone asked to cancel the run (compensate_on_cancel) while this worker holds it.
+    cancel_requested: bool = False
     claimed_monotonic: float = field(default_factory=time.monotonic)
 
     def clock(self) -> datetime:

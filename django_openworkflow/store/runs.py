@@ -111,10 +111,6 @@ class RunOps(JournalOps):
         """The id of the run that started this one as a child, or None."""
         return StepAttempt.objects.filter(child_runs__id=run_id).values_list("workflow_run_id", flat=True).first()
 
-    def successor_id(self, run_id: Any) -> Any:
-        """The id of the run this one continued as (``ctx.continue_as_new``), or None."""
-        return WorkflowRun.objects.filter(continued_from_id=run_id).values_list("id", flat=True).first()
-
     def child_run_ids(self, run_id: Any) -> list[Any]:
         """The ids of the runs this one started as children, oldest first."""
         children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id=run_id).order_by("created_at")
@@ -150,9 +146,13 @@ class RunOps(JournalOps):
     def request_cancel(self, run_ids: list[Any]) -> list[Any]:
         """Ask a worker to cancel these runs after running their compensations; returns the ids asked.
 
-        Each is made due now and taken from the worker holding it (whose
-        next write is fenced out); the next slice replays the journal, runs
-        the compensations of its completed steps and ends it as canceled.
+        A run no worker holds is made due now; its next slice replays the
+        journal, runs the compensations of its completed steps and ends it
+        as canceled. A run a worker holds keeps its worker, so the steps
+        that worker completed stay in the journal (taking the run away
+        would lose those not written yet, and they would never be undone):
+        its heartbeat sees the request and the slice stops before its next
+        new step, and compensates.
         """
         now = self.now()
         with self.write_lock(), transaction.atomic(using=self.alias):
@@ -162,8 +162,9 @@ class RunOps(JournalOps):
                 .filter(id__in=run_ids, cancel_requested_at__isnull=True)
                 .values_list("id", flat=True)
             )
-            WorkflowRun.objects.filter(id__in=asked).update(
-                status=RunStatus.RUNNING, cancel_requested_at=now, worker_id=None, available_at=now, updated_at=now
+            WorkflowRun.objects.filter(id__in=asked).update(cancel_requested_at=now, updated_at=now)
+            WorkflowRun.objects.filter(id__in=asked, worker_id__isnull=True).update(
+                status=RunStatus.RUNNING, available_at=now
             )
         return asked
 

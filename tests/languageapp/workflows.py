@@ -218,3 +218,29 @@ def cancel_saga(ctx):
         ctx.step.run(name, lambda n=name: worked(ctx, n, 0, n), compensate=lambda out: worked(ctx, f"undo-{out}"))
     ctx.step.sleep("wait", "1h")
     ctx.step.run("c", lambda: worked(ctx, "c"))
+
+
+@workflow(name="lang-cancel-in-wait", compensate_on_cancel=True)
+def cancel_in_wait(ctx):
+    """A compensated step, then a wait for a signal: canceled while it waits."""
+    ctx.step.run("a", lambda: worked(ctx, "a", 0, "a"), compensate=lambda out: worked(ctx, f"undo-{out}"))
+    ctx.step.wait_for_signal("go", timeout="1h")
+    ctx.step.run("b", lambda: worked(ctx, "b"))
+
+
+@workflow(name="lang-cancel-while-held", compensate_on_cancel=True)
+def cancel_while_held(ctx):
+    """Canceled while its worker executes the long step b: b completes, is undone, and c never runs."""
+    for name, pause in (("a", 0), ("b", 1.5)):
+        ctx.step.run(
+            name, lambda n=name, p=pause: worked(ctx, n, p, n), compensate=lambda out: worked(ctx, f"undo-{out}")
+        )
+    ctx.step.run("c", lambda: worked(ctx, "c"))
+
+
+@workflow(name="lang-continuing-child-parent")
+def continuing_child_parent(ctx):
+    """Waits for a child that continues as new twice: the result is the chain's."""
+    child = ctx.step.start_workflow(poller, {"count": 0, "until": 9})
+    (total,) = ctx.step.wait_all([child])
+    return {"total": total, "single": ctx.step.run_workflow(poller, {"count": 0, "until": 6}, name="one")}
