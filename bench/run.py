@@ -20,6 +20,7 @@ Phases (each starts from empty tables; one module each in bench/phases/):
   replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
   claims      claim latency with 1M finished + 10k parked runs vs an empty table.
   memory      worker RSS after 1k and after 50k completed runs.
+  starts      run() one at a time from one thread, and run_many() in bulk (with and without keys)
   fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
               --quick 50): wall = parent started -> handle.result() returned.
 
@@ -45,7 +46,7 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, fanout, latency, memory, replay, throughput  # noqa: E402
+from bench.phases import claims, fanout, latency, memory, replay, starts, throughput  # noqa: E402
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -56,6 +57,7 @@ PHASES = {
     "claims": claims.run,
     "memory": memory.run,
     "fanout": fanout.run,
+    "starts": starts.run,
 }
 
 

@@ -58,6 +58,7 @@ __all__ = [
     "send_event",
     "send_signal",
     "start_run",
+    "start_runs",
     "workflow",
 ]
 
@@ -67,7 +68,16 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> object:
     # Names that import models are loaded lazily so that importing the
     # package (e.g. from settings) does not need the app registry ready.
-    if name in ("RunHandle", "get_run", "start_run", "send_signal", "send_event", "publish_event", "PublishedEvent"):
+    if name in (
+        "RunHandle",
+        "get_run",
+        "start_run",
+        "start_runs",
+        "send_signal",
+        "send_event",
+        "publish_event",
+        "PublishedEvent",
+    ):
         from . import client
 
         return getattr(client, name)

@@ -6,7 +6,7 @@ import functools
 import math
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -105,6 +105,73 @@ def start_run(
     if created:
         get_dispatcher().run_started(run.id, queue=run.queue)
     return RunHandle(run.id, created=created)
+
+
+def start_runs(
+    workflow_name: str,
+    inputs: Iterable[Any],
+    *,
+    version: str | None = None,
+    idempotency_keys: Sequence[str | None] | None = None,
+    available_at: datetime | Duration | None = None,
+    deadline_at: datetime | Duration | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+) -> list[RunHandle]:
+    """Start one run of ``workflow_name`` per input, in a few statements; their handles, in order.
+
+    The bulk form of :func:`start_run`, in the current transaction like it.
+    ``idempotency_keys`` (one per input, ``None`` for none) are honoured
+    per run: a key the workflow already has, or that an earlier input of
+    this call has, returns that run's handle with ``created`` False. Every
+    input is checked before anything is written: one that is not JSON
+    raises :class:`PayloadError` naming its index, and no run starts. A
+    debounced workflow's starts fold together, which is ``run()``'s job:
+    it is refused here.
+    """
+    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
+    if spec is None:
+        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    if spec.debounce is not None:
+        raise InvalidArgument(
+            f"workflow {workflow_name!r} debounces its starts, which fold into one run: start them with run()",
+            "inputs",
+        )
+    values = list(inputs)
+    keys = [None] * len(values) if idempotency_keys is None else list(idempotency_keys)
+    if len(keys) != len(values):
+        raise InvalidArgument(
+            f"{len(keys)} idempotency keys for {len(values)} inputs: give one per input (None for none)",
+            "idempotency_keys",
+        )
+    for key in keys:
+        _check_key(key)
+    store = get_backend()
+    db_clock = functools.cache(store.now)
+    available = _as_datetime(available_at, "available_at", db_clock)
+    deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
+    if deadline is not None and deadline <= db_clock():
+        raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
+    rows = []
+    for index, (value, key) in enumerate(zip(values, keys, strict=True)):
+        stored = to_json_value(value, f"input {index} of workflow {workflow_name!r}", "input")
+        rows.append(
+            {
+                "workflow_name": spec.name,
+                "version": spec.version,
+                "input": stored,
+                "available_at": available,
+                "deadline_at": deadline,
+                "idempotency_key": key,
+                **spec.flow_fields(stored, queue=queue, priority=priority),
+            }
+        )
+    inserted = store.insert_runs(rows) if rows else []
+    dispatcher = get_dispatcher()
+    for (run_id, created), row in zip(inserted, rows, strict=True):
+        if created:
+            dispatcher.run_started(run_id, queue=row["queue"])
+    return [RunHandle(run_id, created=created) for run_id, created in inserted]
 
 
 class RunHandle:

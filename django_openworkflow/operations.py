@@ -200,13 +200,14 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
         runs = _read(chunk, with_input=True)
         refused = {**_missing(chunk, runs), **REFUSALS["rerun"](runs)}
         again = [run for run_id, run in runs.items() if run_id not in refused]
-        new_ids = get_backend().insert_runs(
+        inserted = get_backend().insert_runs(
             [
                 {"workflow_name": run.workflow_name, "version": run.version, "input": run.input}
                 | {name: getattr(run, name) for name in FLOW_COLUMNS}
                 for run in again
             ]
         )
+        new_ids = [new_id for new_id, _ in inserted]
         for new_id, run in zip(new_ids, again, strict=True):
             dispatcher.run_started(new_id, queue=run.queue)
         result.changed += [run.id for run in again]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -97,6 +97,30 @@ class WorkflowSpec:
             priority=priority,
             concurrency_key=concurrency_key,
             debounce_key=debounce_key,
+        )
+
+    def run_many(
+        self,
+        inputs: Iterable[Any],
+        *,
+        idempotency_keys: Sequence[str | None] | None = None,
+        available_at: datetime | Duration | None = None,
+        deadline_at: datetime | Duration | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> list[RunHandle]:
+        """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``)."""
+        from .client import start_runs
+
+        return start_runs(
+            self.name,
+            inputs,
+            version=self.version,
+            idempotency_keys=idempotency_keys,
+            available_at=available_at,
+            deadline_at=deadline_at,
+            queue=queue,
+            priority=priority,
         )
 
     def flow_fields(

@@ -116,11 +116,46 @@ class RunOps(JournalOps):
         children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id=run_id).order_by("created_at")
         return list(children.values_list("id", flat=True))
 
-    def insert_runs(self, runs: list[dict[str, Any]]) -> list[Any]:
-        """Insert pending runs (no idempotency keys) in one statement; returns their ids."""
+    def insert_runs(self, runs: list[dict[str, Any]]) -> list[tuple[Any, bool]]:
+        """Insert pending runs in a few statements; returns ``(id, created)`` for each, in order.
+
+        A run given no ``available_at`` is due now. A row whose
+        ``idempotency_key`` its workflow already has, or an earlier row of
+        the same call has, is not inserted: it gets that run's id, with
+        ``created`` False. Keyed rows are inserted skipping those that clash
+        (``ON CONFLICT DO NOTHING`` and its equivalents), then the ids of
+        every key are read back in one query, so a concurrent start with a
+        key is decided by the unique constraint, as for ``insert_run``.
+        """
         now = self.now_expr()
-        rows = [WorkflowRun(status=RunStatus.PENDING, available_at=now, **fields) for fields in runs]
-        return [run.id for run in WorkflowRun.objects.bulk_create(rows)]
+        rows = [
+            WorkflowRun(**{**fields, "status": RunStatus.PENDING, "available_at": fields.get("available_at") or now})
+            for fields in runs
+        ]
+        first: dict[tuple[str, str], WorkflowRun] = {}
+        for row in rows:
+            if row.idempotency_key is not None:
+                first.setdefault((row.workflow_name, row.idempotency_key), row)
+        plain = [row for row in rows if row.idempotency_key is None]
+        with transaction.atomic(using=self.alias):
+            WorkflowRun.objects.bulk_create(plain)
+            if not first:
+                return [(row.id, True) for row in rows]
+            WorkflowRun.objects.bulk_create(list(first.values()), ignore_conflicts=True)
+            names = {name for name, _ in first}
+            keys = {key for _, key in first}
+            found = WorkflowRun.objects.filter(workflow_name__in=names, idempotency_key__in=keys)
+            ids = {
+                (name, key): run_id for name, key, run_id in found.values_list("workflow_name", "idempotency_key", "id")
+            }
+        results = []
+        for row in rows:
+            if row.idempotency_key is None:
+                results.append((row.id, True))
+            else:
+                key = (row.workflow_name, row.idempotency_key)
+                results.append((ids[key], row is first[key] and ids[key] == row.id))
+        return results
 
     def cancel_run(self, run_id: Any) -> bool:
         """Cancel a run that has not finished; False if it already had.
