@@ -6,4 +6,5 @@ replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
 claims      claim latency with 1M finished + 10k parked runs vs an empty table.
 memory      worker RSS after 1k and after 50k completed runs.
 fanout      one parent starts N children at once and collects their results (start_workflow + wait_all).
+starts      in-process: run() one at a time from one thread, and run_many() in bulk.
 """
