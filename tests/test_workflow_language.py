@@ -11,10 +11,13 @@ by the rows' ids rather than by clocks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import threading
 import time
 from collections import Counter
 
 import pytest
+from django.test import override_settings
 from django.urls import reverse
 
 from django_openworkflow import RetryPolicy, StepUsageError, operations, workflow
@@ -25,6 +28,8 @@ from tests.flowapp.models import Ledger
 from tests.languageapp import workflows as lang
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+TRACE: contextvars.ContextVar[str] = contextvars.ContextVar("trace", default="none")
 
 FAST = ("--poll", "20ms")
 
@@ -474,3 +479,40 @@ def test_an_async_signal_wait_refuses_while_other_steps_still_run(run_worker):
     run_worker(until=lambda: finished(handle), timeout=30)
     assert "await them first" in handle.fetch().error["message"]
     assert dict(journal(handle.id)) == {"slow": "completed"}
+
+
+# -- promises of the thread runner -------------------------------------------------
+
+
+def test_a_timed_out_members_thread_is_counted_until_its_code_returns():
+    from django_openworkflow.engine.threads import abandoned_threads, run_on_threads
+
+    release = threading.Event()
+    before = abandoned_threads()
+    (timed_out,) = next(run_on_threads([(release.wait, 0.05)], 1, lambda: None))
+    assert timed_out.timed_out and abandoned_threads() == before + 1
+    release.set()
+    wait_until(lambda: abandoned_threads() == before, timeout=10)
+
+
+def test_parallel_members_see_the_workflows_context_variables(run_worker):
+    @workflow(name="lang-parallel-context")
+    def with_context(ctx):
+        token = TRACE.set(f"trace-{ctx.run_id}")
+        try:
+            return ctx.step.parallel([("a", TRACE.get), ("b", TRACE.get)])
+        finally:
+            TRACE.reset(token)
+
+    handle = with_context.run()
+    run_worker(until=lambda: finished(handle), timeout=30)
+    assert handle.result() == [f"trace-{handle.id}"] * 2
+
+
+@override_settings(OPENWORKFLOW={"MAX_STEP_ATTEMPTS": 3, "POLL_INTERVAL": "20ms"})
+def test_a_parallel_group_that_would_pass_the_step_limit_fails_the_run_before_it_starts(run_worker):
+    handle = lang.parallel_sleepers.run({"count": 5, "pause": 0})
+    run_worker(until=lambda: finished(handle), timeout=30)
+    run = handle.fetch()
+    assert run.status == "failed" and run.error["type"] == "StepLimitExceeded"
+    assert started(handle.id) == {} and journal(handle.id) == []
