@@ -128,13 +128,9 @@ class AsyncStepApi:
             if alone:
                 attempt_id = s.end_step()
             with outside_loop():
-                settled = self._sync.settle(key, attempt_id, started, policy, ended, limit)
-                if s.steps_running:
-                    s.flush()  # durable now: a crash re-runs only the steps still running
-                if settled.error is not None:
-                    self._sync.unwind(settled)
-            s.compensable(key, compensate, settled.output)
-            return settled.output
+                return self._sync.conclude(
+                    key, attempt_id, started, policy, ended, limit, compensate, flush_now=s.steps_running > 0
+                )
         finally:
             s.steps_called -= 1
             current_step.reset(token)

@@ -690,11 +690,31 @@ class StepApi:
         else:
             (ended,) = next(run_on_threads([(fn, limit)], 1, s.store.close_thread_connections, f"owf-{key}"))
         attempt_id = s.end_step()
+        return cast(T, self.conclude(key, attempt_id, started, policy, ended, limit, compensate))
+
+    def conclude(
+        self,
+        key: str,
+        attempt_id: int | None,
+        started: datetime,
+        policy: RetryPolicy,
+        ended: Ended,
+        limit: float | None,
+        compensate: Callable[[Any], Any] | None,
+        flush_now: bool = False,
+    ) -> Any:
+        """The end of a ``run`` step: journal how its code ended, then return its output or leave for its failure.
+
+        ``flush_now`` commits the journal at once (other steps still run: a
+        crash must not take this one's result with it).
+        """
         settled = self.settle(key, attempt_id, started, policy, ended, limit)
+        if flush_now:
+            self._slice.flush()
         if settled.error is not None:
             self.unwind(settled)
-        s.compensable(key, compensate, settled.output)
-        return cast(T, settled.output)
+        self._slice.compensable(key, compensate, settled.output)
+        return settled.output
 
     def _prepare(self, key: str, fn: Any, retry_policy: RetryPolicy | None, compensate: Any) -> AttemptRecord | None:
         """The checks before a ``run`` step's code: its journal entry if it completed, else None.
