@@ -1,8 +1,14 @@
-"""PostgreSQL LISTEN/NOTIFY: workers and result() react without waiting for a poll."""
+"""Wake-ups: workers and result() react to a commit without waiting for a poll.
+
+PostgreSQL notifies (LISTEN/NOTIFY); SQLite's listener sees other connections'
+commits (inotify on the database's directory, then PRAGMA data_version).
+MySQL/MariaDB have neither: workers and waiters poll there.
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection, transaction
@@ -16,8 +22,10 @@ from tests.testapp.workflows import executions, record, sleeper, three_steps
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL only"),
+    pytest.mark.skipif(connection.vendor == "mysql", reason="MySQL/MariaDB have no wake-ups: workers poll"),
 ]
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY is PostgreSQL only")
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's own listener")
 
 
 @pytest.fixture
@@ -61,6 +69,7 @@ def terminate(sql_filter: str) -> int:
         return cursor.fetchone()[0]
 
 
+@postgres_only
 def test_listener_reconnects_after_its_connection_drops(slow_polling_worker):
     assert three_steps.run().result(timeout=15) == {"result": 11}  # the worker is up and listening
     assert terminate("query LIKE 'LISTEN%'") >= 1
@@ -81,6 +90,7 @@ def drops_its_connection(ctx):
     return ctx.step.run("kill", kill_own_connection)
 
 
+@postgres_only
 def test_worker_releases_a_run_after_a_database_error():
     # The slot's connection dies under the step; the journal write fails, and the
     # worker hands the run back due in 1 s instead of holding it for its 30 s lease.
@@ -94,3 +104,59 @@ def test_worker_releases_a_run_after_a_database_error():
         worker.stop()
         thread.join(30)
     assert SideEffect.objects.filter(run_id=handle.id, step="kill").count() == 2
+
+
+def test_a_run_started_by_another_process_wakes_an_idle_worker_process(workers):
+    # Another process (this one) starts the runs; the worker polls once a minute.
+    workers.start("--poll", "60s", "--concurrency", "2")
+    assert three_steps.run().result(timeout=30) == {"result": 11}
+    assert three_steps.run().result(timeout=15) == {"result": 11}
+
+
+def test_a_result_waiter_is_woken_by_a_commit_from_another_connection():
+    from django_openworkflow.store.notify import run_waiters
+
+    handle = sleeper.run({"duration": "1h"})
+    finished = run_waiters.register(str(handle.id))
+    assert finished is not None, "this database has no wake-ups for result()"
+    try:
+        # A commit on another connection: on SQLite any commit wakes every waiter to look
+        # again; on PostgreSQL only the run's own end does.
+        thread = threading.Thread(target=lambda: (get_backend().cancel_runs([handle.id]), connection.close()))
+        thread.start()
+        thread.join(15)
+        assert finished.wait(15)
+    finally:
+        run_waiters.unregister(str(handle.id), finished)
+
+
+@sqlite_only
+def test_sqlite_wakes_an_idle_worker_without_inotify(monkeypatch):
+    # Where inotify is missing (macOS, Windows), the listener looks at data_version every few ms.
+    from django_openworkflow.store.backends import sqlite
+
+    monkeypatch.setattr(sqlite._DirectoryWatch, "open", classmethod(lambda cls, database: None))
+    worker = Worker(poll_interval="60s", concurrency=2)
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    thread.start()
+    try:
+        assert three_steps.run().result(timeout=15) == {"result": 11}
+        assert three_steps.run().result(timeout=15) == {"result": 11}
+    finally:
+        worker.stop()
+        thread.join(30)
+
+
+@sqlite_only
+def test_sqlite_listener_stops_promptly_while_idle():
+    from django_openworkflow.store.backends.sqlite import DataVersionListener
+
+    listener = get_backend().listener(["x"], lambda channel, payload: None)
+    assert isinstance(listener, DataVersionListener)
+    listener.IDLE_INTERVAL = 600  # asleep in inotify for ten minutes unless stop() wakes it
+    listener.start()
+    assert listener.connected.wait(10)
+    time.sleep(0.1)  # let it fall asleep
+    listener.stop()
+    listener.join(10)
+    assert not listener.is_alive()

@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
+import glob
 import random
 import time
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from bench.databases import to_epoch
@@ -15,6 +17,15 @@ from bench.report import pct
 
 if TYPE_CHECKING:
     from bench.context import Bench
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time a process's threads have spent so far, in seconds (Linux schedstat: nanoseconds, not ticks)."""
+    total = 0
+    for task in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        with suppress(OSError), open(task) as fh:
+            total += int(fh.read().split()[0])
+    return total / 1e9
 
 
 def run(bench: Bench) -> tuple[list[float], list[float], int]:
@@ -34,7 +45,10 @@ def measure(bench: Bench, samples: int, gap_ms: int, conc: int = 20) -> tuple[li
     bench.reset_tables()
     worker = bench.procs.start_worker(bench.effective_concurrency(conc), "latency")
     spec = registry.latest("bench-1")
-    time.sleep(2.0)  # 3 s idle in total, like the peers
+    # 3 s idle in total, like the peers; the last 2 s measure what an idle worker costs.
+    idle_cpu = cpu_seconds(worker.pid)
+    time.sleep(2.0)
+    idle_cpu = (cpu_seconds(worker.pid) - idle_cpu) / 2.0 * 100.0
     lat: list[float] = []
     nat: list[float] = []
     try:
@@ -51,6 +65,7 @@ def measure(bench: Bench, samples: int, gap_ms: int, conc: int = 20) -> tuple[li
     finally:
         connections.close_all()
         bench.procs.stop(worker)
+    bench.emit("lat.idle_worker_cpu", idle_cpu, "% of a core (the worker process, idle, before the samples)", 3)
     bench.emit("lat.samples", len(lat), f"runs (1 step, idle worker, gap U(0,{gap_ms} ms))")
     for q in (50, 95, 99):
         bench.emit(f"lat.server_p{q}", pct(lat, q), "ms (start -> finished_at)", 1)

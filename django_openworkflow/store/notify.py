@@ -41,7 +41,12 @@ class _RunWaiters:
 
     def _dispatch(self, channel: str, payload: str) -> None:
         with self._lock:
-            events = self._events.pop(payload, [])
+            if payload:
+                events = self._events.pop(payload, [])
+            else:
+                # No run named (SQLite's commits, a reconnection): every waiter looks
+                # again and stays registered; it clears its event before it looks.
+                events = [event for waiting in self._events.values() for event in waiting]
         for event in events:
             event.set()
 

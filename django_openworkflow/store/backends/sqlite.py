@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import logging
+import math
+import os
+import select
+import sqlite3
+import struct
+import sys
 import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,6 +27,8 @@ from ...models import WorkflowRun
 from ...states import CLAIMABLE_STATUSES
 from ..queue import CANDIDATE_FIELDS, Candidate
 from .base import Backend
+
+logger = logging.getLogger(__name__)
 
 _write_locks: dict[str, threading.RLock] = {}
 _write_locks_guard = threading.Lock()
@@ -92,6 +104,12 @@ class SQLiteBackend(Backend):
         # Only whether started_at is NULL matters here, so its text is not converted.
         return [Candidate(uuid.UUID(run_id), *rest) for run_id, *rest in rows]
 
+    def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> DataVersionListener | None:
+        name = str(self.connection.settings_dict["NAME"])
+        if name == ":memory:" or "mode=memory" in name:
+            return None  # one connection's own database: no other connection commits to it
+        return DataVersionListener(channels, on_notify, name)
+
     def check(self) -> list[checks.CheckMessage]:
         options = self.connection.settings_dict.get("OPTIONS", {})
         init = str(options.get("init_command", "")).lower().replace(" ", "")
@@ -108,3 +126,150 @@ class SQLiteBackend(Backend):
                 id="openworkflow.W001",
             )
         ]
+
+
+class _DirectoryWatch:
+    """Linux inotify on a database's directory: blocks until a file of that database is written.
+
+    SQLite writes a commit to the ``-wal`` file (or, without WAL, to the
+    database and its ``-journal``), so a write there means a commit is under
+    way, by any process. Through ctypes: no dependency, and no thread that
+    wakes to poll. None where inotify is missing (macOS, Windows).
+    """
+
+    IN_MODIFY = 0x2
+    IN_CLOSE_WRITE = 0x8
+    IN_MOVED_TO = 0x80
+    IN_CREATE = 0x100
+
+    def __init__(self, fd: int, names: frozenset[bytes]) -> None:
+        self.fd = fd
+        self.names = names
+
+    @classmethod
+    def open(cls, database: str) -> _DirectoryWatch | None:
+        if not sys.platform.startswith("linux") or database.startswith("file:"):
+            return None
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            return None
+        path = os.path.abspath(database)
+        mask = cls.IN_MODIFY | cls.IN_CLOSE_WRITE | cls.IN_MOVED_TO | cls.IN_CREATE
+        if libc.inotify_add_watch(fd, os.fsencode(os.path.dirname(path)), mask) < 0:
+            os.close(fd)
+            return None
+        base = os.fsencode(os.path.basename(path))
+        return cls(fd, frozenset({base, base + b"-wal", base + b"-journal"}))
+
+    def drain(self) -> bool:
+        """Read every pending event; whether one was about the database's files."""
+        ours = False
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return ours
+            offset = 0
+            while offset + 16 <= len(data):
+                length = struct.unpack_from("iIII", data, offset)[3]
+                name = data[offset + 16 : offset + 16 + length].rstrip(b"\0")
+                ours = ours or name in self.names
+                offset += 16 + length
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+class DataVersionListener(threading.Thread):
+    """SQLite's stand-in for LISTEN: a wake-up on every channel when another connection commits.
+
+    SQLite has no notifications, but ``PRAGMA data_version`` changes on a
+    connection whenever any other connection (thread or process) has
+    committed since it last asked; reading it touches only the WAL index in
+    shared memory. On Linux the thread sleeps in inotify until a file of the
+    database is written, then looks at data_version until writes have been
+    quiet for a moment (the write comes just before the commit is visible),
+    every 20 ms once writes have kept coming for 100 ms.
+    An idle worker wakes once a second. Elsewhere it looks every few
+    milliseconds, which on a VM costs about 1 % of a core. The payload is
+    empty: a commit says that something changed, not what, so the owner
+    looks (a claim, a run's status).
+    """
+
+    BUSY_INTERVAL = 0.002
+    """Seconds between looks just after a write (and, without inotify, always 4 ms)."""
+    LOADED_AFTER = 0.1
+    LOADED_INTERVAL = 0.02
+    """Seconds between looks once writes have kept coming for ``LOADED_AFTER`` seconds (under load)."""
+    SETTLE = 0.025
+    """How long after the last write the thread keeps looking before it sleeps in inotify again."""
+    IDLE_INTERVAL = 1.0
+    """The longest sleep in inotify: a look once a second, should a write go unseen."""
+
+    def __init__(self, channels: Iterable[str], on_notify: Callable[[str, str], None], database: str) -> None:
+        super().__init__(name="owf-listener", daemon=True)
+        self.channels = list(channels)
+        self.on_notify = on_notify
+        self.database = database
+        self.connected = threading.Event()
+        self._stop_event = threading.Event()
+        self._stop_read, self._stop_write = os.pipe()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        with contextlib.suppress(OSError):
+            os.write(self._stop_write, b"x")
+
+    def _notify(self) -> None:
+        for channel in self.channels:
+            self.on_notify(channel, "")
+
+    def run(self) -> None:
+        watch = _DirectoryWatch.open(self.database)
+        backoff = 0.1
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    self._listen(watch)
+                except sqlite3.Error as exc:
+                    self.connected.clear()
+                    logger.warning("SQLite wake-up connection failed (%s); reconnecting in %.1fs", exc, backoff)
+                    self._stop_event.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            if watch is not None:
+                watch.close()
+            os.close(self._stop_read)
+            os.close(self._stop_write)
+
+    def _listen(self, watch: _DirectoryWatch | None) -> None:
+        # uri=True, as Django opens it: NAME may be a file: URI.
+        with contextlib.closing(sqlite3.connect(self.database, uri=True, isolation_level=None)) as conn:
+            pragma = conn.cursor()
+            last = pragma.execute("PRAGMA data_version").fetchone()
+            self.connected.set()
+            self._notify()  # whatever was committed before we looked
+            written_at = busy_since = -math.inf
+            while not self._stop_event.is_set():
+                if watch is None:
+                    self._stop_event.wait(2 * self.BUSY_INTERVAL)
+                else:
+                    settling = time.monotonic() - written_at < self.SETTLE
+                    timeout = self.BUSY_INTERVAL if settling else self.IDLE_INTERVAL
+                    ready, _, _ = select.select([watch.fd, self._stop_read], [], [], timeout)
+                    if watch.fd in ready and watch.drain():
+                        written_at = time.monotonic()
+                        if not settling:
+                            busy_since = written_at
+                        elif written_at - busy_since > self.LOADED_AFTER:
+                            # Written without a pause: a busy worker claims as its slots free up
+                            # anyway, so look less often and leave the CPU to the work.
+                            time.sleep(self.LOADED_INTERVAL)
+                version = pragma.execute("PRAGMA data_version").fetchone()
+                if version != last:
+                    last = version
+                    self._notify()
