@@ -83,3 +83,34 @@ def test_runs_started_in_bulk_are_worked_like_any_other(run_worker):
     handles = three_steps.run_many([{"n": i} for i in range(20)], available_at="0s")
     run_worker()
     assert {handle.status() for handle in handles} == {"completed"}
+
+
+def test_a_row_naming_no_column_of_a_run_fails_and_inserts_nothing():
+    # The start's INSERT is written from the row's keys: a misspelt one must not vanish.
+    with pytest.raises(TypeError, match="not columns of a run: priorty"):
+        get_backend().insert_runs([{"workflow_name": "x", "version": "1", "input": None, "priorty": 3}])
+    assert not WorkflowRun.objects.exists()
+
+
+def test_runs_started_without_a_time_are_due_at_the_database_clock():
+    before = get_backend().now()
+    handles = three_steps.run_many([{"n": 1}, {"n": 2}])
+    single = three_steps.run({"n": 3})
+    after = get_backend().now()
+    for run in WorkflowRun.objects.filter(id__in=[*(h.id for h in handles), single.id]):
+        assert before <= run.available_at <= after
+        assert run.status == "pending" and run.attempts == 0 and run.queue == "default"
+
+
+def test_a_start_of_several_batches_mixes_due_now_and_delayed_runs():
+    # 2,500 rows: more than one statement on every database; the runs due "now" take the
+    # database clock as SQL, with no parameter, so a batch's parameters are not one per column.
+    later = get_backend().now() + timedelta(hours=1)
+    rows = [
+        {"workflow_name": "x", "version": "1", "input": {"n": i}, "available_at": later if i % 3 else None}
+        for i in range(2_500)
+    ]
+    inserted = get_backend().insert_runs(rows)
+    assert len(inserted) == 2_500 and all(created for _, created in inserted)
+    assert WorkflowRun.objects.filter(available_at=later).count() == sum(1 for i in range(2_500) if i % 3)
+    assert sorted(WorkflowRun.objects.values_list("input__n", flat=True)) == list(range(2_500))

@@ -13,6 +13,7 @@ from ..errors import RunNotFound, SignalError
 from ..models import Event, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, StepKind, StepStatus
 from .journal import JournalOps
+from .records import StartedRun
 
 EVENT_RUN_KEY_PREFIX = "event:"
 
@@ -39,7 +40,7 @@ class EventOutcome:
 
     event_id: int
     woke: int
-    started: list[tuple[WorkflowRun, bool]] = field(default_factory=list)
+    started: list[tuple[StartedRun, bool]] = field(default_factory=list)
     repeat: bool = False
 
 
@@ -47,7 +48,7 @@ class MessageOps(JournalOps):
     """Delivering signals and events, in the sender's transaction."""
 
     if TYPE_CHECKING:  # from RunOps, next to this class in the backend
-        insert_run: Callable[..., tuple[WorkflowRun, bool]]
+        insert_run: Callable[..., tuple[StartedRun, bool]]
 
     def send_signal(self, run_id: Any, name: str, data: Any, idempotency_key: str | None) -> bool:
         """Store a signal for a run and hand it to a wait for that name if one is open.
@@ -115,13 +116,12 @@ class MessageOps(JournalOps):
                     )
             except IntegrityError:
                 first = Event.objects.get(event_type=event_type, idempotency_key=idempotency_key)
-                earlier = list(
-                    WorkflowRun.objects.filter(
-                        workflow_name__in=sorted({*subscribers, *(start.workflow_name for start in starts)}),
-                        idempotency_key=event_run_key(first.id),
-                    ).order_by("workflow_name")
-                )
-                return EventOutcome(first.id, int(first.woke), [(run, False) for run in earlier], repeat=True)
+                earlier = WorkflowRun.objects.filter(
+                    workflow_name__in=sorted({*subscribers, *(start.workflow_name for start in starts)}),
+                    idempotency_key=event_run_key(first.id),
+                ).order_by("workflow_name")
+                started = [(StartedRun(run_id, queue), False) for run_id, queue in earlier.values_list("id", "queue")]
+                return EventOutcome(first.id, int(first.woke), started, repeat=True)
             started = [self._start_for_event(event.id, start) for start in starts]
             waiting = StepAttempt.objects.filter(
                 kind=StepKind.EVENT, status=StepStatus.RUNNING, context__event=event_type
@@ -139,7 +139,7 @@ class MessageOps(JournalOps):
             Event.objects.filter(id=event.id).update(woke=delivered)
             return EventOutcome(event.id, delivered, started)
 
-    def _start_for_event(self, event_id: int, start: EventStart) -> tuple[WorkflowRun, bool]:
+    def _start_for_event(self, event_id: int, start: EventStart) -> tuple[StartedRun, bool]:
         """Insert the run an event starts: keyed by the event, or folded into a debounced run."""
         return self.insert_run(
             workflow_name=start.workflow_name,

@@ -37,6 +37,14 @@ class StoreUnavailable(EngineInterrupt):
 
 
 @dataclass(frozen=True)
+class StartedRun:
+    """A run a start inserted, or found under its idempotency or debounce key."""
+
+    id: uuid.UUID
+    queue: str
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """What the engine knows of a run it holds."""
 
@@ -50,6 +58,10 @@ class RunRecord:
     error: dict[str, Any] | None = None
     concurrency_key: str | None = None
     cancel_requested_at: datetime | None = None
+    # For telemetry: the metrics' labels, the run's duration, the trace it continues.
+    queue: str = "default"
+    started_at: datetime | None = None
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from datetime import datetime, timedelta
@@ -9,11 +10,20 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.db.models.constants import OnConflict
+from django.utils import timezone
 
-from ..flow import PROBE_INTERVAL
+from .. import tracing
+from ..flow import DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepKind, StepStatus
 from .journal import JournalOps
+from .records import StartedRun
+
+_MISSING = object()
+
+COPY_AT_LEAST = 100
+"""Plain starts of at least this many runs go in one COPY where the database has it."""
 
 QUIET_KEYS_KEPT = 10_000
 """At most this many keys are remembered as having nobody waiting (``free_place``)."""
@@ -33,7 +43,7 @@ class RunOps(JournalOps):
         idempotency_key: str | None,
         flow: dict[str, Any] | None = None,
         debounce: tuple[str, timedelta, timedelta | None] | None = None,
-    ) -> tuple[WorkflowRun, bool]:
+    ) -> tuple[StartedRun, bool]:
         """Insert a pending run; returns (run, created).
 
         With an idempotency key the unique constraint decides: a concurrent or
@@ -47,7 +57,7 @@ class RunOps(JournalOps):
             version=version,
             status=RunStatus.PENDING,
             input=input,
-            available_at=available_at if available_at is not None else self.now_expr(),
+            available_at=available_at,
             deadline_at=deadline_at,
             idempotency_key=idempotency_key,
             **(flow or {}),
@@ -55,19 +65,137 @@ class RunOps(JournalOps):
         if debounce is not None:
             return self._debounce(fields, *debounce)
         if idempotency_key is None:
-            return WorkflowRun.objects.create(**fields), True
+            return self._insert_one(fields), True
         try:
             with transaction.atomic(using=self.alias):
-                return WorkflowRun.objects.create(**fields), True
+                return self._insert_one(fields), True
         except IntegrityError:
             existing = WorkflowRun.objects.filter(workflow_name=workflow_name, idempotency_key=idempotency_key).first()
             if existing is None:  # the clashing row was rolled back meanwhile
-                return WorkflowRun.objects.create(**fields), True
-            return existing, False
+                return self._insert_one(fields), True
+            return StartedRun(existing.id, existing.queue), False
+
+    def _insert_one(self, fields: dict[str, Any]) -> StartedRun:
+        self._insert_rows([fields])
+        return StartedRun(fields["id"], fields.get("queue") or DEFAULT_QUEUE)
+
+    def _insert_rows(self, rows: list[dict[str, Any]], *, ignore_conflicts: bool = False) -> None:
+        """INSERT runs, given as column values, many rows a statement; sets each row's ``id``.
+
+        A start is what a view pays, and Django's ``create`` and
+        ``bulk_create`` compile every column of every row through the field
+        machinery, which costs more than the database's own insert. This
+        statement names only the columns the rows give (plus those with
+        defaults), adapts each value once with its field, and is written
+        with Django's own per-database pieces: placeholders, ``INSERT ...
+        IGNORE`` or ``ON CONFLICT DO NOTHING``, batch sizes. A row without
+        ``available_at`` is due at the database clock's now. Each run carries
+        its starter's trace context (tracing.py), like the ORM's inserts.
+        """
+        if not rows:
+            return
+        trace_context = tracing.current_context()  # None with tracing off
+        if trace_context is not None:
+            for row in rows:
+                row.setdefault("trace_context", trace_context)
+        connection = self.connection
+        now = timezone.now()
+        defaults = {"status": RunStatus.PENDING, "available_at": None, "created_at": now, "updated_at": now}
+        # A column no row gives a value is left out: it is NULL all the same (no database defaults).
+        named = frozenset(name for row in rows for name in row)
+        given = frozenset(name for row in rows for name, value in row.items() if value is not None)
+        columns = self._insert_columns(named, given | frozenset(defaults))
+        # Many plain rows go in one COPY where the database has one: it needs values, not SQL.
+        copy = not ignore_conflicts and len(rows) >= COPY_AT_LEAST and type(self).copy_rows is not RunOps.copy_rows
+        db_now = self.now() if copy else self.now_expr()
+        db_now_sql = "%s" if isinstance(db_now, datetime) else self._now_sql()
+        shape: list[str] = []  # each row's placeholders: the statement's text depends on nothing else
+        params: list[list[Any]] = []  # each row's parameters (the clock's SQL takes none)
+        # Most columns hold the same object in every row (the name, the queue, the times):
+        # each column adapts a value once and reuses it while the next row's is that object.
+        adapted: list[tuple[Any, Any]] = [(_MISSING, None)] * len(columns)
+        for row in rows:
+            row.setdefault("id", uuid.uuid4())
+            row_params = []
+            for index, field in enumerate(columns):
+                value = row.get(field.attname, defaults.get(field.attname, _MISSING))
+                if value is _MISSING:
+                    value = field.get_default()
+                elif value is None and field.attname == "available_at":
+                    value = db_now
+                if isinstance(value, datetime) or not hasattr(value, "resolve_expression"):
+                    shape.append("%s")
+                    last, param = adapted[index]
+                    if value is not last:
+                        param = field.get_db_prep_save(value, connection)
+                        adapted[index] = (value, param)
+                    row_params.append(param)
+                elif value is db_now:
+                    shape.append(db_now_sql)
+                else:
+                    raise TypeError(f"cannot insert the expression {value!r} into {field.attname}")
+            params.append(row_params)
+        if copy:
+            self.copy_rows(columns, params)
+            return
+        width = len(columns)
+        names = tuple(field.attname for field in columns)
+        # At most 1,000 rows a statement: every full batch has one text, which the driver parses once.
+        batch = max(1, min(1_000, connection.ops.bulk_batch_size(columns, rows)))
+        with connection.cursor() as cursor:
+            for start in range(0, len(rows), batch):
+                end = min(start + batch, len(rows))
+                sql = self._insert_sql(names, tuple(shape[start * width : end * width]), ignore_conflicts)
+                cursor.execute(sql, [param for row_params in params[start:end] for param in row_params])
+
+    def copy_rows(self, columns: list[Any], rows: list[list[Any]]) -> None:
+        """Write rows of ``columns`` (values adapted by their fields) with the database's bulk load.
+
+        Only databases that have one override this (PostgreSQL's COPY);
+        elsewhere :meth:`_insert_rows` writes multi-row INSERTs.
+        """
+        raise NotImplementedError
+
+    @functools.lru_cache(maxsize=64)  # noqa: B019 (one backend per alias, for the process's life)
+    def _insert_columns(self, named: frozenset[str], given: frozenset[str]) -> list[Any]:
+        """The run columns a start writes: those ``given`` a value, and those with defaults.
+
+        A ``named`` key that is no column is a mistake, not a column to leave out.
+        """
+        fields = WorkflowRun._meta.concrete_fields
+        unknown = named - {field.attname for field in fields}
+        if unknown:
+            raise TypeError(f"not columns of a run: {', '.join(sorted(unknown))}")
+        return [field for field in fields if field.attname in given or field.has_default()]
+
+    @functools.cache  # noqa: B019
+    def _now_sql(self) -> str:
+        """The SQL of the database clock's now (``now_expr()``), which has no parameters."""
+        query = WorkflowRun.objects.none().query
+        sql, params = query.get_compiler(using=self.alias).compile(self.now_expr().resolve_expression(query))
+        if params:
+            raise TypeError(f"the database clock compiles to SQL with parameters: {sql}")
+        return str(sql)
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019
+    def _insert_sql(self, columns: tuple[str, ...], placeholders: tuple[str, ...], ignore_conflicts: bool) -> str:
+        """The INSERT statement for rows of ``columns`` with these placeholders, row after row."""
+        ops = self.connection.ops
+        fields = [field for name in columns for field in WorkflowRun._meta.concrete_fields if field.attname == name]
+        on_conflict = OnConflict.IGNORE if ignore_conflicts else None
+        width = len(columns)
+        rows = ", ".join(
+            f"({', '.join(placeholders[start : start + width])})" for start in range(0, len(placeholders), width)
+        )
+        tail = ops.on_conflict_suffix_sql(fields, on_conflict, None, None) or ""
+        return (
+            f"{ops.insert_statement(on_conflict=on_conflict)} {ops.quote_name(WorkflowRun._meta.db_table)} "
+            f"({', '.join(ops.quote_name(str(field.column)) for field in fields)}) VALUES {rows} {tail}"
+        ).rstrip()
 
     def _debounce(
         self, fields: dict[str, Any], key: str, delay: timedelta, max_delay: timedelta | None
-    ) -> tuple[WorkflowRun, bool]:
+    ) -> tuple[StartedRun, bool]:
         """Fold a start into the run with this debounce key that no worker has claimed yet, or create it.
 
         The pending run takes this start's input and is put off until
@@ -92,14 +220,12 @@ class RunOps(JournalOps):
                     WorkflowRun.objects.filter(id=existing.id).update(
                         input=fields["input"], available_at=until, updated_at=now
                     )
-                    existing.input, existing.available_at = fields["input"], until
-                    return existing, False
+                    return StartedRun(existing.id, existing.queue), False
                 try:
                     with transaction.atomic(using=self.alias):
-                        created = WorkflowRun.objects.create(
-                            **{**fields, "available_at": now + delay}, debounce_key=key
-                        )
-                        return created, True
+                        row = {**fields, "available_at": now + delay, "debounce_key": key}
+                        self._insert_rows([row])
+                        return StartedRun(row["id"], row.get("queue") or DEFAULT_QUEUE), True
                 except IntegrityError:
                     continue  # a concurrent first start won: fold into its run
         raise IntegrityError(f"debounce key {key!r} of workflow {workflow_name!r}: no run to fold the start into")
@@ -127,21 +253,17 @@ class RunOps(JournalOps):
         every key are read back in one query, so a concurrent start with a
         key is decided by the unique constraint, as for ``insert_run``.
         """
-        now = self.now_expr()
-        rows = [
-            WorkflowRun(**{**fields, "status": RunStatus.PENDING, "available_at": fields.get("available_at") or now})
-            for fields in runs
-        ]
-        first: dict[tuple[str, str], WorkflowRun] = {}
+        rows = [{**fields, "available_at": fields.get("available_at")} for fields in runs]
+        first: dict[tuple[str, str], dict[str, Any]] = {}
         for row in rows:
-            if row.idempotency_key is not None:
-                first.setdefault((row.workflow_name, row.idempotency_key), row)
-        plain = [row for row in rows if row.idempotency_key is None]
+            if row.get("idempotency_key") is not None:
+                first.setdefault((row["workflow_name"], row["idempotency_key"]), row)
+        plain = [row for row in rows if row.get("idempotency_key") is None]
         with transaction.atomic(using=self.alias):
-            WorkflowRun.objects.bulk_create(plain)
+            self._insert_rows(plain)
             if not first:
-                return [(row.id, True) for row in rows]
-            WorkflowRun.objects.bulk_create(list(first.values()), ignore_conflicts=True)
+                return [(row["id"], True) for row in rows]
+            self._insert_rows(list(first.values()), ignore_conflicts=True)
             names = {name for name, _ in first}
             keys = {key for _, key in first}
             found = WorkflowRun.objects.filter(workflow_name__in=names, idempotency_key__in=keys)
@@ -150,11 +272,11 @@ class RunOps(JournalOps):
             }
         results = []
         for row in rows:
-            if row.idempotency_key is None:
-                results.append((row.id, True))
+            if row.get("idempotency_key") is None:
+                results.append((row["id"], True))
             else:
-                key = (row.workflow_name, row.idempotency_key)
-                results.append((ids[key], row is first[key] and ids[key] == row.id))
+                key = (row["workflow_name"], row["idempotency_key"])
+                results.append((ids[key], row is first[key] and ids[key] == row["id"]))
         return results
 
     def cancel_run(self, run_id: Any) -> bool:

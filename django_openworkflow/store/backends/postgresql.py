@@ -154,6 +154,15 @@ class PostgreSQLBackend(Backend):
         # jsonb containment (@>) in SQL: only the matching waits are read.
         return list(queryset.filter(context__match__contained_by=payload))
 
+    def copy_rows(self, columns: list[Any], rows: list[list[Any]]) -> None:
+        # COPY parses no statement per row and psycopg writes the rows in C: a multi-row
+        # INSERT's text grows with its rows, and psycopg parses it again on every call.
+        names = ", ".join(_q(field.column) for field in columns)
+        sql = f"COPY {_q(WorkflowRun._meta.db_table)} ({names}) FROM STDIN"
+        with self.connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
+
     def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> PostgresListener:
         return PostgresListener(channels, on_notify, self.alias)
 
