@@ -41,7 +41,11 @@ step "pip install $(basename "${wheels[0]}")"
 # A bare install pulls Django alone: an optional driver here would hide the bug this checks for.
 "$py" - <<'EOF' || fail "the bare install pulled in optional packages"
 import importlib.util, sys
-extra = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter") if importlib.util.find_spec(m)]
+extra = [
+    m
+    for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry")
+    if importlib.util.find_spec(m)
+]
 sys.exit(f"installed without being asked for: {', '.join(extra)}" if extra else 0)
 EOF
 
@@ -122,7 +126,16 @@ run = handle.fetch()
 if run.status != "completed" or run.output != {"hi": "y"}:
     sys.exit(f"in-process worker: run {run.id} is {run.status} with output {run.output!r}")
 
-leaked = [m for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter") if m in sys.modules]
+# /metrics without prometheus-client: a 501 that names the extra.
+from django.test import RequestFactory
+from django_openworkflow.metrics.views import metrics_view
+
+response = metrics_view(RequestFactory().get("/metrics"))
+if response.status_code != 501 or b"django-openworkflow[prometheus]" not in response.content:
+    sys.exit(f"/metrics without prometheus-client: status {response.status_code}, {response.content[:200]!r}")
+
+optional = ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry")
+leaked = [m for m in optional if m in sys.modules]
 if leaked:
     sys.exit(f"imported optional packages: {', '.join(leaked)}")
 EOF

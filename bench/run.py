@@ -23,6 +23,8 @@ Phases (each starts from empty tables; one module each in bench/phases/):
   starts      run() one at a time from one thread, and run_many() in bulk (with and without keys)
   fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
               --quick 50): wall = parent started -> handle.result() returned.
+  prune       100,000 expired finished runs (--quick 5,000) pruned while a thread keeps claiming:
+              prune rate, and claim latency (median, p99, worst) before vs during the prune.
 
 Exit status: 0 when every phase ran and every run completed; 1 otherwise.
 Timing targets are never asserted here.
@@ -46,7 +48,7 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, fanout, latency, memory, replay, starts, throughput  # noqa: E402
+from bench.phases import claims, fanout, latency, memory, prune, replay, starts, throughput  # noqa: E402
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -58,6 +60,7 @@ PHASES = {
     "memory": memory.run,
     "fanout": fanout.run,
     "starts": starts.run,
+    "prune": prune.run,
 }
 
 

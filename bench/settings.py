@@ -68,6 +68,24 @@ OPENWORKFLOW = {
     "MAX_STEP_ATTEMPTS": 5000,
 }
 
+# OWF_BENCH_TELEMETRY=1: metrics and tracing on, spans recorded by the SDK (and dropped), to price them;
+# =metrics: metrics only.
+if os.environ.get("OWF_BENCH_TELEMETRY") == "metrics":
+    OPENWORKFLOW["METRICS"] = True
+elif os.environ.get("OWF_BENCH_TELEMETRY"):
+    OPENWORKFLOW.update(METRICS=True, TRACING=True)
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class _Dropped(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    _provider = TracerProvider()
+    _provider.add_span_processor(BatchSpanProcessor(_Dropped()))
+    trace.set_tracer_provider(_provider)
+
 # Quiet: warnings and errors only (a per-run INFO line would cost time and fill the logs).
 LOGGING = {
     "version": 1,

@@ -19,6 +19,9 @@ class SimpleOpenWorkflowConfig(AppConfig):
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
+        from . import telemetry
+
+        telemetry.setup()  # metrics and tracing, when the settings turn them on (registers their checks)
         if _tasks_backend_configured():
             # Django Tasks: every process that may execute a task needs the built-in workflow.
             from .tasks import register_task_workflow

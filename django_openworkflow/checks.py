@@ -17,6 +17,25 @@ from .store import get_backend
 ROUTER_PATH = "django_openworkflow.routers.WorkflowRouter"
 
 
+def check_retention_settings() -> list[checks.CheckMessage]:
+    """RETENTION, MAX_RETENTION, PRUNE_INTERVAL and PRUNE_BATCH_SIZE (retention.py)."""
+    from .retention import _setting, prune_interval
+
+    messages: list[checks.CheckMessage] = []
+    reads = (
+        lambda: _setting("RETENTION"),
+        lambda: _setting("MAX_RETENTION"),
+        lambda: prune_interval(),
+        lambda: owf_settings.prune_batch_size,
+    )
+    for read in reads:
+        try:
+            read()
+        except ValueError as exc:
+            messages.append(checks.Error(str(exc), id="openworkflow.E040"))
+    return messages
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -48,6 +67,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             read_int()
         except ValueError as exc:
             messages.append(checks.Error(str(exc), id="openworkflow.E005"))
+    messages.extend(check_retention_settings())
     if owf_settings.database not in settings.DATABASES:
         messages.append(
             checks.Error(

@@ -20,6 +20,7 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
 from . import operations
+from .cli_prune import add_prune_parser, prune_command
 from .client import RunHandle, send_signal, start_run
 from .errors import (
     OpenWorkflowError,
@@ -55,6 +56,7 @@ from .formatting import (
 )
 from .models import RunStatus, StepAttempt, WorkflowRun
 from .payload import check_text
+from .retention import expires_at
 from .store import queries
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
@@ -133,6 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="unfinished runs by queue instead: due now, scheduled, blocked on concurrency, running, parked",
     )
 
+    add_prune_parser(sub, common)
+
 
 def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
     """Run the chosen subcommand."""
@@ -210,6 +214,8 @@ def _run_dict(run: WorkflowRun, payloads: bool = True) -> dict[str, Any]:
         "rate_limit": run.rate_limit,
         "rate_period": run.rate_period,
         "debounce_key": run.debounce_key,
+        "retention_seconds": run.retention.total_seconds() if run.retention is not None else None,
+        "expires_at": expires_at(run.finished_at, run.retention),
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)
@@ -284,6 +290,16 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
     )
 
 
+def expiry_text(run: WorkflowRun) -> str:
+    """When retention deletes the run: a time, ``never``, or how long after it finishes."""
+    if run.retention is None:
+        return "never (kept until deleted by hand)"
+    expires = expires_at(run.finished_at, run.retention)
+    if expires is None:
+        return f"{format_duration(run.retention)} after it finishes"
+    return format_time(expires)
+
+
 def _list_status(run: WorkflowRun) -> str:
     """The display status, with ``(blocked)`` for a run waiting for a concurrency place."""
     status = queries.display_status(run.status, run.worker_id)
@@ -327,6 +343,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         fields.append(("rate limit", rate_limit_text(run)))
     if run.debounce_key:
         fields.append(("debounce key", run.debounce_key))
+    fields.append(("expires", expiry_text(run)))
     fields.append(("input", compact_json(run.input, 100)))
     if run.output is not None:
         fields.append(("output", compact_json(run.output, 100)))
@@ -521,4 +538,5 @@ SUBCOMMANDS: dict[str, Handler] = {
     "retry": retry_command,
     "signal": signal_command,
     "stats": stats_command,
+    "prune": prune_command,
 }

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from . import hooks
 from .dispatch import get_dispatcher
 from .durations import Duration, parse_duration
 from .errors import (
@@ -60,6 +61,7 @@ def start_run(
     priority: int | None = None,
     concurrency_key: str | None = None,
     debounce_key: str | None = None,
+    retention: Duration | None = None,
 ) -> RunHandle:
     """Start a run of ``workflow_name``.
 
@@ -70,6 +72,7 @@ def start_run(
     ``queue``, ``priority``, ``concurrency_key`` and ``debounce_key``
     override the workflow's flow-control declarations for this run. A
     debounced start returns the run it folded into (``created`` False).
+    ``retention`` overrides how long the run is kept once finished.
     """
     spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
     if spec is None:
@@ -77,7 +80,9 @@ def start_run(
     version = spec.version
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}", "input")
-    flow = spec.flow_fields(stored_input, queue=queue, priority=priority, concurrency_key=concurrency_key)
+    flow = spec.flow_fields(
+        stored_input, queue=queue, priority=priority, concurrency_key=concurrency_key, retention=retention
+    )
     debounce = spec.debounce_key_for(stored_input, debounce_key)
     if debounce is not None and (idempotency_key is not None or available_at is not None):
         raise InvalidArgument(
@@ -117,6 +122,7 @@ def start_runs(
     deadline_at: datetime | Duration | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    retention: Duration | None = None,
 ) -> list[RunHandle]:
     """Start one run of ``workflow_name`` per input, in a few statements; their handles, in order.
 
@@ -163,7 +169,7 @@ def start_runs(
                 "available_at": available,
                 "deadline_at": deadline,
                 "idempotency_key": key,
-                **spec.flow_fields(stored, queue=queue, priority=priority),
+                **spec.flow_fields(stored, queue=queue, priority=priority, retention=retention),
             }
         )
     inserted = store.insert_runs(rows) if rows else []
@@ -219,13 +225,16 @@ class RunHandle:
         if timeout is not None and not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout >= 0):
             raise ValueError(f"timeout must be a finite number of seconds (at least 0) or None, got {timeout!r}")
         give_up = None if timeout is None else time.monotonic() + timeout
-        # On PostgreSQL a finishing run notifies; polling is only the safety net.
+        # PostgreSQL notifies when a run finishes, SQLite's commits wake waiters to look
+        # again; polling is only the safety net (and all there is on MySQL).
         handle = self
         finished = run_waiters.register(str(handle.id))
         pause = 0.005
         left: float | None = None
         try:
             while True:
+                if finished is not None:
+                    finished.clear()  # a wake-up from here on is seen by the wait below
                 run = handle.fetch()
                 if run.status == RunStatus.CONTINUED:
                     successor = handle.successor()
@@ -323,7 +332,19 @@ def send_signal(run_id: uuid.UUID | str, name: str, data: Any = None, idempotenc
         run_uuid = run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
     except ValueError:
         raise RunNotFound(f"{run_id!r} is not a workflow run id") from None
-    return get_backend().send_signal(run_uuid, name, payload, idempotency_key)
+    started = time.monotonic()
+    delivered = get_backend().send_signal(run_uuid, name, payload, idempotency_key)
+    if hooks.signal_sent.receivers:  # metrics, tracing: they name the workflow, read only for them
+        workflow_name = WorkflowRun.objects.filter(id=run_uuid).values_list("workflow_name", flat=True).first()
+        hooks.send(
+            hooks.signal_sent,
+            workflow_name or "",
+            run_id=run_uuid,
+            signal_name=name,
+            delivered=delivered,
+            seconds=time.monotonic() - started,
+        )
+    return delivered
 
 
 def send_event(event: str, payload: Any = None, idempotency_key: str | None = None) -> int:

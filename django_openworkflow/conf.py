@@ -37,6 +37,23 @@ DEFAULTS: dict[str, Any] = {
     "DISPATCH": "worker",
     # Celery queue for workflow tasks (DISPATCH = "celery").
     "CELERY_QUEUE": "workflows",
+    # Retention (retention.py): how long a finished run is kept when neither
+    # its workflow nor its start says; None keeps runs until deleted by hand.
+    # Events older than this are deleted too.
+    "RETENTION": None,
+    # The longest retention a run may get (None: no ceiling).
+    "MAX_RETENTION": None,
+    # Runs deleted per transaction by `workflows prune` and the workers' sweep.
+    "PRUNE_BATCH_SIZE": 500,
+    # How often runworkflows workers prune (one of them at a time); None or 0: never.
+    "PRUNE_INTERVAL": "5m",
+    # -- Telemetry (docs/operations-telemetry.md) --
+    # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
+    "METRICS": False,
+    # When set, /metrics answers only requests with "Authorization: Bearer <token>" (or a staff session).
+    "METRICS_TOKEN": None,
+    # OpenTelemetry traces (the `otel` extra): spans for slices, steps and signals.
+    "TRACING": False,
 }
 
 
@@ -92,6 +109,32 @@ class Settings:
     @property
     def celery_queue(self) -> str:
         return str(self._get("CELERY_QUEUE"))
+
+    @property
+    def prune_batch_size(self) -> int:
+        return self._positive_int("PRUNE_BATCH_SIZE")
+
+    def raw(self, key: str) -> Any:
+        """The setting as the user wrote it (retention.py parses the retention ones)."""
+        return self._get(key)
+
+    # -- Telemetry --
+
+    @property
+    def metrics(self) -> bool:
+        return bool(self._get("METRICS"))
+
+    @property
+    def metrics_token(self) -> str | None:
+        token = self._get("METRICS_TOKEN")
+        if token is not None and (not isinstance(token, str) or not token):
+            kind = type(token).__name__
+            raise ValueError(f"OPENWORKFLOW['METRICS_TOKEN'] must be a non-empty string or None, got a {kind}")
+        return token
+
+    @property
+    def tracing(self) -> bool:
+        return bool(self._get("TRACING"))
 
     def unknown_keys(self) -> list[str]:
         user = getattr(django_settings, "OPENWORKFLOW", None) or {}

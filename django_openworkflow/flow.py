@@ -30,7 +30,7 @@ PROBE_INTERVAL = timedelta(seconds=1)
 
 FLOW_COLUMNS = (
     "queue", "priority", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
-    "rate_key", "rate_limit", "rate_period",
+    "rate_key", "rate_limit", "rate_period", "retention",
 )  # fmt: skip
 """The run's columns a start fills from the declarations (``WorkflowSpec.flow_fields``); a re-run copies them."""
 

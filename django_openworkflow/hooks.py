@@ -25,18 +25,30 @@ from django.dispatch import Signal
 logger = logging.getLogger("django_openworkflow.hooks")
 
 run_started = Signal()
-"""A worker began executing a run for the first time. Keyword arguments: ``run_id``, ``workflow_name``."""
+"""A worker began executing a run for the first time. Keyword arguments: ``run_id``, ``workflow_name``,
+``queue``."""
 
 run_finished = Signal()
-"""A run completed, failed or was canceled. ``run_id``, ``workflow_name``, ``status``, ``error``."""
+"""A run completed, failed or was canceled. ``run_id``, ``workflow_name``, ``status``, ``error``; from a
+worker also ``queue`` and ``seconds`` (from the run's first start to its end, by the database clock)."""
 
 run_parked = Signal()
 """A run let go of its worker until ``until`` (a sleep, a wait, a retry's backoff). ``run_id``,
-``workflow_name``, ``until``, ``reason``."""
+``workflow_name``, ``until``, ``reason``, ``queue``, ``outcome`` ("parked", "retry": the workflow
+will be tried again, "unknown-workflow")."""
 
 step_finished = Signal()
 """A step's code returned or raised (its journal entry is written with the run's next write).
-``run_id``, ``workflow_name``, ``step``, ``status`` ("completed", "failed"), ``seconds``, ``error``."""
+``run_id``, ``workflow_name``, ``step``, ``status`` ("completed", "failed"), ``seconds``, ``error``,
+``attempt`` (1 for the first attempt in the run's current workflow-level attempt, 2 for its first retry ...)."""
+
+signal_sent = Signal()
+"""``send_signal`` stored a signal for a run (sent in the sender's process, e.g. a web request, once the
+call returns, even if a transaction around it rolls back later). ``run_id``, ``workflow_name``,
+``signal_name``, ``delivered`` (a waiting step took it now), ``seconds``."""
+
+runs_pruned = Signal()
+"""Retention deleted finished runs. ``count``: how many, ``workflow_name``: theirs (``sender`` too)."""
 
 
 def send(signal: Signal, workflow_name: str, **kwargs: Any) -> None:

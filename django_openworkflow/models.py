@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -11,6 +12,7 @@ from django.db import models
 from django.db.models import F, Lookup, Q
 from django.utils.translation import gettext_lazy as _
 
+from . import tracing
 from .conf import owf_settings
 from .flow import DEFAULT_QUEUE
 from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
@@ -78,6 +80,23 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
         """Completed, failed or canceled runs."""
         return self.filter(status__in=FINISHED_STATUSES)
 
+    # -- Tracing: every insert of a run goes through one of these two, so each run carries its starter's trace --
+
+    def create(self, **kwargs: Any) -> Any:
+        if "trace_context" not in kwargs:
+            kwargs["trace_context"] = tracing.current_context()  # None with tracing off
+        return super().create(**kwargs)
+
+    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
+        context = tracing.current_context()
+        if context is None:
+            return super().bulk_create(objs, *args, **kwargs)
+        rows = list(objs)
+        for row in rows:
+            if row.trace_context is None:
+                row.trace_context = context
+        return super().bulk_create(rows, *args, **kwargs)
+
 
 class WorkflowDatabaseManager(models.Manager[_M]):
     """``objects`` of every table here: each query goes to ``OPENWORKFLOW["DATABASE"]``, read at query time."""
@@ -143,6 +162,13 @@ class WorkflowRun(models.Model):
     cancel_requested_at = models.DateTimeField(
         null=True, blank=True, help_text="Canceled while running: its compensations run, then it ends as canceled."
     )
+    retention = models.DurationField(
+        null=True,
+        blank=True,
+        help_text="How long the run is kept once finished, fixed at start; empty: until deleted by hand.",
+    )
+    # The W3C trace context of the code that started the run (traceparent, tracestate), for tracing.py.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
     # While parked waiting for children: the one child step whose end wakes the run early (None: any child's).
     wake_on_attempt_id = models.BigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -189,6 +215,10 @@ class WorkflowRun(models.Model):
             models.Index(fields=["created_at"], name="owf_run_created_idx"),
             # The admin's status counts (parked = running with no worker) as an index-only scan.
             models.Index(fields=["status", "worker_id"], name="owf_run_status_worker_idx"),
+            # Retention: finished runs past their retention, one range per distinct retention.
+            models.Index(fields=["retention", "finished_at"], name="owf_run_retention_idx"),
+            # The dashboard: runs finished in the last hours.
+            models.Index(fields=["finished_at"], name="owf_run_finished_idx"),
         ]
 
     def __str__(self) -> str:

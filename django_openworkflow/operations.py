@@ -169,7 +169,14 @@ def _cancel(runs: list[WorkflowRun]) -> list[Any]:
     requested = store.request_cancel([run.id for run in undo]) if undo else []
     for run in now:
         if run.id in canceled:
-            hooks.send(hooks.run_finished, run.workflow_name, run_id=run.id, status=str(RunStatus.CANCELED), error=None)
+            hooks.send(
+                hooks.run_finished,
+                run.workflow_name,
+                run_id=run.id,
+                status=str(RunStatus.CANCELED),
+                error=None,
+                queue=run.queue,
+            )
     return canceled + requested
 
 

@@ -7,7 +7,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .durations import Duration, parse_duration
@@ -24,6 +24,7 @@ from .flow import (
     check_queue,
     resolve_key,
 )
+from .retention import parse_retention, resolve_retention
 
 if TYPE_CHECKING:
     from .client import RunHandle
@@ -57,6 +58,7 @@ class WorkflowSpec:
     on_event: tuple[OnEvent, ...] = ()
     step_timeout: Duration | None = None
     compensate_on_cancel: bool = False
+    retention: timedelta | None = None
 
     @property
     def is_async(self) -> bool:
@@ -75,6 +77,7 @@ class WorkflowSpec:
         priority: int | None = None,
         concurrency_key: str | None = None,
         debounce_key: str | None = None,
+        retention: Duration | None = None,
     ) -> RunHandle:
         """Start a run of this workflow (of ``version`` if given, else this spec's).
 
@@ -97,6 +100,7 @@ class WorkflowSpec:
             priority=priority,
             concurrency_key=concurrency_key,
             debounce_key=debounce_key,
+            retention=retention,
         )
 
     def run_many(
@@ -108,6 +112,7 @@ class WorkflowSpec:
         deadline_at: datetime | Duration | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        retention: Duration | None = None,
     ) -> list[RunHandle]:
         """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``)."""
         from .client import start_runs
@@ -121,6 +126,7 @@ class WorkflowSpec:
             deadline_at=deadline_at,
             queue=queue,
             priority=priority,
+            retention=retention,
         )
 
     def flow_fields(
@@ -130,12 +136,23 @@ class WorkflowSpec:
         queue: str | None = None,
         priority: int | None = None,
         concurrency_key: str | None = None,
+        retention: Duration | None = None,
     ) -> dict[str, Any]:
-        """The run's flow-control columns for a start with ``input`` (and this start's overrides)."""
+        """The run's flow-control columns for a start with ``input`` (and this start's overrides).
+
+        Every start goes through here (runs, children, successors, event and
+        scheduled starts), so each run gets its retention fixed here too.
+        """
         where = f"run of workflow {self.name!r}"
+        try:
+            override = parse_retention(retention, f"{where}: retention")
+            kept = resolve_retention(override, self.retention)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc), "retention") from None
         fields: dict[str, Any] = {
             "queue": self.queue if queue is None else check_queue(queue, where),
             "priority": self.priority if priority is None else check_priority(priority, where),
+            "retention": kept,
         }
         if self.concurrency is not None:
             key = self.concurrency.key if concurrency_key is None else concurrency_key
@@ -260,6 +277,7 @@ def workflow(
     on_event: OnEvent | str | list[OnEvent | str] | tuple[OnEvent | str, ...] | None = None,
     step_timeout: Duration | None = None,
     compensate_on_cancel: bool = False,
+    retention: Duration | None = None,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -278,7 +296,8 @@ def workflow(
     function makes an async workflow (its ``ctx.step`` calls are awaited).
     With ``compensate_on_cancel``, canceling a run that has started runs
     its steps' compensations (``ctx.step.run(..., compensate=...)``) before
-    it ends as canceled.
+    it ends as canceled. ``retention`` is how long its runs are kept once
+    finished (default ``OPENWORKFLOW["RETENTION"]``; a start may override it).
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -340,6 +359,10 @@ def workflow(
                     raise ValueError("it must be positive")
             except (TypeError, ValueError) as exc:
                 raise WorkflowRegistrationError(f"{where}: step_timeout {step_timeout!r:.40}: {exc}") from None
+        try:
+            kept = parse_retention(retention, f"{where}: retention")
+        except ValueError as exc:
+            raise WorkflowRegistrationError(str(exc)) from None
         spec = WorkflowSpec(
             name=wf_name,
             version=version,
@@ -355,6 +378,7 @@ def workflow(
             on_event=events,
             step_timeout=step_timeout,
             compensate_on_cancel=bool(compensate_on_cancel),
+            retention=kept,
         )
         return registry.register(spec)
 

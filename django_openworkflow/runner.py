@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from . import hooks
+from . import hooks, tracing
 from .engine.execute import Outcome, SliceResult, execute_slice
 from .store.backends.base import Backend
 from .store.records import ClaimedRun
@@ -114,7 +114,38 @@ class SliceRunner:
         run = claimed.run
         if claimed.fresh:
             self.logger.info("run %s (%s) started", run.id, run.workflow_name)
-            hooks.send(hooks.run_started, run.workflow_name, run_id=run.id)
+            hooks.send(hooks.run_started, run.workflow_name, run_id=run.id, queue=run.queue)
+        with tracing.slice_span(run, claimed.fresh) as traced:
+            result = self._execute(claimed, lease_valid)
+            traced.finish(str(result.outcome), result.detail)
+        if run.concurrency_key is not None:
+            result = dataclasses.replace(result, woke=self._free_place(run.concurrency_key))
+        result.log(self.logger)
+        if result.outcome in (Outcome.COMPLETED, Outcome.FAILED, Outcome.CONTINUED, Outcome.CANCELED):
+            seconds = (claimed.clock() - run.started_at).total_seconds() if run.started_at is not None else None
+            hooks.send(
+                hooks.run_finished,
+                run.workflow_name,
+                run_id=run.id,
+                status=str(result.outcome),
+                error=result.detail,
+                queue=run.queue,
+                seconds=seconds,
+            )
+        elif result.outcome in (Outcome.PARKED, Outcome.RETRY, Outcome.UNKNOWN_WORKFLOW):
+            hooks.send(
+                hooks.run_parked,
+                run.workflow_name,
+                run_id=run.id,
+                until=result.wake_at,
+                reason=result.detail,
+                queue=run.queue,
+                outcome=str(result.outcome),
+            )
+        return result
+
+    def _execute(self, claimed: ClaimedRun, lease_valid: Callable[[], bool]) -> SliceResult:
+        run = claimed.run
         started = time.monotonic()
         try:
             result = execute_slice(claimed, lease_valid)
@@ -135,15 +166,6 @@ class SliceRunner:
         else:
             with self._lock:
                 self._releases.pop(run.id, None)
-        if run.concurrency_key is not None:
-            result = dataclasses.replace(result, woke=self._free_place(run.concurrency_key))
-        result.log(self.logger)
-        if result.outcome in (Outcome.COMPLETED, Outcome.FAILED, Outcome.CONTINUED, Outcome.CANCELED):
-            hooks.send(
-                hooks.run_finished, run.workflow_name, run_id=run.id, status=str(result.outcome), error=result.detail
-            )
-        elif result.outcome in (Outcome.PARKED, Outcome.RETRY, Outcome.UNKNOWN_WORKFLOW):
-            hooks.send(hooks.run_parked, run.workflow_name, run_id=run.id, until=result.wake_at, reason=result.detail)
         return result
 
     def _free_place(self, concurrency_key: str) -> tuple[Any, str] | None:

@@ -51,6 +51,7 @@ class Worker:
         burst: bool = False,
         worker_id: str | None = None,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
+        prune: bool = False,
     ) -> None:
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
@@ -80,6 +81,11 @@ class Worker:
         from .schedules import Scheduler
 
         self.scheduler = Scheduler()  # cron schedules: every worker looks, the tick's key picks one run
+        # Retention's sweep (retention.py): on a thread of its own, one worker per interval (runworkflows turns it on).
+        from .retention import PruneSweeper, prune_interval
+
+        interval = prune_interval() if prune else None
+        self.pruner = PruneSweeper(interval) if interval is not None else None
 
     # -- control --
 
@@ -121,10 +127,14 @@ class Worker:
             listener.start()
             # LISTEN before the first claim, so nothing committed in between is missed.
             listener.connected.wait(2.0)
+        if self.pruner is not None:
+            self.pruner.start()
         try:
             self._claim_loop(until)
         finally:
             self._stopping.set()
+            if self.pruner is not None:
+                self.pruner.stop()
             if listener is not None:
                 listener.stop()
                 listener.join(5)
@@ -132,6 +142,8 @@ class Worker:
             self._supervisor_stop.set()
             supervisor.join()
             self._release_stuck()
+            if self.pruner is not None:
+                self.pruner.join(5)
             connections.close_all()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)

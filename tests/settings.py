@@ -110,7 +110,13 @@ if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["OWF_TEST_DB_NAME"]
     DATABASES["other"]["NAME"] = _other_name(os.environ["OWF_TEST_DB_NAME"])
 
-OPENWORKFLOW = {"POLL_INTERVAL": "20ms"}
+OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms"}
+# Worker subprocesses of tests/test_retention.py sweep often.
+if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
+    OPENWORKFLOW["PRUNE_INTERVAL"] = os.environ["OWF_TEST_PRUNE_INTERVAL"]
+# tests/test_metrics.py's worker subprocesses count what they do (the in-process tests enable it themselves).
+if os.environ.get("OWF_TEST_METRICS"):
+    OPENWORKFLOW["METRICS"] = True
 
 # OWF_TEST_WORKFLOW_DATABASE=other (`make test-second-db`): the whole suite with
 # the workflow tables on that alias only, as the README tells users to set it up.

@@ -7,4 +7,5 @@ claims      claim latency with 1M finished + 10k parked runs vs an empty table.
 memory      worker RSS after 1k and after 50k completed runs.
 fanout      one parent starts N children at once and collects their results (start_workflow + wait_all).
 starts      in-process: run() one at a time from one thread, and run_many() in bulk.
+prune       retention: prune 100,000 expired runs while a thread keeps claiming fresh ones.
 """

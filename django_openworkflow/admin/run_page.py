@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.utils.translation import gettext
+
 from .. import formatting as fmt
 from ..models import Signal, WorkflowRun
+from ..retention import expires_at
 from ..states import RunStatus
 from ..store import get_backend, queries
 from .journal import journal_rows
@@ -50,6 +53,16 @@ def signal_rows(signals: Iterable[Signal], day_of: datetime | None = None) -> tu
     return pending, consumed
 
 
+def expiry(run: WorkflowRun, now: datetime) -> tuple[str, str]:
+    """When retention deletes the run: (a time, a note), either possibly empty."""
+    if run.retention is None:
+        return "", gettext("never: kept until deleted by hand")
+    expires = expires_at(run.finished_at, run.retention)
+    if expires is None:
+        return "", gettext("when finished, after %(duration)s") % {"duration": fmt.format_duration(run.retention)}
+    return fmt.format_time(expires), gettext("due for pruning") if expires <= now else ""
+
+
 def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
     """The run page's context: everything about ``run`` that needs no permission to show."""
     attempts = queries.journal(run.id)
@@ -77,6 +90,7 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
             "cancel_requested": fmt.format_time(run.cancel_requested_at),
             "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
         },
+        "expires": expiry(run, now),
         "successor_id": get_backend().successor_id(run.id) if run.status == RunStatus.CONTINUED else None,
         "parent_run": parent_step.workflow_run if parent_step is not None else None,
         "parent_step": parent_step,

@@ -38,6 +38,10 @@ class SweepLoop:
         self.batch = batch
         self._stop = threading.Event()
         self.scheduler = Scheduler()  # cron schedules start here too: no runworkflows worker runs under Celery
+        from ..retention import PruneSweeper, prune_interval
+
+        every = prune_interval()  # retention's sweep too, on a thread of its own
+        self.pruner = PruneSweeper(every) if every is not None else None
 
     def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
         self._stop.set()
@@ -46,6 +50,8 @@ class SweepLoop:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self.stop)
             signal.signal(signal.SIGINT, self.stop)
+        if self.pruner is not None:
+            self.pruner.start()
         try:
             while not self._stop.is_set():
                 self.scheduler.tick()  # at most once a second, never raises
@@ -58,4 +64,7 @@ class SweepLoop:
                 if sent < self.batch:
                     self._stop.wait(self.interval)
         finally:
+            if self.pruner is not None:
+                self.pruner.stop()
+                self.pruner.join(5)
             connections.close_all()

@@ -300,6 +300,8 @@ class Slice:
     ) -> None:
         """Tell the ``step_finished`` hook's receivers."""
         seconds = (finished - started).total_seconds()
+        # A failure is counted (History.add_failure) before this is sent, a completion is not.
+        attempt = self.history.failures.get(key, 0) + (status != StepStatus.FAILED)
         hooks.send(
             hooks.step_finished,
             self.run.workflow_name,
@@ -308,6 +310,7 @@ class Slice:
             status=str(status),
             seconds=seconds,
             error=error,
+            attempt=attempt,
         )
 
     # -- the step in progress (read by the watchdog's thread) --

@@ -449,7 +449,7 @@ class JournalOps(BackendCore):
     ) -> Any:
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
-        The successor keeps the run's deadline and its place under a
+        The successor keeps the run's deadline, its retention and its place under a
         parent: a parent waiting on the run now waits on the successor.
         Returns the successor's id.
         """
@@ -457,9 +457,9 @@ class JournalOps(BackendCore):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
             self._fence(run_id, worker_id, now, fields)
             self._flush(run_id, pending, now)
-            name, deadline, parent_step = (
+            name, deadline, parent_step, retention = (
                 WorkflowRun.objects.filter(id=run_id)
-                .values_list("workflow_name", "deadline_at", "parent_step_attempt_id")
+                .values_list("workflow_name", "deadline_at", "parent_step_attempt_id", "retention")
                 .get()
             )
             successor = WorkflowRun.objects.create(
@@ -470,7 +470,7 @@ class JournalOps(BackendCore):
                 deadline_at=deadline,
                 parent_step_attempt_id=parent_step,
                 continued_from_id=run_id,
-                **flow,
+                **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:
                 StepAttempt.objects.filter(id=parent_step).update(child_workflow_run=successor)

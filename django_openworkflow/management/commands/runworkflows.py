@@ -24,6 +24,14 @@ def _duration(value: str) -> str:
     return value
 
 
+def _address(value: str) -> tuple[str, int]:
+    """``[ADDR:]PORT`` as (address, port); the address defaults to the loopback one."""
+    address, _, port = value.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"expected [ADDR:]PORT with a port from 1 to 65535, got {value!r}")
+    return address.strip("[]") or "127.0.0.1", int(port)
+
+
 class Command(BaseCommand):
     help = "Claim and execute durable workflow runs until stopped (SIGTERM/SIGINT stop gracefully)."
 
@@ -53,9 +61,19 @@ class Command(BaseCommand):
             action="store_true",
             help="with DISPATCH='celery': execute nothing, send Celery tasks for due runs every --poll (default 1s)",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=_address,
+            default=None,
+            metavar="[ADDR:]PORT",
+            help="serve this worker's Prometheus counters on http://ADDR:PORT/ (default address 127.0.0.1); "
+            "needs OPENWORKFLOW['METRICS'] = True",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(int(options["verbosity"]))
+        if options["metrics_port"]:
+            self._serve_metrics(options["metrics_port"])
         if options["dispatch_only"]:
             self._dispatch_only(options["poll"])
             return
@@ -67,6 +85,7 @@ class Command(BaseCommand):
                 drain_timeout=options["drain_timeout"],
                 burst=options["burst"],
                 queues=options["queues"] or (DEFAULT_QUEUE,),
+                prune=True,
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from None
@@ -83,6 +102,18 @@ class Command(BaseCommand):
             served,
         )
         worker.run()
+
+    def _serve_metrics(self, where: tuple[str, int]) -> None:
+        from ... import metrics
+
+        if not owf_settings.metrics:
+            raise CommandError("--metrics-port needs OPENWORKFLOW['METRICS'] = True")
+        address, port = where
+        try:
+            metrics.serve(port, address)
+        except (ImportError, OSError) as exc:
+            raise CommandError(f"--metrics-port {address}:{port}: {exc}") from None
+        logging.getLogger("django_openworkflow.worker").info("metrics on http://%s:%d/metrics", address, port)
 
     def _dispatch_only(self, poll: str | None) -> None:
         from ...dispatch.sweeper import SweepLoop

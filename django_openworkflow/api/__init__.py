@@ -1,0 +1,1 @@
+"""The JSON HTTP API (views in views.py, routes in urls.py)."""
