@@ -74,11 +74,13 @@ def test_ten_parallel_sleeping_steps_overlap(workers):
 def test_a_killed_worker_reruns_only_the_unfinished_members(workers):
     handle = lang.parallel_crash.run({})
     victim = workers.start("--concurrency", "2", "--lease", "1s", *FAST)
-    # Three members finished (and were journaled) while three hang.
+    # Three members finished (and were journaled) while three hang. Wait for
+    # each hanging member's own start: under load m3's note can commit after
+    # m5's, and a member killed before its note would hang again on the re-run.
     wait_until(
         lambda: (
             StepAttempt.objects.filter(workflow_run_id=handle.id, status="completed").count() == 3
-            and started(handle.id, "m5") == 1
+            and all(started(handle.id, key) == 1 for key in ("m3", "m4", "m5"))
         ),
         timeout=30,
     )
