@@ -1,7 +1,7 @@
 """Durable workflows for Django, checkpointed in your own database.
 
 The public API: declare with :func:`workflow`, start with ``spec.run()``,
-follow with :func:`get_run` / :class:`RunHandle`.
+follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`.
 """
 
 from .engine.retry import RetryPolicy
@@ -42,9 +42,11 @@ __all__ = [
     "RetryPolicy",
     "RunHandle",
     "RunNotFound",
+    "RunPage",
     "Schedule",
     "SignalError",
     "StepFailed",
+    "StepRecord",
     "StepTimeout",
     "StepUsageError",
     "UnknownWorkflowError",
@@ -54,6 +56,7 @@ __all__ = [
     "WorkflowRegistrationError",
     "WorkflowSpec",
     "get_run",
+    "list_runs",
     "publish_event",
     "send_event",
     "send_signal",
@@ -85,6 +88,10 @@ def __getattr__(name: str) -> object:
         from .engine import context
 
         return getattr(context, name)
+    if name in ("list_runs", "RunPage", "StepRecord"):
+        from . import listing
+
+        return getattr(listing, name)
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

@@ -23,6 +23,7 @@ from . import operations
 from .cli_prune import add_prune_parser, prune_command
 from .client import RunHandle, send_signal, start_run
 from .errors import (
+    InvalidArgument,
     OpenWorkflowError,
     OperationRefused,
     PayloadError,
@@ -31,7 +32,7 @@ from .errors import (
     WorkflowCanceled,
     WorkflowFailed,
 )
-from .flow import BLOCKED_UNTIL, DEFAULT_QUEUE, QUEUE_NAME
+from .flow import DEFAULT_QUEUE, QUEUE_NAME
 from .formatting import (
     LINES,
     attempt_result,
@@ -54,7 +55,8 @@ from .formatting import (
     read_json,
     wake_hint,
 )
-from .models import RunStatus, StepAttempt, WorkflowRun
+from .listing import attempt_json, run_filter, run_json
+from .models import RunStatus, WorkflowRun
 from .payload import check_text
 from .retention import expires_at
 from .store import queries
@@ -94,6 +96,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
     listing.add_argument("--queue", metavar="NAME", help="only runs in this queue")
+    listing.add_argument(
+        "--input",
+        metavar="JSON",
+        help="only runs whose input contains this JSON object, e.g. '{\"customer\": 42}'",
+    )
     listing.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="at most N runs (default 20)")
 
     show = sub.add_parser("show", parents=[common], help="one run and its journal")
@@ -189,55 +196,6 @@ def resolve_run(value: str) -> WorkflowRun:
     return matches[0]
 
 
-def _run_dict(run: WorkflowRun, payloads: bool = True) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "id": str(run.id),
-        "workflow": run.workflow_name,
-        "version": run.version,
-        "status": queries.display_status(run.status, run.worker_id),
-        "attempts": run.attempts,
-        "worker_id": run.worker_id,
-        "idempotency_key": run.idempotency_key,
-        "created_at": run.created_at,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        # null while the run waits for a concurrency place (blocked_at says since when).
-        "available_at": None if run.available_at >= BLOCKED_UNTIL else run.available_at,
-        "deadline_at": run.deadline_at,
-        "queue": run.queue,
-        "priority": run.priority,
-        "concurrency_key": run.concurrency_key,
-        "concurrency_limit": run.concurrency_limit,
-        "concurrency_counts_parked": run.concurrency_counts_parked if run.concurrency_key else None,
-        "blocked_at": run.blocked_at,
-        "rate_key": run.rate_key,
-        "rate_limit": run.rate_limit,
-        "rate_period": run.rate_period,
-        "debounce_key": run.debounce_key,
-        "retention_seconds": run.retention.total_seconds() if run.retention is not None else None,
-        "expires_at": expires_at(run.finished_at, run.retention),
-    }
-    if payloads:
-        data.update(input=run.input, output=run.output, error=run.error)
-    return data
-
-
-def _attempt_dict(attempt: StepAttempt, number: int) -> dict[str, Any]:
-    return {
-        "id": attempt.id,
-        "step": attempt.step_name,
-        "kind": attempt.kind,
-        "status": attempt.status,
-        "attempt": number,
-        "started_at": attempt.started_at,
-        "finished_at": attempt.finished_at,
-        "output": attempt.output,
-        "error": attempt.error,
-        "context": attempt.context,
-        "child_run_id": str(attempt.child_workflow_run_id) if attempt.child_workflow_run_id else None,
-    }
-
-
 # -- subcommands ------------------------------------------------------------------
 
 
@@ -257,9 +215,14 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
         raise CommandError(
             printable(f"--queue {queue!r:.80} is not a queue name: 1 to 64 letters, digits, '_', '.', ':' or '-'")
         )
-    found = queries.list_runs(statuses=statuses, workflow_name=options["workflow"], queue=queue, limit=options["limit"])
+    pattern = None if options.get("input") is None else _read_json(options["input"], "--input")
+    try:
+        where = run_filter(status=statuses, workflow=options["workflow"] or None, queue=queue, input_contains=pattern)
+    except InvalidArgument as exc:
+        raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
+    found = queries.list_runs(where=where, limit=options["limit"])
     if options["json"]:
-        _print_json(out, [_run_dict(run, payloads=False) for run in found])
+        _print_json(out, [run_json(run, payloads=False) for run in found])
         return
     if not found:
         out.write("No runs.")
@@ -312,7 +275,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     attempts = queries.journal(run.id)
     journal = numbered(attempts)
     if options["json"]:
-        _print_json(out, {"run": _run_dict(run), "journal": [_attempt_dict(a, n) for a, n in journal]})
+        _print_json(out, {"run": run_json(run), "journal": [attempt_json(a, n) for a, n in journal]})
         return
     now = timezone.now()
     hint = wake_hint(run, now) or executing_hint(run, attempts, now)

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -33,6 +33,9 @@ from .store import get_backend
 from .store.core import contains
 from .store.messages import EventStart
 from .store.notify import run_waiters
+
+if TYPE_CHECKING:
+    from .listing import StepRecord
 
 
 def _as_datetime(value: datetime | Duration | None, what: str, db_clock: Callable[[], datetime]) -> datetime | None:
@@ -283,6 +286,12 @@ class RunHandle:
     def children(self) -> list[RunHandle]:
         """The runs this one started with ``ctx.step.run_workflow``, oldest first."""
         return [RunHandle(child_id) for child_id in get_backend().child_run_ids(self.id)]
+
+    def steps(self) -> list[StepRecord]:
+        """The run's journal: every step attempt in the order it was written (sleeps, waits and children too)."""
+        from .listing import run_steps
+
+        return run_steps(self.id)
 
     def signal(self, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
         """Send a signal to this run (see :func:`send_signal`)."""

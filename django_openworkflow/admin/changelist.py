@@ -6,6 +6,7 @@ a page costs a fixed number of queries however many rows it shows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +26,8 @@ from ..flow import QUEUE_NAME
 from ..models import WorkflowRun
 from ..payload import check_text
 from ..registry import registry
-from ..store import queries
+from ..store import get_backend, queries
+from ..store.containment import check_pattern
 from . import markup
 
 
@@ -269,18 +271,41 @@ LINKS = (run_id,)
 
 SEARCH_HELP = _(
     "A run id (whole, or its first 8 characters), a workflow name, an idempotency key, a queue,"
-    " or a concurrency or rate limit key."
+    " a concurrency or rate limit key, or a JSON object the input contains, such as {\"customer\": 42}."
 )
+
+
+def input_pattern(term: str) -> dict[str, Any] | None:
+    """The JSON object a search term is, checked; None when it is not meant as one (does not start with ``{``).
+
+    Raises ValueError saying what is wrong with a term that starts with ``{`` but is not a usable object.
+    """
+    term = term.strip()
+    if not term.startswith("{"):
+        return None
+    try:
+        pattern = json.loads(term)
+    except ValueError as exc:
+        raise ValueError(gettext("The search is not valid JSON: %(error)s") % {"error": exc}) from None
+    return check_pattern(pattern)
 
 
 def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
     """Runs with ``term`` as their id (whole or short), in their workflow name, or as one of their keys or queue.
 
     Keys and queues match exactly (``charge/42``, as the run page shows them).
+    A JSON object finds the runs whose input contains it (``{"customer": 42}``);
+    one that cannot be used finds nothing (``get_search_results`` says why).
     """
     term = term.strip()
     if not term:
         return queryset
+    try:
+        pattern = input_pattern(term)
+    except ValueError:
+        return queryset.none()
+    if pattern is not None:
+        return get_backend().input_containing(queryset, pattern)
     whole_id = queries.parse_run_id(term)
     if whole_id is not None:
         return queryset.filter(id=whole_id)

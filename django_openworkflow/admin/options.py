@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -86,6 +86,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
     ) -> tuple[QuerySet[WorkflowRun], bool]:
+        try:
+            changelist.input_pattern(search_term)
+        except ValueError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:

@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core import checks
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Expression, QuerySet
+from django.db.models import BooleanField, Expression, QuerySet
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Now
 from django.utils import timezone
 
 if TYPE_CHECKING:
+    from .containment import _Compiler
     from .notify import Listener
 
 
@@ -174,3 +176,22 @@ class BackendCore:
     def check(self) -> list[checks.CheckMessage]:
         """System check messages about this database's settings."""
         return []
+
+    # -- search by input --
+
+    def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:
+        """The runs of ``queryset`` whose input contains ``pattern`` (checked by ``containment.check_pattern``).
+
+        The rules are :func:`contains`'s on every database. The default is
+        PostgreSQL's ``@>``, which its GIN index on the input serves.
+        """
+        return queryset.filter(input__contains=pattern)
+
+    def _compiled_containment(
+        self, queryset: QuerySet[Any], compiler: type[_Compiler], pattern: dict[str, Any]
+    ) -> QuerySet[Any]:
+        """``input_containing`` by a containment compiler: one boolean SQL expression over the input column."""
+        quote = self.connection.ops.quote_name
+        column = f"{quote(queryset.model._meta.db_table)}.{quote('input')}"
+        sql, params = compiler(column).compile(pattern)
+        return queryset.filter(RawSQL(sql, params, output_field=BooleanField()))

@@ -207,24 +207,68 @@ def stats_by_queue(now: datetime) -> list[QueueStats]:
     return [QueueStats(row["queue"], {column: int(row[column]) for column in QUEUE_COLUMNS}) for row in rows]
 
 
+@dataclass(frozen=True)
+class RunFilter:
+    """Which runs a listing shows: every field narrows it; unset fields do not.
+
+    ``statuses`` are display statuses (``parked`` among them); the time
+    range is on ``created_at``, ``created_after`` inclusive and
+    ``created_before`` exclusive; ``input_contains`` is a JSON object the
+    run's input must contain (``store/containment.py``: one rule everywhere).
+    """
+
+    statuses: tuple[str, ...] = ()
+    workflow_name: str | None = None
+    queue: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    input_contains: dict[str, Any] | None = None
+
+    def apply(self, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if self.statuses:
+            condition = Q()
+            for status in self.statuses:
+                condition |= status_q(status)
+            queryset = queryset.filter(condition)
+        if self.workflow_name:
+            queryset = queryset.filter(workflow_name=self.workflow_name)
+        if self.queue:
+            queryset = queryset.filter(queue=self.queue)
+        if self.created_after is not None:
+            queryset = queryset.filter(created_at__gte=self.created_after)
+        if self.created_before is not None:
+            queryset = queryset.filter(created_at__lt=self.created_before)
+        if self.input_contains is not None:
+            from . import get_backend
+
+            queryset = get_backend().input_containing(queryset, self.input_contains)
+        return queryset
+
+
 def list_runs(
     *,
     statuses: list[str] | None = None,
     workflow_name: str | None = None,
     queue: str | None = None,
     limit: int = 20,
+    where: RunFilter | None = None,
+    after: tuple[datetime, uuid.UUID] | None = None,
+    payloads: bool = False,
 ) -> list[WorkflowRun]:
-    """The newest ``limit`` runs, optionally of some display statuses, one workflow and one queue; no payloads."""
-    qs = runs().defer(*PAYLOAD_FIELDS)
-    if queue:
-        qs = qs.filter(queue=queue)
-    if statuses:
-        condition = Q()
-        for status in statuses:
-            condition |= status_q(status)
-        qs = qs.filter(condition)
-    if workflow_name:
-        qs = qs.filter(workflow_name=workflow_name)
+    """The newest ``limit`` runs ``where`` selects (or of some display statuses, one workflow and one queue).
+
+    ``after`` is the (created_at, id) of the last run of the previous page:
+    pages are read by keyset on (created_at, id) over the created_at index, so the
+    thousandth page costs what the first does and a run started meanwhile
+    neither repeats nor skips one. Payloads are left out unless asked for.
+    """
+    where = where or RunFilter(tuple(statuses or ()), workflow_name, queue)
+    qs = where.apply(runs())
+    if not payloads:
+        qs = qs.defer(*PAYLOAD_FIELDS)
+    if after is not None:
+        created_at, run_id = after
+        qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=run_id))
     return list(qs[:limit])
 
 

@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
-from django.db.models import DateTimeField, Func
+from django.db.models import DateTimeField, Func, QuerySet
 
 from ...models import Gate
+from ..containment import MySQLCompiler
 from ..core import contains, gate_name
 from .base import Backend
 
@@ -76,6 +77,10 @@ class MySQLBackend(Backend):
         """
         candidates = queryset.filter(context__match__contained_by=payload).select_for_update()
         return [attempt for attempt in candidates if contains(payload, (attempt.context or {}).get("match"))]
+
+    def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:
+        # JSON_CONTAINS finds a scalar inside an array ({"tags": "vip"} in ["vip"]): not the rules of the others.
+        return self._compiled_containment(queryset, MySQLCompiler, pattern)
 
     def check(self) -> list[checks.CheckMessage]:
         messages: list[checks.CheckMessage] = []

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from ...models import WorkflowRun
 from ...states import CLAIMABLE_STATUSES
+from ..containment import SQLiteCompiler
 from ..queue import CANDIDATE_FIELDS, Candidate
 from .base import Backend
 
@@ -103,6 +104,9 @@ class SQLiteBackend(Backend):
             rows = cursor.fetchall()
         # Only whether started_at is NULL matters here, so its text is not converted.
         return [Candidate(uuid.UUID(run_id), *rest) for run_id, *rest in rows]
+
+    def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:
+        return self._compiled_containment(queryset, SQLiteCompiler, pattern)
 
     def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> DataVersionListener | None:
         name = str(self.connection.settings_dict["NAME"])
