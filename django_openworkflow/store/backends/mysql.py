@@ -75,7 +75,9 @@ class MySQLBackend(Backend):
         recording a new wait of this type to commit, so the wait and this
         event are seen in one order by both sides.
         """
-        candidates = queryset.filter(context__match__contained_by=payload).select_for_update()
+        # Django takes a None value for SQL NULL, not JSON null: without a payload, Python decides alone.
+        narrowed = queryset if payload is None else queryset.filter(context__match__contained_by=payload)
+        candidates = narrowed.select_for_update()
         return [attempt for attempt in candidates if contains(payload, (attempt.context or {}).get("match"))]
 
     def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:

@@ -151,7 +151,10 @@ class PostgreSQLBackend(Backend):
             cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["openworkflow-event:" + event_type])
 
     def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
-        # jsonb containment (@>) in SQL: only the matching waits are read.
+        # jsonb containment (@>) in SQL: only the matching waits are read. Django takes a
+        # None value for SQL NULL, not JSON null: an event without a payload filters in Python.
+        if payload is None:
+            return super().event_waits(queryset, payload)
         return list(queryset.filter(context__match__contained_by=payload))
 
     def copy_rows(self, columns: list[Any], rows: list[list[Any]]) -> None:
