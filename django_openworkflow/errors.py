@@ -42,6 +42,10 @@ class PayloadError(InvalidArgument):
     """A value cannot be stored: not JSON, NaN/Infinity, too large or too deep, or text no database stores."""
 
 
+class PayloadTooLarge(PayloadError):
+    """A value's JSON is over ``OPENWORKFLOW["MAX_PAYLOAD_BYTES"]`` (the HTTP API answers 413)."""
+
+
 class OperationRefused(OpenWorkflowError):
     """A run operation (cancel, retry now, retry from the failed step, re-run) cannot apply to a run.
 

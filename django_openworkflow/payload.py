@@ -25,7 +25,7 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .conf import owf_settings
-from .errors import PayloadError
+from .errors import PayloadError, PayloadTooLarge
 
 MAX_DEPTH = 30
 """How many levels of objects and arrays a payload may nest."""
@@ -63,7 +63,7 @@ def to_json_value(value: Any, what: str, root: str = "value") -> Any:
     limit = owf_settings.max_payload_bytes
     size = len(encoded.encode())
     if size > limit:
-        raise PayloadError(
+        raise PayloadTooLarge(
             f"{what} is {size} bytes of JSON, over the limit of {limit} (OPENWORKFLOW['MAX_PAYLOAD_BYTES'])", root
         )
     return decoded

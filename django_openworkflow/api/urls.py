@@ -1,3 +1,20 @@
-from django.urls import URLPattern
+"""The JSON HTTP API's routes, under ``api/`` of the package's URLs (see ``views.py``)."""
 
-urlpatterns: list[URLPattern] = []
+from django.urls import URLPattern, path, re_path
+
+from . import views
+
+urlpatterns: list[URLPattern] = [
+    path("api/runs", views.runs, name="api-runs"),
+    path("api/runs/<str:run_id>", views.run_detail, name="api-run"),
+    path("api/runs/<str:run_id>/steps", views.run_steps, name="api-run-steps"),
+    path("api/runs/<str:run_id>/cancel", views.run_cancel, name="api-run-cancel"),
+    path("api/runs/<str:run_id>/retry", views.run_retry, name="api-run-retry"),
+    path("api/runs/<str:run_id>/retry-now", views.run_retry_now, name="api-run-retry-now"),
+    path("api/runs/<str:run_id>/rerun", views.run_rerun, name="api-run-rerun"),
+    path("api/runs/<str:run_id>/signals", views.run_signal, name="api-run-signals"),
+    path("api/events", views.events, name="api-events"),
+    path("api/workflows", views.workflows, name="api-workflows"),
+    path("api/openapi.json", views.openapi, name="api-openapi"),
+    re_path(r"^api/(?P<rest>.*)$", views.not_found),
+]

@@ -1,0 +1,289 @@
+"""The OpenAPI 3.1 description of the JSON HTTP API (served at ``api/openapi.json``).
+
+Written by hand next to the views it describes; ``tests/test_api.py``
+checks that every route is described and that answers carry the fields
+the schemas name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+from ..store.queries import DISPLAY_STATUSES
+
+TIME = {"type": ["string", "null"], "format": "date-time"}
+TEXT = {"type": "string"}
+OPTIONAL_TEXT = {"type": ["string", "null"]}
+ANY: dict[str, Any] = {}
+
+RUN = {
+    "type": "object",
+    "required": ["id", "workflow", "status", "created_at"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "workflow": TEXT,
+        "version": OPTIONAL_TEXT,
+        "status": {"enum": list(DISPLAY_STATUSES)},
+        "attempts": {"type": "integer"},
+        "worker_id": OPTIONAL_TEXT,
+        "idempotency_key": OPTIONAL_TEXT,
+        "created_at": TIME,
+        "started_at": TIME,
+        "finished_at": TIME,
+        "available_at": {**TIME, "description": "null while the run waits for a concurrency place"},
+        "deadline_at": TIME,
+        "queue": TEXT,
+        "priority": {"type": "integer"},
+        "retention_seconds": {"type": ["number", "null"]},
+        "expires_at": TIME,
+        "input": {**ANY, "description": "only on a single run, not in lists"},
+        "output": ANY,
+        "error": {"type": ["object", "null"]},
+    },
+}
+STEP = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "step": TEXT,
+        "kind": TEXT,
+        "status": {"enum": ["running", "completed", "failed"]},
+        "attempt": {"type": "integer", "description": "the attempt at this step, from 1"},
+        "started_at": TIME,
+        "finished_at": TIME,
+        "output": ANY,
+        "error": {"type": ["object", "null"]},
+        "context": {"type": ["object", "null"]},
+        "child_run_id": {"type": ["string", "null"], "format": "uuid"},
+    },
+}
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "examples": ["invalid", "not_found", "refused", "permission_denied"]},
+                "message": TEXT,
+                "field": {**OPTIONAL_TEXT, "description": "the field or parameter at fault, if one is"},
+            },
+        }
+    },
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    why = {
+        400: "bad input: malformed JSON, an unknown field or parameter, a bad value",
+        401: "not logged in",
+        403: "no permission, or the CSRF check failed",
+        404: "no such run or workflow",
+        409: "the operation cannot apply to the run (the message says why)",
+        413: "the request body or a payload is too large",
+        415: "the body is not sent as application/json",
+    }
+    return {str(status): _answer(why[status], _ref("Error")) for status in (401, 403, *statuses)}
+
+
+def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": False}
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": schema or TEXT}
+
+
+RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+RUN_ANSWER: dict[str, Any] = {"type": "object", "properties": {"run": _ref("Run")}}
+
+
+def _operation(
+    summary: str, permission: str, ok: str = "200", statuses: tuple[int, ...] = (404, 409)
+) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "description": f"Needs the {permission} permission on workflow runs.",
+            "parameters": [RUN_ID],
+            "responses": {ok: _answer("the run as it is now", RUN_ANSWER), **_errors(*statuses)},
+        }
+    }
+
+
+def openapi_schema(prefix: str) -> dict[str, Any]:
+    """The OpenAPI document, with paths under ``prefix`` (where the API is mounted, e.g. ``/workflows/api``)."""
+    statuses = ", ".join(DISPLAY_STATUSES)
+    paths: dict[str, Any] = {
+        "/runs": {
+            "get": {
+                "summary": "List runs, newest first",
+                "description": "Needs the view (or change) permission. Filters combine; pages by cursor.",
+                "parameters": [
+                    _query("status", f"one or more of {statuses}, comma-separated or repeated"),
+                    _query("workflow", "a workflow name"),
+                    _query("queue", "a queue name"),
+                    _query("created_after", "ISO 8601 date and time, inclusive", {**TEXT, "format": "date-time"}),
+                    _query("created_before", "ISO 8601 date and time, exclusive", {**TEXT, "format": "date-time"}),
+                    _query("input", 'a JSON object the run\'s input contains, e.g. {"customer": 42}'),
+                    _query("limit", "runs per page, 1 to 500 (default 50)", {"type": "integer"}),
+                    _query("cursor", "the next_cursor of the previous page"),
+                ],
+                "responses": {
+                    "200": _answer(
+                        "a page of runs (without their payloads)",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "runs": {"type": "array", "items": _ref("Run")},
+                                "next_cursor": OPTIONAL_TEXT,
+                                "next": {**OPTIONAL_TEXT, "description": "the next page's URL"},
+                            },
+                        },
+                    ),
+                    **_errors(400),
+                },
+            },
+            "post": {
+                "summary": "Start a run",
+                "description": "Needs the add permission. 201 when it started a run, 200 when an idempotency key "
+                "found the run it started before.",
+                "requestBody": _body(
+                    ["workflow"],
+                    {
+                        "workflow": TEXT,
+                        "input": ANY,
+                        "version": TEXT,
+                        "idempotency_key": TEXT,
+                        "available_at": {**TEXT, "description": "ISO 8601, or a delay such as '10m'"},
+                        "deadline_at": {**TEXT, "description": "ISO 8601, or a duration such as '1h'"},
+                        "queue": TEXT,
+                        "priority": {"type": "integer"},
+                    },
+                ),
+                "responses": {
+                    "201": _answer(
+                        "started",
+                        {"type": "object", "properties": {"run": _ref("Run"), "created": {"type": "boolean"}}},
+                    ),
+                    "200": _answer("the run this idempotency key started before", RUN_ANSWER),
+                    **_errors(400, 404, 413, 415),
+                },
+            },
+        },
+        "/runs/{run_id}": {
+            "get": {
+                "summary": "One run, with its input, output and error",
+                "parameters": [RUN_ID],
+                "responses": {"200": _answer("the run", RUN_ANSWER), **_errors(404)},
+            }
+        },
+        "/runs/{run_id}/steps": {
+            "get": {
+                "summary": "A run's journal: every step attempt in the order it was written",
+                "parameters": [RUN_ID],
+                "responses": {
+                    "200": _answer(
+                        "the journal",
+                        {
+                            "type": "object",
+                            "properties": {"run_id": TEXT, "steps": {"type": "array", "items": _ref("Step")}},
+                        },
+                    ),
+                    **_errors(404),
+                },
+            }
+        },
+        "/runs/{run_id}/cancel": _operation("Cancel a run", "change"),
+        "/runs/{run_id}/retry": _operation("Retry a failed run from its failed step", "change"),
+        "/runs/{run_id}/retry-now": _operation("Make a sleeping, backing-off or scheduled run due now", "change"),
+        "/runs/{run_id}/rerun": _operation("Start a new run with the same workflow, version and input", "add", "201"),
+        "/runs/{run_id}/signals": {
+            "post": {
+                "summary": "Send a signal to a run",
+                "description": "Needs the change permission. delivered: a wait took it now (else it is buffered).",
+                "parameters": [RUN_ID],
+                "requestBody": _body(["name"], {"name": TEXT, "data": ANY, "idempotency_key": TEXT}),
+                "responses": {
+                    "200": _answer(
+                        "sent",
+                        {
+                            "type": "object",
+                            "properties": {"run_id": TEXT, "signal": TEXT, "delivered": {"type": "boolean"}},
+                        },
+                    ),
+                    **_errors(400, 404, 409, 413, 415),
+                },
+            }
+        },
+        "/events": {
+            "post": {
+                "summary": "Publish an event",
+                "description": "Needs the add and change permissions: an event wakes waiting runs and starts "
+                "subscribed workflows.",
+                "requestBody": _body(["event"], {"event": TEXT, "payload": ANY, "idempotency_key": TEXT}),
+                "responses": {
+                    "200": _answer(
+                        "published",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "event_id": {"type": "integer"},
+                                "woke": {"type": "integer"},
+                                "started": {"type": "array", "items": {"type": "string", "format": "uuid"}},
+                                "repeat": {"type": "boolean"},
+                            },
+                        },
+                    ),
+                    **_errors(400, 413, 415),
+                },
+            }
+        },
+        "/workflows": {
+            "get": {
+                "summary": "The workflow index: versions, queue and run counts by status",
+                "responses": {
+                    "200": _answer(
+                        "every workflow registered here or with runs",
+                        {"type": "object", "properties": {"workflows": {"type": "array", "items": _ref("Workflow")}}},
+                    ),
+                    **_errors(),
+                },
+            }
+        },
+    }
+    workflow = {
+        "type": "object",
+        "properties": {
+            "name": TEXT,
+            "registered": {"type": "boolean"},
+            "versions": {"type": "array", "items": OPTIONAL_TEXT},
+            "queue": OPTIONAL_TEXT,
+            "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "total": {"type": "integer"},
+            "runs": {**TEXT, "description": "the URL of its runs"},
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "django-openworkflow",
+            "version": __version__,
+            "description": "Durable workflows: start, find, follow and operate runs. Django session "
+            "authentication and the admin's model permissions; unsafe methods need the CSRF token.",
+        },
+        "servers": [{"url": prefix}],
+        "paths": paths,
+        "components": {"schemas": {"Run": RUN, "Step": STEP, "Error": ERROR, "Workflow": workflow}},
+    }
