@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -236,6 +237,37 @@ def test_prune_works_in_bounded_batches_and_reports_each():
         hooks.runs_pruned.disconnect(count)
     assert result.runs == {"ret-plain": 5}
     assert sent == [("ret-plain", 2), ("ret-plain", 2), ("ret-plain", 1)]
+
+
+def test_a_batch_that_finds_every_run_locked_for_a_moment_does_not_end_the_prune():
+    # MariaDB beside a busy claim loop gave empty batches with thousands of runs left: a prune
+    # that stopped at the first one left them all. Here another transaction holds them a moment.
+    from django.db import connections, transaction
+
+    if not connections["default"].features.has_select_for_update_skip_locked:
+        pytest.skip("no SKIP LOCKED on this database: a prune waits for locked rows instead")
+    runs = [finished_run() for _ in range(3)]
+    held, release = threading.Event(), threading.Event()
+
+    def hold_them():
+        try:
+            with transaction.atomic(using=get_backend().alias):
+                list(WorkflowRun.objects.select_for_update().filter(id__in=[run.id for run in runs]))
+                held.set()
+                release.wait(10)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=hold_them)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.05, release.set).start()  # let go once the prune has met an empty batch
+    try:
+        result = prune()
+    finally:
+        release.set()
+        holder.join(10)
+    assert result.runs == {"ret-plain": 3} and not any(exists(run) for run in runs)
 
 
 def test_the_idempotency_key_of_a_pruned_run_can_be_used_again():

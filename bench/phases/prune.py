@@ -80,14 +80,19 @@ class ClaimLoop(threading.Thread):
         lease = timedelta(seconds=30)
         try:
             while not self.stop_event.is_set():
-                spec.run_many([{"i": i} for i in range(BATCH)])
+                # On MariaDB a statement beside the prune's deletes can be a deadlock's victim:
+                # the store's claim runs again by itself, this loop's own writes do the same.
+                store.retrying(lambda: spec.run_many([{"i": i} for i in range(BATCH)]))
                 t0 = time.perf_counter()
                 got = store.claim(self.worker_id, BATCH, lease)
                 self.samples.append((time.monotonic(), (time.perf_counter() - t0) * 1000.0))
                 if len(got) != BATCH:
                     raise PhaseError(f"claim returned {len(got)} of {BATCH} due runs")
-                WorkflowRun.objects.filter(id__in=[c.run.id for c in got]).update(
-                    status="completed", worker_id=None, finished_at=store.now(), retention=None
+                ids = [c.run.id for c in got]
+                store.retrying(
+                    lambda ids=ids: WorkflowRun.objects.filter(id__in=ids).update(
+                        status="completed", worker_id=None, finished_at=store.now(), retention=None
+                    )
                 )
         except BaseException as exc:
             self.error = exc

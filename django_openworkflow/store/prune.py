@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 PAUSE = 0.005
 """Seconds between two batches of a prune."""
+EMPTY_RETRIES = 20
+"""Empty batches in a row, with runs still there to delete (locked by others), before a prune leaves them."""
 
 
 @dataclass(frozen=True)
@@ -146,13 +148,19 @@ def batches(
 ) -> Iterator[Counter[str]]:
     """Delete every expired run of ``classes``, one batch (transaction) at a time; yields each batch's counts."""
     for expired in classes:
+        empty = 0
         while not stop():
             deleted = delete_batch(backend, expired, limit)
             if not deleted:
-                break
-            # A short batch does not mean the end: SKIP LOCKED also passes over
-            # rows another transaction happens to lock (MariaDB locks index
-            # records near the ones it writes). Only an empty batch ends a class.
+                # SKIP LOCKED passes over rows other transactions happen to lock, and on
+                # MariaDB beside a busy claim loop a whole batch can come back empty while
+                # runs are left: a plain read says whether to look again.
+                empty += 1
+                if empty > EMPTY_RETRIES or not prunable(expired).exists():
+                    break
+                time.sleep(PAUSE * empty)
+                continue
+            empty = 0
             yield deleted
             # Locks are not fair (SQLite's write lock, this process's): a breath
             # between batches lets waiting claims in before the next one.

@@ -97,6 +97,10 @@ class QueueOps(BackendCore):
         """
         if limit <= 0:
             return []
+        # A deadlock's victim (MariaDB: a claim beside the prune sweep's deletes) claims again at once.
+        return self.retrying(lambda: self._claim(worker_id, limit, lease, queues))
+
+    def _claim(self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str]) -> list[ClaimedRun]:
         claimed: list[ClaimedRun] = []
         locked: set[str] = set()  # the first round locks the keys it needs; later ones keep to those
         with self.write_lock(), transaction.atomic(using=self.alias):
