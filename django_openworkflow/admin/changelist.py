@@ -271,7 +271,7 @@ LINKS = (run_id,)
 
 SEARCH_HELP = _(
     "A run id (whole, or its first 8 characters), a workflow name, an idempotency key, a queue,"
-    " a concurrency or rate limit key, or a JSON object the input contains, such as {\"customer\": 42}."
+    ' a concurrency or rate limit key, or a JSON object the input contains, such as {"customer": 42}.'
 )
 
 
