@@ -25,6 +25,8 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               --quick 50): wall = parent started -> handle.result() returned.
   prune       100,000 expired finished runs (--quick 5,000) pruned while a thread keeps claiming:
               prune rate, and claim latency (median, p99, worst) before vs during the prune.
+  scaleout    4,000 prefilled runs (--quick 600) drained by one worker process, then by two:
+              the ratio, and CPU per workflow in the workers vs in the database server.
 
 Exit status: 0 when every phase ran and every run completed; 1 otherwise.
 Timing targets are never asserted here.
@@ -48,7 +50,7 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, fanout, latency, memory, prune, replay, starts, throughput  # noqa: E402
+from bench.phases import claims, fanout, latency, memory, prune, replay, scaleout, starts, throughput  # noqa: E402
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -61,6 +63,7 @@ PHASES = {
     "fanout": fanout.run,
     "starts": starts.run,
     "prune": prune.run,
+    "scaleout": scaleout.run,
 }
 
 

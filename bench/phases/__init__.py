@@ -8,4 +8,5 @@ memory      worker RSS after 1k and after 50k completed runs.
 fanout      one parent starts N children at once and collects their results (start_workflow + wait_all).
 starts      in-process: run() one at a time from one thread, and run_many() in bulk.
 prune       retention: prune 100,000 expired runs while a thread keeps claiming fresh ones.
+scaleout    one worker process vs two draining the same runs; worker vs database CPU per workflow.
 """
