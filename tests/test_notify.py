@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from django_openworkflow import workflow
 from django_openworkflow.store import get_backend
@@ -122,7 +122,7 @@ def test_a_result_waiter_is_woken_by_a_commit_from_another_connection():
     try:
         # A commit on another connection: on SQLite any commit wakes every waiter to look
         # again; on PostgreSQL only the run's own end does.
-        thread = threading.Thread(target=lambda: (get_backend().cancel_runs([handle.id]), connection.close()))
+        thread = threading.Thread(target=lambda: (get_backend().cancel_runs([handle.id]), connections.close_all()))
         thread.start()
         thread.join(15)
         assert finished.wait(15)
