@@ -361,7 +361,7 @@ def test_the_themed_admin_in_a_real_browser(example_admin: dict[str, Any]) -> No
     problems = server_problems(example_admin["stderr"])
     assert problems == [], "the server printed:\n" + "\n".join(problems)
     if os.environ.get("OPENWORKFLOW_SCREENSHOTS") == "docs":
-        for name in ("run-list.png", "run-page.png"):
+        for name in ("run-list.png", "run-page.png", "dashboard.png"):
             shutil.copyfile(ARTIFACTS / f"readme-{name}", DOCS / name)
 
 
@@ -433,6 +433,21 @@ def _look(page: Any, base: str, scheme: str) -> None:
     problems = _contrast_problems(page, ".owf-action > summary")
     assert problems == [], f"{scheme}: action buttons under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
     page.screenshot(path=str(ARTIFACTS / f"run-waiting-{scheme}.png"), full_page=True)
+
+    # The dashboard, from the run list's link: bars for what finished, a duration row per workflow.
+    page.goto(_list_url(base))
+    page.get_by_role("link", name="Dashboard").click()
+    page.wait_for_url("**/workflowrun/dashboard/")
+    chart = page.locator("svg.owf-chart").first
+    assert chart.is_visible() and chart.locator("rect.owf-chart-completed").count() >= 1
+    assert chart.locator("rect.owf-chart-failed").count() >= 1
+    assert page.locator(".owf-legend").first.is_visible()
+    assert page.locator("svg.owf-chart").nth(1).locator("rect.owf-chart-p95").count() >= 3  # one per workflow
+    problems = _contrast_problems(page, ".owf-card-number") + _contrast_problems(page, ".owf-card-label")
+    assert problems == [], f"{scheme}: dashboard text under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{scheme}.png"), full_page=True)
+    if scheme == "light":
+        _readme_picture(page, "readme-dashboard.png")
 
 
 def _readme_picture(page: Any, name: str) -> None:

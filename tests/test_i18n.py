@@ -32,6 +32,7 @@ from tests.test_admin import action_url, make_attempt, make_run, one_of_each, ru
 LIST_URL = reverse("admin:django_openworkflow_workflowrun_changelist")
 ADD_URL = reverse("admin:django_openworkflow_workflowrun_add")
 SCHEDULES_URL = reverse("admin:django_openworkflow_schedule_changelist")
+DASHBOARD_URL = reverse("admin:django_openworkflow_workflowrun_dashboard")
 CATALOG = Path(django_openworkflow.__file__).parent / "locale" / "fr" / "LC_MESSAGES"
 
 # Words French writes as English does: not a sign of a missing translation.
@@ -244,6 +245,8 @@ def test_run_list_and_run_pages_in_french_leave_no_english(admin_client: Any, lo
         *(run_url(run) for run in runs.values()),
         ADD_URL,
         SCHEDULES_URL,
+        DASHBOARD_URL,
+        f"{DASHBOARD_URL}?hours=1",
     ]
     left = {url: found for url in pages if (found := left_in_english(admin_client, url))}
     assert left == {}, "English text on French pages:\n" + "\n".join(f"{u}: {t}" for u, t in left.items())

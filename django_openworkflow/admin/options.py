@@ -33,6 +33,7 @@ from ..models import WorkflowRun
 from ..store import queries
 from . import changelist
 from .actions import ACTIONS, RunAction, confirmation, perform_action
+from .dashboard import dashboard_context
 from .forms import SendSignalForm, StartRunForm
 from .markup import run_url
 from .responses import PrintableTemplateResponse, printable_page
@@ -122,6 +123,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.send_signal_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_signal",
             ),
+            path(
+                "dashboard/",
+                self.admin_site.admin_view(self.dashboard_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_dashboard",
+            ),
         ]
         # Before the defaults: their "<path:object_id>/" catch-all would match ours.
         return own + super().get_urls()
@@ -133,6 +139,15 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if action.permission == "add":
             return self.has_add_permission(request)
         return self.has_change_permission(request, run)
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """Runs finished per minute by outcome, failure rate, durations per workflow, queues now."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        context = self._context(
+            request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET.get("hours"))
+        )
+        return PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
