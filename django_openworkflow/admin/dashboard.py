@@ -82,8 +82,7 @@ def per_minute_chart(buckets: list[Bucket], now: datetime) -> SafeString:
             y -= h
             bars.append(
                 format_html(
-                    '<rect class="owf-chart-{}" x="{}" y="{}" width="{}" height="{}">'
-                    "<title>{}: {}</title></rect>",
+                    '<rect class="owf-chart-{}" x="{}" y="{}" width="{}" height="{}"><title>{}: {}</title></rect>',
                     outcome,
                     _n(x),
                     _n(y),
