@@ -51,9 +51,9 @@ if [ "$FANOUT_ONLY" = 1 ]; then
   [ "$FANOUT" -gt 0 ] || { echo "FANOUT_ONLY=1 needs FANOUT > 0" >&2; exit 1; }
   OURS_PHASES=fanout
 elif [ "$FANOUT" -gt 0 ]; then
-  OURS_PHASES=throughput,latency,fanout
+  OURS_PHASES=throughput,latency,fanout,starts,scaleout
 else
-  OURS_PHASES=throughput,latency
+  OURS_PHASES=throughput,latency,starts,scaleout
 fi
 
 mkdir -p "$OUT"
@@ -215,3 +215,9 @@ done
 
 log "summary (results: $RES)"
 python3 "$HERE/compare.py" "$RES" --run-prefix "$RUN_ID" --per-round | tee "$OUT/summary.txt"
+# Ours only (the peers have no such figures): starts from one thread and in bulk, one worker process vs two.
+log "ours: starts and scale-out, per round"
+for f in "$OUT"/ours.r*.log; do
+  echo "# $(basename "$f")"
+  grep -E '^pg\.(starts|scale)\.' "$f"
+done | tee -a "$OUT/summary.txt"
