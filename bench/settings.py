@@ -56,6 +56,10 @@ elif BENCH_DB == "postgres":
     DATABASES = {"default": env.db_url("BENCH_DATABASE_URL", default=DEFAULT_DATABASE_URL)}
     # Lets the orchestrator tell its own connections from the worker's in pg_stat_activity.
     DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = os.environ.get("BENCH_APP_NAME", "owf-bench")
+    # OWF_BENCH_NO_PREPARE=1: the engine's statements unprepared (what OPTIONS["prepare_threshold"] = None
+    # does behind an old PgBouncer), to price preparing them.
+    if os.environ.get("OWF_BENCH_NO_PREPARE"):
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 elif BENCH_DB == "mariadb":
     DATABASES = {"default": env.db_url("BENCH_MARIADB_URL", default=DEFAULT_MARIADB_URL)}
     DATABASES["default"]["OPTIONS"] = {**MARIADB_OPTIONS, **DATABASES["default"].get("OPTIONS", {})}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -101,6 +101,16 @@ class BackendCore:
                     raise
                 time.sleep(0.02 * attempt)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def execute_hot(self, sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:
+        """Run one of the statements the engine runs for every run or step; return its rows.
+
+        PostgreSQL prepares them (``prepare``: worth it for a statement whose
+        text will come again); elsewhere this is a plain cursor.
+        """
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall()) if cursor.description is not None else []
 
     def insert_with_ids(self, rows: list[Any]) -> None:
         """Insert model instances in one statement and fill in their ids (INSERT ... RETURNING)."""

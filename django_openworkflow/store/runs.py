@@ -142,11 +142,12 @@ class RunOps(JournalOps):
         names = tuple(field.attname for field in columns)
         # At most 1,000 rows a statement: every full batch has one text, which the driver parses once.
         batch = max(1, min(1_000, connection.ops.bulk_batch_size(columns, rows)))
-        with connection.cursor() as cursor:
-            for start in range(0, len(rows), batch):
-                end = min(start + batch, len(rows))
-                sql = self._insert_sql(names, tuple(shape[start * width : end * width]), ignore_conflicts)
-                cursor.execute(sql, [param for row_params in params[start:end] for param in row_params])
+        for start in range(0, len(rows), batch):
+            end = min(start + batch, len(rows))
+            sql = self._insert_sql(names, tuple(shape[start * width : end * width]), ignore_conflicts)
+            # A single start's statement, or a full batch's, comes again; another size may not.
+            values = [param for row_params in params[start:end] for param in row_params]
+            self.execute_hot(sql, values, prepare=end - start in (1, batch))
 
     def copy_rows(self, columns: list[Any], rows: list[list[Any]]) -> None:
         """Write rows of ``columns`` (values adapted by their fields) with the database's bulk load.

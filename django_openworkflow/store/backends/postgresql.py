@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from django.db import connections
@@ -32,7 +32,26 @@ from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
 from .base import Backend
 
+if TYPE_CHECKING:
+    ServerBindingCursor = psycopg.Cursor[Any]
+else:
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
 logger = logging.getLogger("django_openworkflow.notify")
+
+ONLY_WHEN_ASKED = 2**31 - 1
+"""psycopg's ``prepare_threshold`` while preparing is on: a statement that did not ask is never prepared."""
+
+
+class _PreparingCursor(ServerBindingCursor):
+    """Django's server-side binding cursor whose statements are prepared as ``prepare`` says."""
+
+    prepare: bool | None = True
+
+    def execute(
+        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
+    ) -> Any:
+        return super().execute(query, params, prepare=self.prepare if prepare is None else prepare, binary=binary)
 
 
 class PostgreSQLBackend(Backend):
@@ -64,19 +83,21 @@ class PostgreSQLBackend(Backend):
         # queue claim index in claim order instead of sorting every due run.
         one = len(queues) == 1
         params = [queues[0] if one else list(queues), limit, RunStatus.RUNNING.value, worker_id, lease]
-        rows: list[Any] = list(WorkflowRun.objects.raw(_claim_sql(one), params))
-        leased = sorted((run for run in rows if not run.held_back), key=lambda run: (-run.priority, run.due_at))
+        rows = self.execute_hot(_claim_sql(one), params)
+        width = len(RUN_RECORD_FIELDS)
+        # Each row: the record's columns, then priority, fresh, lease_expired, due_at, claimed_at, held_back.
+        leased = sorted((row for row in rows if not row[-1]), key=lambda row: (-row[width], row[width + 3]))
         claimed = [
             ClaimedRun(
-                _record(run),
+                self._row_record(row[:width]),
                 worker_id,
-                claimed_at=self._aware(run.claimed_at),
-                fresh=run.fresh,
-                lease_expired=run.lease_expired,
+                claimed_at=self._aware(row[width + 4]),
+                fresh=row[width + 1],
+                lease_expired=row[width + 2],
             )
-            for run in leased
+            for row in leased
         ]
-        if any(run.held_back for run in rows) and len(claimed) < limit:
+        if len(claimed) < limit and any(row[-1] for row in rows):
             # Limits are in play: the portable claim admits (or sets aside) the rest.
             claimed += super().claim(worker_id, limit - len(claimed), lease, queues)
         return claimed
@@ -86,8 +107,26 @@ class PostgreSQLBackend(Backend):
     ) -> dict[Any, RunRecord]:
         # The lease and the records in one UPDATE ... RETURNING.
         params = [RunStatus.RUNNING.value, worker_id, now + lease, now, now, ids]
-        rows: list[Any] = list(WorkflowRun.objects.raw(_lease_sql(), params))
-        return {run.id: _record(run) for run in rows}
+        records = [self._row_record(row) for row in self.execute_hot(_lease_sql(), params)]
+        return {record.id: record for record in records}
+
+    def _row_record(self, values: Sequence[Any]) -> RunRecord:
+        """The :class:`RunRecord` of a row of :data:`RUN_RECORD_FIELDS` columns read by a plain cursor.
+
+        Each value goes through what the ORM would do to it (JSON columns are decoded).
+        """
+        connection = self.connection
+        record = []
+        for (field, converters), value in zip(self._record_converters(), values, strict=True):
+            for convert in converters:
+                value = convert(value, field, connection)
+            record.append(value)
+        return RunRecord(*record)
+
+    @functools.cache  # noqa: B019 (one backend per alias, for the process's life)
+    def _record_converters(self) -> list[tuple[Field[Any, Any], list[Callable[..., Any]]]]:
+        fields = [_field(WorkflowRun, name) for name in RUN_RECORD_FIELDS]
+        return [(field, field.get_db_converters(self.connection)) for field in fields]
 
     def lock_keys(self, keys: list[str]) -> None:
         # Transaction-level advisory locks, taken in the order of their hashes.
@@ -127,24 +166,43 @@ class PostgreSQLBackend(Backend):
             params += _attempt_row(using, run_id, new, now)
         kinds = tuple(isinstance(change, NewAttempt) for change in pending)
         sql = _commit_sql(using, tuple(run_values), kinds, insert is not None)
-        held, new_id = self._execute(sql, params)
+        [(held, new_id)] = self.execute_hot(sql, params)
         if not held:
             raise LeaseLost(run_id)
         return int(new_id) if new_id is not None else None
 
-    def _execute(self, sql: str, params: list[Any]) -> Any:
-        """Run a hot statement with server-side binding, so psycopg can prepare it.
+    def execute_hot(self, sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:
+        """Run a frequent statement with server-side binding, prepared, through Django's cursor wrapper.
 
-        Django's default cursor binds client-side (it quotes every value into
-        the SQL text, and nothing can be prepared). Prepared statements follow
-        the connection's ``prepare_threshold`` (``OPTIONS``), so setting it to
-        None for PgBouncer in transaction mode turns them off here too.
+        Django's default cursor binds client-side: it quotes every value
+        into the SQL text, so PostgreSQL parses and plans each statement
+        anew, which is most of its CPU in a step boundary. Bound server-side
+        and prepared, the text is parsed once per connection and its plan
+        kept. Django turns psycopg's automatic preparing off
+        (``prepare_threshold`` None), so these statements ask for it one by
+        one and a project's own stay as they were. A ``prepare_threshold``
+        set in the alias's ``OPTIONS`` decides instead: None turns preparing
+        off (PgBouncer before 1.21 in transaction mode). Execute wrappers
+        and ``DEBUG`` query logging see these statements as any other.
         """
         wrapper = self.connection
         wrapper.ensure_connection()
-        with wrapper.wrap_database_errors, psycopg.Cursor(wrapper.connection) as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchone()
+        raw = wrapper.connection
+        cursor = _PreparingCursor(raw)
+        cursor.prepare = self._prepare(raw) if prepare else False
+        # Django's own wrapping of a new cursor: execute wrappers, DEBUG logging, its error classes.
+        with wrapper._prepare_cursor(cursor) as wrapped:  # type: ignore[attr-defined]
+            wrapped.execute(sql, params)
+            return list(wrapped.fetchall()) if wrapped.description is not None else []
+
+    def _prepare(self, raw: psycopg.Connection[Any]) -> bool | None:
+        """True: prepare the statement now; None: as the connection's own ``prepare_threshold`` says."""
+        if "prepare_threshold" in self.connection.settings_dict.get("OPTIONS", {}):
+            return None
+        if raw.prepare_threshold is None:
+            # Preparing on: statements that ask are prepared; others would be only after this many runs.
+            raw.prepare_threshold = ONLY_WHEN_ASKED
+        return True
 
     def lock_event_type(self, event_type: str) -> None:
         with self.connection.cursor() as cursor:
@@ -168,11 +226,6 @@ class PostgreSQLBackend(Backend):
 
     def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> PostgresListener:
         return PostgresListener(channels, on_notify, self.alias)
-
-
-def _record(run: Any) -> RunRecord:
-    """The :class:`RunRecord` of a row read by raw SQL with the :data:`RUN_RECORD_FIELDS` columns."""
-    return RunRecord(*(getattr(run, name) for name in RUN_RECORD_FIELDS))
 
 
 @functools.cache
