@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterator
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connections
 from django.utils import timezone
@@ -52,10 +53,26 @@ def test_starts_claims_and_step_boundaries_are_prepared(fresh_connection: None) 
     assert any("WITH due AS" in s for s in statements), statements
     # Each is prepared once, however many runs used it.
     assert len(statements) == len(set(statements)), statements
-    # The project's own queries stay as Django runs them: bound client-side, never prepared.
+    # The project's own queries stay unprepared, even bound server-side as with Django's
+    # OPTIONS["server_side_binding"] (psycopg would prepare them after a few runs).
     for _ in range(10):
         assert WorkflowRun.objects.filter(status=RunStatus.COMPLETED).count() == 3
+    connection = connections[owf_settings.database]
+    for _ in range(10):
+        with psycopg.Cursor(connection.connection) as cursor:
+            cursor.execute("SELECT COUNT(*) FROM openworkflow_run WHERE status = %s", [RunStatus.COMPLETED.value])
+            assert cursor.fetchone() == (3,)
     assert not [s for s in prepared() if "COUNT(*)" in s]
+
+
+def test_only_inserts_whose_size_comes_again_are_prepared(fresh_connection: None) -> None:
+    # One run per statement (a start) is prepared; seven rows, a size that may never come
+    # again, is not: preparing it would only push statements out of psycopg's cache.
+    greet.run({"name": "one"})
+    greet.run_many([{"name": str(n)} for n in range(7)])
+    inserts = [s for s in prepared() if s.startswith('INSERT INTO "openworkflow_run"')]
+    assert len(inserts) == 1, inserts
+    assert inserts[0].count("), (") == 0, inserts
 
 
 def test_prepare_threshold_in_options_decides(fresh_connection: None) -> None:

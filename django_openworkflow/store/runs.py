@@ -25,6 +25,9 @@ _MISSING = object()
 COPY_AT_LEAST = 100
 """Plain starts of at least this many runs go in one COPY where the database has it."""
 
+INSERT_BATCH = 1_000
+"""Rows of one multi-row INSERT at most (fewer where the database allows fewer parameters)."""
+
 QUIET_KEYS_KEPT = 10_000
 """At most this many keys are remembered as having nobody waiting (``free_place``)."""
 
@@ -141,13 +144,13 @@ class RunOps(JournalOps):
         width = len(columns)
         names = tuple(field.attname for field in columns)
         # At most 1,000 rows a statement: every full batch has one text, which the driver parses once.
-        batch = max(1, min(1_000, connection.ops.bulk_batch_size(columns, rows)))
+        batch = max(1, min(INSERT_BATCH, connection.ops.bulk_batch_size(columns, rows)))
         for start in range(0, len(rows), batch):
             end = min(start + batch, len(rows))
             sql = self._insert_sql(names, tuple(shape[start * width : end * width]), ignore_conflicts)
             # A single start's statement, or a full batch's, comes again; another size may not.
             values = [param for row_params in params[start:end] for param in row_params]
-            self.execute_hot(sql, values, prepare=end - start in (1, batch))
+            self.execute_hot(sql, values, prepare=end - start in (1, INSERT_BATCH))
 
     def copy_rows(self, columns: list[Any], rows: list[list[Any]]) -> None:
         """Write rows of ``columns`` (values adapted by their fields) with the database's bulk load.
