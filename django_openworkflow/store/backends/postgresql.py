@@ -86,18 +86,20 @@ class PostgreSQLBackend(Backend):
         rows = self.execute_hot(_claim_sql(one), params)
         width = len(RUN_RECORD_FIELDS)
         # Each row: the record's columns, then priority, fresh, lease_expired, due_at, claimed_at, held_back.
-        leased = sorted((row for row in rows if not row[-1]), key=lambda row: (-row[width], row[width + 3]))
+        leased = [(row[:width], *row[width:-1]) for row in rows if not row[-1]]
+        leased.sort(key=lambda run: (-run[1], run[4]))
+        connection = self.connection
         claimed = [
             ClaimedRun(
-                self._row_record(row[:width]),
+                self._row_record(record, connection),
                 worker_id,
-                claimed_at=self._aware(row[width + 4]),
-                fresh=row[width + 1],
-                lease_expired=row[width + 2],
+                claimed_at=self._aware(claimed_at),
+                fresh=fresh,
+                lease_expired=lease_expired,
             )
-            for row in leased
+            for record, _, fresh, lease_expired, _, claimed_at in leased
         ]
-        if len(claimed) < limit and any(row[-1] for row in rows):
+        if len(claimed) < len(rows) and len(claimed) < limit:  # some rows were held back
             # Limits are in play: the portable claim admits (or sets aside) the rest.
             claimed += super().claim(worker_id, limit - len(claimed), lease, queues)
         return claimed
@@ -107,15 +109,15 @@ class PostgreSQLBackend(Backend):
     ) -> dict[Any, RunRecord]:
         # The lease and the records in one UPDATE ... RETURNING.
         params = [RunStatus.RUNNING.value, worker_id, now + lease, now, now, ids]
-        records = [self._row_record(row) for row in self.execute_hot(_lease_sql(), params)]
+        connection = self.connection
+        records = [self._row_record(row, connection) for row in self.execute_hot(_lease_sql(), params)]
         return {record.id: record for record in records}
 
-    def _row_record(self, values: Sequence[Any]) -> RunRecord:
+    def _row_record(self, values: Sequence[Any], connection: Any) -> RunRecord:
         """The :class:`RunRecord` of a row of :data:`RUN_RECORD_FIELDS` columns read by a plain cursor.
 
         Each value goes through what the ORM would do to it (JSON columns are decoded).
         """
-        connection = self.connection
         record = []
         for (field, converters), value in zip(self._record_converters(), values, strict=True):
             for convert in converters:
@@ -189,20 +191,17 @@ class PostgreSQLBackend(Backend):
         wrapper.ensure_connection()
         raw = wrapper.connection
         cursor = _PreparingCursor(raw)
-        cursor.prepare = self._prepare(raw) if prepare else False
+        if not prepare:
+            cursor.prepare = False
+        elif "prepare_threshold" in wrapper.settings_dict.get("OPTIONS", {}):
+            cursor.prepare = None  # set in OPTIONS: the connection's own prepare_threshold decides
+        elif raw.prepare_threshold is None:
+            # Preparing on: statements that ask are prepared now; the project's own never are.
+            raw.prepare_threshold = ONLY_WHEN_ASKED
         # Django's own wrapping of a new cursor: execute wrappers, DEBUG logging, its error classes.
         with wrapper._prepare_cursor(cursor) as wrapped:  # type: ignore[attr-defined]
             wrapped.execute(sql, params)
             return list(wrapped.fetchall()) if wrapped.description is not None else []
-
-    def _prepare(self, raw: psycopg.Connection[Any]) -> bool | None:
-        """True: prepare the statement now; None: as the connection's own ``prepare_threshold`` says."""
-        if "prepare_threshold" in self.connection.settings_dict.get("OPTIONS", {}):
-            return None
-        if raw.prepare_threshold is None:
-            # Preparing on: statements that ask are prepared; others would be only after this many runs.
-            raw.prepare_threshold = ONLY_WHEN_ASKED
-        return True
 
     def lock_event_type(self, event_type: str) -> None:
         with self.connection.cursor() as cursor:
