@@ -57,6 +57,12 @@ class LeaseKeeper:
     A run's lease runs from its claim or from the last renewal that
     succeeded; once renewals fail for most of a lease, ``lease_valid`` says
     no and the engine starts no further step.
+
+    Threads: slot threads call :meth:`lease_valid` and :meth:`forget`, one
+    heartbeat thread calls :meth:`renew`, and the engine's ``lease_valid``
+    callables are read from any of them. ``_held`` is guarded by ``_lock``;
+    ``renewed_at`` is a float written only by the renewing thread and read
+    anywhere (one rebinding of an attribute is atomic).
     """
 
     def __init__(self, store: Backend, worker_id: str, lease: timedelta) -> None:
@@ -64,8 +70,11 @@ class LeaseKeeper:
         self.worker_id = worker_id
         self.lease = lease
         self.interval = lease / 3
+        self.window = lease.total_seconds() * LEASE_SAFETY
         self.renewed_at = time.monotonic()
-        self._held: dict[Any, ClaimedRun] = {}
+        self.renewals = 0  # successful renewals that extended at least one lease; written by the renewing thread only
+        self._lock = threading.Lock()
+        self._held: dict[Any, ClaimedRun] = {}  # guarded by _lock
 
     def renew(self, run_ids: Iterable[Any]) -> int | None:
         """Extend the leases of ``run_ids``; returns how many are still held, or None if the database failed."""
@@ -82,18 +91,33 @@ class LeaseKeeper:
             recycle_connections()
             return None
         self.renewed_at = started
+        if renewed:
+            self.renewals += 1
         # A cancel that waits for compensations: the slice stops before its next new step.
-        self._held = {run_id: claimed for run_id, claimed in self._held.items() if run_id in held}
-        for run_id in canceling:
-            if run_id in self._held:
-                self._held[run_id].cancel_requested = True
+        with self._lock:
+            for run_id in canceling:
+                claimed = self._held.get(run_id)
+                if claimed is not None:
+                    claimed.cancel_requested = True
         return renewed
 
     def lease_valid(self, claimed: ClaimedRun) -> Callable[[], bool]:
-        """For the engine: whether ``claimed``'s lease is still known to be held."""
-        window = self.lease.total_seconds() * LEASE_SAFETY
-        self._held[claimed.run.id] = claimed
-        return lambda: time.monotonic() < max(claimed.claimed_monotonic, self.renewed_at) + window
+        """For the engine: whether ``claimed``'s lease is still known to be held.
+
+        Call :meth:`forget` once the slice is over.
+        """
+        with self._lock:
+            self._held[claimed.run.id] = claimed
+        return lambda: self.holds(claimed)
+
+    def holds(self, claimed: ClaimedRun) -> bool:
+        """Whether ``claimed``'s lease is still known to be held: claimed or renewed within most of a lease."""
+        return time.monotonic() < max(claimed.claimed_monotonic, self.renewed_at) + self.window
+
+    def forget(self, run_id: Any) -> None:
+        """The slice of ``run_id`` is over: stop carrying cancel requests to it."""
+        with self._lock:
+            self._held.pop(run_id, None)
 
 
 class SliceRunner:

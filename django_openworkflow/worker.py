@@ -3,6 +3,12 @@
 One main thread claims; ``concurrency`` slot threads execute slices, each
 with its own Django connection that it keeps across slices; one heartbeat
 thread extends the leases of the runs in flight with a single UPDATE.
+
+A worker that cannot renew its leases for most of a lease is no longer safe:
+other workers may take its runs over and run their steps a second time. It
+stops claiming, hands back what it can, and :meth:`Worker.run` raises
+:class:`WorkerUnhealthy`, so that ``runworkflows`` exits non-zero and a
+process manager starts a fresh one.
 """
 
 from __future__ import annotations
@@ -31,6 +37,10 @@ from .store.notify import DUE_CHANNEL
 from .store.records import ClaimedRun
 
 logger = logging.getLogger("django_openworkflow.worker")
+
+
+class WorkerUnhealthy(RuntimeError):
+    """The worker stopped because it could no longer keep its leases (or its heartbeat thread died)."""
 
 
 class Worker:
@@ -66,18 +76,25 @@ class Worker:
         self.queues = tuple(named) or (DEFAULT_QUEUE,)
         self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.slices_done = 0
+        # Threads: the main thread claims, slot threads execute, the supervisor
+        # ("owf-heartbeat") renews leases and replaces dead slots. What more
+        # than one of them touches is guarded by _lock, or is a thread-safe
+        # queue or Event, or is written by one thread only (said beside it).
+        self.slices_done = 0  # guarded by _lock
         self._slots: queue.SimpleQueue[ClaimedRun | None] = queue.SimpleQueue()
-        self._in_flight: dict[Any, ClaimedRun] = {}
-        self._slot_threads: dict[str, threading.Thread] = {}
-        self._slot_runs: dict[str, ClaimedRun] = {}  # what each slot thread is executing
+        self._in_flight: dict[Any, ClaimedRun] = {}  # guarded by _lock
+        self._slot_threads: dict[str, threading.Thread] = {}  # guarded by _lock
+        self._slot_runs: dict[str, ClaimedRun] = {}  # what each slot thread is executing; guarded by _lock
         self.runner = SliceRunner(self.store, logger)
         self.leases = LeaseKeeper(self.store, self.worker_id, self.lease)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
-        self._signals_seen = 0
+        self._supervisor: threading.Thread | None = None  # the main thread's only
+        self._signals_seen = 0  # the main thread's only (signal handlers run there)
+        self.failure: str | None = None  # why the worker stopped unhealthy; written by the main thread only
+        self._lapsed: str | None = None  # a slice outlived its lease unrenewed (see _slot_loop); guarded by _lock
         from .schedules import Scheduler
 
         self.scheduler = Scheduler()  # cron schedules: every worker looks, the tick's key picks one run
@@ -117,7 +134,7 @@ class Worker:
                 previous_handlers[signum] = signal.signal(signum, self._on_signal)
         for i in range(self.concurrency):
             self._start_slot(f"owf-slot-{i}")
-        supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
+        supervisor = self._supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
         supervisor.start()
         # Where the database notifies (PostgreSQL), a committed start, wake-up or
         # retry wakes the claim loop at once instead of at the next poll.
@@ -140,14 +157,20 @@ class Worker:
                 listener.join(5)
             self._drain()
             self._supervisor_stop.set()
-            supervisor.join()
-            self._release_stuck()
+            # Bounded: a supervisor stuck in a database call must not keep an unhealthy worker alive.
+            supervisor.join(None if self.failure is None else self.lease.total_seconds())
+            if self.failure is None:
+                self._release_stuck()
+            else:
+                _bounded(self._release_stuck, self.lease.total_seconds(), "releasing the runs still executing")
             if self.pruner is not None:
                 self.pruner.join(5)
             connections.close_all()
             for signum, handler in previous_handlers.items():
                 signal.signal(signum, handler)
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
+        if self.failure is not None:
+            raise WorkerUnhealthy(self.failure)
 
     def _drain(self) -> None:
         """Let the slots finish their slices, for at most the drain timeout."""
@@ -185,6 +208,11 @@ class Worker:
             # that arrives from here on makes the next wait return at once.
             self._wake.clear()
             if until is not None and until():
+                return
+            failure = self._health()
+            if failure is not None:
+                self.failure = failure
+                logger.critical("%s: stopping this worker; start a new one (a process manager restarts it)", failure)
                 return
             self.scheduler.tick()  # at most once a second, never raises
             with self._lock:
@@ -240,7 +268,12 @@ class Worker:
                     recycle_connections()
                     self.store.release(claimed)
                 finally:
+                    self.leases.forget(claimed.run.id)
+                    # A slice that ended after its lease lapsed unrenewed: the heartbeat is not
+                    # keeping up, even if the run is gone from the in-flight list by now.
+                    lapsed = None if self.leases.holds(claimed) else self._lapse_message()
                     with self._lock:
+                        self._lapsed = self._lapsed or lapsed
                         self._in_flight.pop(claimed.run.id, None)
                         self._slot_runs.pop(name, None)
                         self.slices_done += 1
@@ -252,20 +285,50 @@ class Worker:
     # -- supervision: heartbeats, slots --
 
     def _supervise(self) -> None:
-        """Renew the leases of the runs in flight every lease/3, and replace slot threads that died."""
+        """Renew the leases of the runs in flight every lease/3, and replace slot threads that died.
+
+        Never ends before it is told to: whatever one round raises is logged,
+        and the next round tries again. If rounds keep failing, leases go
+        unrenewed and the claim loop (:meth:`_health`) stops the worker.
+        """
         interval = self.leases.interval.total_seconds()
         tick = min(interval, 1.0)
         next_beat = time.monotonic() + interval
         try:
             while not self._supervisor_stop.wait(tick):
-                self._replace_dead_slots()
-                if time.monotonic() >= next_beat:
-                    next_beat += interval
-                    with self._lock:
-                        held = list(self._in_flight)
-                    self.leases.renew(held)
+                try:
+                    self._replace_dead_slots()
+                    now = time.monotonic()
+                    if now >= next_beat:
+                        # From now, not from the missed beat: after a stall, one renewal, not a burst.
+                        next_beat = now + interval
+                        with self._lock:
+                            held = list(self._in_flight)
+                        self.leases.renew(held)
+                except Exception:
+                    logger.exception("heartbeat round failed; trying again in %gs", tick)
+                    recycle_connections()
         finally:
             connections.close_all()
+
+    def _health(self) -> str | None:
+        """Why this worker can no longer be trusted with runs, or None while it can."""
+        supervisor = self._supervisor
+        if supervisor is not None and not supervisor.is_alive() and not self._supervisor_stop.is_set():
+            return "the heartbeat thread died: no lease is renewed any more"
+        with self._lock:
+            in_flight = list(self._in_flight.values())
+            lapsed = self._lapsed
+        if any(not self.leases.holds(claimed) for claimed in in_flight):
+            return self._lapse_message()
+        return lapsed
+
+    def _lapse_message(self) -> str:
+        seconds = time.monotonic() - self.leases.renewed_at
+        return (
+            f"could not renew the leases of the runs in flight for {seconds:.1f}s "
+            f"(the lease is {self.lease.total_seconds():g}s): other workers may take them over"
+        )
 
     def _replace_dead_slots(self) -> None:
         """A slot thread that died anyway: stop renewing its run's lease (so another worker takes it), start another."""
@@ -283,3 +346,21 @@ class Worker:
         for name in dead:
             logger.error("slot %s died; starting a new one", name)
             self._start_slot(name)
+
+
+def _bounded(call: Callable[[], None], seconds: float, what: str) -> None:
+    """Run ``call`` on a thread of its own for at most ``seconds`` (a database that hangs cannot hold the exit)."""
+
+    def target() -> None:
+        try:
+            call()
+        except Exception:
+            logger.exception("%s failed", what)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=target, name="owf-exit", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        logger.warning("%s did not finish within %gs; exiting anyway", what, seconds)

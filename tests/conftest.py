@@ -158,12 +158,14 @@ class WorkerProcesses:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str, stderr: int | None = None) -> subprocess.Popen[bytes]:
+        """Start a worker with ``args``; ``stderr=subprocess.PIPE`` to read its log (then read it, or it may block)."""
         env = dict(os.environ, OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]))
         proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runworkflows", "--settings=tests.settings", *args],
             cwd=ROOT,
             env=env,
+            stderr=stderr,
         )
         self.procs.append(proc)
         return proc

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -11,8 +16,9 @@ from django.db import connections
 
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt
+from django_openworkflow.runner import LeaseKeeper
 from django_openworkflow.store import get_backend
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker import Worker, WorkerUnhealthy
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import slow_steps
@@ -51,23 +57,120 @@ def lock_everything_for(run_id, seconds, locked):
         conn.close()
 
 
-def test_worker_whose_heartbeat_cannot_renew_abandons_its_run(caplog):
+def test_worker_whose_heartbeat_cannot_renew_stops_and_a_new_one_finishes_the_run(caplog, run_worker):
     handle = slow_steps.run({"steps": 2, "pause": 1.5})
     worker = Worker(concurrency=1, lease="1s", poll_interval="20ms")
-    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    raised: list[WorkerUnhealthy] = []
+
+    def run() -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except WorkerUnhealthy as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
     with caplog.at_level("WARNING", logger="django_openworkflow.worker"):
         thread.start()
         try:
             wait_until(lambda: SideEffect.objects.filter(run_id=handle.id).exists())
             locked = threading.Event()
-            blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 2.0, locked))
+            blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 2.5, locked))
             blocker.start()
             locked.wait(5)
+            thread.join(30)  # it stops by itself: nobody calls stop()
+            assert not thread.is_alive()
             blocker.join()
-            assert handle.result(timeout=30) == "done"
         finally:
             worker.stop()
             thread.join(30)
-    # The first slice could not renew its lease during step one, so it gave up
-    # instead of starting step two; a later claim finished the run.
+    assert len(raised) == 1 and "could not renew the leases" in str(raised[0])
+    # It gave up instead of starting step two without a lease.
     assert "lease-lost" in caplog.text
+    # What a process manager does next: a new worker, which finishes the run.
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result(timeout=0) == "done"
+
+
+def test_runworkflows_that_cannot_renew_exits_non_zero(workers):
+    handle = slow_steps.run({"steps": 2, "pause": 1.5})
+    proc = workers.start("--lease", "1s", "--poll", "20ms", stderr=subprocess.PIPE)
+    wait_until(lambda: SideEffect.objects.filter(run_id=handle.id).exists())
+    locked = threading.Event()
+    blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 3.0, locked))
+    blocker.start()
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        blocker.join()
+    assert proc.returncode != 0
+    assert b"could not renew the leases" in stderr
+    assert b"stopping this worker" in stderr
+
+
+def test_lease_keeper_renews_while_slots_register_runs():
+    """The race that killed the heartbeat: slot threads add to the held runs while it renews.
+
+    A tiny switch interval makes the threads interleave inside ``renew``, as
+    minutes of load at full concurrency did.
+    """
+    slow_steps.run({"steps": 1})
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    keeper = LeaseKeeper(get_backend(), "w", timedelta(seconds=30))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    renewals = 0
+
+    def register() -> None:
+        while not stop.is_set():
+            other = dataclasses.replace(claimed, run=dataclasses.replace(claimed.run, id=uuid.uuid4()))
+            keeper.lease_valid(other)
+            if random.random() < 0.5:
+                keeper.forget(other.run.id)
+
+    def renew() -> None:
+        nonlocal renewals
+        try:
+            while not stop.is_set():
+                assert keeper.renew([claimed.run.id]) == 1
+                renewals += 1
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=register) for _ in range(8)] + [threading.Thread(target=renew)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        sys.setswitchinterval(previous)
+    assert errors == []
+    assert renewals > 0
+
+
+def test_supervisor_survives_a_round_that_raises(caplog, monkeypatch):
+    """Whatever one heartbeat round raises, the next renews: a step longer than the lease runs once."""
+    handle = slow_steps.run({"steps": 1, "pause": 2.0})
+    worker = Worker(concurrency=1, lease="1s", poll_interval="20ms", burst=True)
+    renew = worker.leases.renew
+    calls = []
+
+    def renew_failing_once(run_ids):  # an unexpected bug in one round, not a database error
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return renew(run_ids)
+
+    monkeypatch.setattr(worker.leases, "renew", renew_failing_once)
+    with caplog.at_level("ERROR", logger="django_openworkflow.worker"):
+        worker.run(install_signal_handlers=False)
+    assert "heartbeat round failed" in caplog.text
+    assert handle.status() == "completed"
+    assert SideEffect.objects.filter(run_id=handle.id).count() == 1
+    assert worker.leases.renewals >= 2

@@ -317,9 +317,15 @@ class _Heartbeat:
         self._thread.join()
 
     def _loop(self) -> None:
+        # Never ends silently before the slice does: a round that raises is logged and
+        # the next one tries again; the slice's lease check stops it if none succeeds.
         try:
             while not self._stop.wait(self.leases.interval.total_seconds()):
-                if self.leases.renew([self.claimed.run.id]) == 0:
-                    return  # canceled or taken over: the slice's next write finds out
+                try:
+                    if self.leases.renew([self.claimed.run.id]) == 0:
+                        return  # canceled or taken over: the slice's next write finds out
+                except Exception:
+                    logger.exception("run %s: heartbeat failed; trying again", self.claimed.run.id)
+                    recycle_connections()
         finally:
             connections.close_all()  # this thread's connection, if it opened one

@@ -13,7 +13,7 @@ from ...conf import owf_settings
 from ...durations import parse_duration
 from ...flow import DEFAULT_QUEUE
 from ...registry import registry
-from ...worker import Worker
+from ...worker import Worker, WorkerUnhealthy
 
 
 def _duration(value: str) -> str:
@@ -101,7 +101,10 @@ class Command(BaseCommand):
             f"{worker.poll_interval.total_seconds() * 1000:g}",
             served,
         )
-        worker.run()
+        try:
+            worker.run()
+        except WorkerUnhealthy as exc:
+            raise CommandError(f"worker {worker.worker_id} stopped: {exc}") from None
 
     def _serve_metrics(self, where: tuple[str, int]) -> None:
         from ... import metrics
