@@ -184,7 +184,7 @@ class PruneSweeper(threading.Thread):
         super().__init__(name="owf-prune", daemon=True)
         self.interval = interval
         self._stop_event = threading.Event()
-        self.sweeps = 0
+        self.sweeps = 0  # written by this thread only; others may read it
 
     def stop(self) -> None:
         self._stop_event.set()

@@ -131,7 +131,8 @@ class SliceRunner:
     def __init__(self, store: Backend, logger: logging.Logger) -> None:
         self.store = store
         self.logger = logger
-        self._releases: dict[Any, int] = {}
+        # One SliceRunner serves every slot thread (and every Celery task of a process).
+        self._releases: dict[Any, int] = {}  # transient releases in a row, per run; guarded by _lock
         self._lock = threading.Lock()
 
     def run(self, claimed: ClaimedRun, lease_valid: Callable[[], bool]) -> SliceResult:

@@ -189,6 +189,9 @@ class Scheduler:
     seconds, does nothing (no query) when no workflow declares a schedule,
     syncs the rows on first use, and never raises: a database error is
     logged and the next tick tries again.
+
+    Not thread-safe, and needs not be: each instance is confined to the one
+    thread that ticks it (the worker's claim loop, the sweep loop).
     """
 
     def __init__(self, interval: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:

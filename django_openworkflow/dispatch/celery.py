@@ -51,7 +51,8 @@ ETA_HORIZON = timedelta(minutes=15)
 # A sweep sends for a run due at a given time at most once per this interval
 # (per process); the run's own message is likely still queued.
 SWEEP_RESEND_AFTER = timedelta(seconds=30)
-_recently_swept: dict[tuple[Any, datetime], float] = {}
+# Threads: Celery's thread pool may run sweeps and tasks side by side in one process.
+_recently_swept: dict[tuple[Any, datetime], float] = {}  # guarded by _recently_swept_lock
 _recently_swept_lock = threading.Lock()
 
 # Claims that fail with a database error are retried this often, then left to the sweep.
@@ -298,7 +299,11 @@ def _runner() -> SliceRunner:
 
 
 class _Heartbeat:
-    """Renews the lease of one claimed run every lease/3 while its slice executes, on its own thread."""
+    """Renews the lease of one claimed run every lease/3 while its slice executes, on its own thread.
+
+    Its LeaseKeeper is the task's own; the keeper guards what the task's
+    thread and this one share.
+    """
 
     def __init__(self, leases: LeaseKeeper, claimed: ClaimedRun) -> None:
         self.leases = leases

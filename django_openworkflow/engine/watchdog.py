@@ -33,10 +33,11 @@ class Watchdog:
     """Looks at every slice in progress in this process four times a second."""
 
     def __init__(self) -> None:
-        self._slices: weakref.WeakSet[Slice] = weakref.WeakSet()
+        # Slot threads call watch() and forget(); the watchdog thread reads the set.
+        self._slices: weakref.WeakSet[Slice] = weakref.WeakSet()  # guarded by _lock
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._off = threading.local()
+        self._thread: threading.Thread | None = None  # guarded by _lock
+        self._off = threading.local()  # each thread's own
 
     @contextmanager
     def off_on_this_thread(self) -> Iterator[None]:
@@ -70,20 +71,26 @@ class Watchdog:
     def _loop(self) -> None:
         stop = threading.Event()
         while not stop.wait(_INTERVAL):
-            with self._lock:
-                slices = list(self._slices)
-            wrote = False
-            for slice_ in slices:
-                try:
-                    wrote = slice_.record_slow_step(SLOW_STEP) or wrote
-                except EngineInterrupt:
-                    wrote = True  # the run is gone or the database is away: the slice finds out itself
-                except Exception:
-                    wrote = True
-                    logger.exception("could not record the start of a slow step of run %s", slice_.run.id)
-            if wrote:
-                # Writes from here are rare: keep no connection open between them.
-                get_backend().close_connection()
+            try:
+                self._look()
+            except Exception:  # never die: the next look tries again (watch() also restarts a dead thread)
+                logger.exception("the slow-step watchdog failed; looking again in %gs", _INTERVAL)
+
+    def _look(self) -> None:
+        with self._lock:
+            slices = list(self._slices)
+        wrote = False
+        for slice_ in slices:
+            try:
+                wrote = slice_.record_slow_step(SLOW_STEP) or wrote
+            except EngineInterrupt:
+                wrote = True  # the run is gone or the database is away: the slice finds out itself
+            except Exception:
+                wrote = True
+                logger.exception("could not record the start of a slow step of run %s", slice_.run.id)
+        if wrote:
+            # Writes from here are rare: keep no connection open between them.
+            get_backend().close_connection()
 
 
 watchdog = Watchdog()
