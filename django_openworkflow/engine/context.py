@@ -30,6 +30,7 @@ from ..errors import (
 from ..payload import check_text, storable_text, to_json_value
 from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from ..store import get_backend
+from ..store.journal import CancelRequested
 from ..store.records import (
     AttemptRecord,
     AttemptUpdate,
@@ -364,22 +365,38 @@ class Slice:
         if isinstance(change, NewAttempt):
             self.history.count += 1
 
-    def _journal(self, call: Callable[..., T], *args: Any, **options: Any) -> T:
-        """Make one fenced journal write; the buffered attempt changes are committed with it."""
-        result = call(self.run.id, self.worker_id, self.now(), self.pending, *args, **options)
+    def _journal(self, call: Callable[..., T], *args: Any, starts: bool = False, **options: Any) -> T:
+        """Make one fenced journal write; the buffered attempt changes are committed with it.
+
+        A write that ``starts`` something (a step, a park, a child, a
+        successor, the run's end) asks, in its fence, whether the run's
+        cancel was requested; unless the slice is compensating, such a
+        write keeps only the completions it carries, and the workflow is
+        left with :class:`CancelRun` to run the compensations. A heartbeat
+        may never come during a short step: the write itself is the check.
+        """
+        if starts and not self.compensating:
+            options["unless_canceling"] = True
+        try:
+            result = call(self.run.id, self.worker_id, self.now(), self.pending, *args, **options)
+        except CancelRequested:
+            self.pending = []  # written, but for children that were to start with it
+            self.cancel_requested = True
+            raise CancelRun("the run is being canceled") from None
         self.pending = []
         return result
 
     def record_steps(self, attempts: list[NewAttempt]) -> list[int]:
         """Record that several steps started (after the buffered changes); returns their attempt ids."""
-        ids = self._journal(self.store.record_steps, attempts)
+        ids = self._journal(self.store.record_steps, attempts, starts=True)
         self.history.count += len(attempts)
         return ids
 
     def flush(self) -> None:
-        """Commit the buffered changes now."""
+        """Commit the buffered changes now (those that start children are refused once a cancel is requested)."""
         if self.pending:
-            self._journal(self.store.flush)
+            spawning = any(isinstance(change, NewAttempt) and change.child is not None for change in self.pending)
+            self._journal(self.store.flush, starts=spawning)
 
     def step_timeout(self, timeout: Duration | None) -> float | None:
         """A step's timeout in seconds: its own, else the workflow's ``step_timeout``; None for none."""
@@ -401,7 +418,7 @@ class Slice:
 
     def record_step(self, attempt: NewAttempt) -> int:
         """Record that a step started (after the buffered changes); returns its attempt id."""
-        attempt_id = self._journal(self.store.record_step, attempt)
+        attempt_id = self._journal(self.store.record_step, attempt, starts=True)
         self.history.count += 1
         return attempt_id
 
@@ -414,13 +431,14 @@ class Slice:
             child=suspend.start_child,
             wake_if_child_done=suspend.wake_when_child_done,
             wake_on_attempt=suspend.wake_on_attempt,
+            starts=True,
         )
         if suspend.insert is not None:
             self.history.count += 1
 
     def complete(self, output: Any) -> None:
         """Finish the run with ``output`` (and wake a parent waiting on it)."""
-        self._journal(self.store.complete_run, output, self.run.parent_step_attempt_id)
+        self._journal(self.store.complete_run, output, self.run.parent_step_attempt_id, starts=True)
 
     def cancel(self, error: dict[str, Any]) -> None:
         """End the run as canceled (its cancel was requested and its compensations ran)."""
@@ -432,11 +450,11 @@ class Slice:
 
     def reschedule(self, until: datetime, error: dict[str, Any], attempts: int) -> None:
         """Retry the whole workflow at ``until`` (a workflow-level retry)."""
-        self._journal(self.store.reschedule_run, until, error, attempts)
+        self._journal(self.store.reschedule_run, until, error, attempts, starts=True)
 
     def wait_for_delivery(self, **options: Any) -> DeliveredSignal | None:
         """Record or re-arm a signal/event wait and park (see ``JournalOps.wait_for_delivery``)."""
-        attempt_id, signal = self._journal(self.store.wait_for_delivery, **options)
+        attempt_id, signal = self._journal(self.store.wait_for_delivery, starts=True, **options)
         if attempt_id is not None:
             self.history.count += 1
         return signal
@@ -508,6 +526,7 @@ class Slice:
             input=handover.input,
             version=handover.version,
             flow=spec.flow_fields(handover.input),
+            starts=True,
         )
 
     def check_can_start(self, key: str, until: datetime | None = None, more: int = 0) -> None:

@@ -176,6 +176,24 @@ def _execute(
     slices.append(slice_)
     watchdog.watch(slice_)
     try:
+        return _replay(slice_)
+    except CancelRun:
+        # A write that would have started something, or ended the run, found its cancel
+        # requested: it kept the completions it carried, which are compensated with the rest.
+        return _cancel(slice_)
+    finally:
+        slice_.active = False
+        watchdog.forget(slice_)
+
+
+def _replay(slice_: Slice) -> tuple[Outcome, str, datetime | None]:
+    """Call the workflow function from the top; how it leaves the slice decides the outcome.
+
+    Raises :class:`CancelRun` when a write finds the run's cancel requested
+    (see :meth:`Slice._journal`).
+    """
+    spec, run = slice_.spec, slice_.run
+    try:
         if spec.is_async:
             from .aio import AsyncWorkflowContext, call_async
 
@@ -206,9 +224,6 @@ def _execute(
         raise
     except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
         return _workflow_failure(slice_, exc)
-    finally:
-        slice_.active = False
-        watchdog.forget(slice_)
     slice_.complete(output)
     return Outcome.COMPLETED, "", None
 

@@ -6,6 +6,13 @@ transaction that first re-checks that this worker still holds the run
 (``worker_id`` and status ``running``). A worker that lost its lease, or
 whose run was canceled, gets :class:`LeaseLost` and writes nothing.
 
+A write that would start something new or end the run is refused the same
+way when someone asked to cancel the run after its compensations
+(``cancel_requested_at``, ``compensate_on_cancel``): it writes only the
+completions it carries and raises :class:`CancelRequested`. The fence's
+own UPDATE asks, so a step boundary costs no extra statement; however
+short the step that ran meanwhile, no request is missed.
+
 The operations the engine calls are named for what they do to the run
 (record a step, park, complete, fail, reschedule); they raise
 :class:`StoreUnavailable` instead of a database error, so user code cannot
@@ -19,7 +26,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NoReturn, ParamSpec, TypeVar
 
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Q
@@ -34,6 +41,7 @@ from .records import (
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
+    EngineInterrupt,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -47,6 +55,13 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 ATTEMPT_RECORD_FIELDS = ("id", "step_name", "kind", "status", "output", "error", "context", "child_workflow_run_id")
+
+
+class CancelRequested(EngineInterrupt):
+    """The run's cancel was requested: the write kept the completions it carried and started nothing.
+
+    The engine then runs the run's compensations and ends it canceled.
+    """
 
 
 def engine_op(method: Callable[P, T]) -> Callable[P, T]:
@@ -74,26 +89,49 @@ class JournalOps(BackendCore):
     # -- fenced writes, by intent --
 
     @engine_op
-    def record_step(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, attempt: NewAttempt) -> int:
-        """Commit ``pending`` and record that a step started; returns the new attempt's id."""
-        new_id = self._commit(run_id, worker_id, now, pending, insert=attempt)
+    def record_step(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        attempt: NewAttempt,
+        *,
+        unless_canceling: bool = False,
+    ) -> int:
+        """Commit ``pending`` and record that a step started; returns the new attempt's id.
+
+        ``unless_canceling`` (on every write that starts something or ends the
+        run): refused with :class:`CancelRequested` once the run's cancel was
+        requested, after writing the completions in ``pending``.
+        """
+        new_id = self._commit(run_id, worker_id, now, pending, insert=attempt, unless_canceling=unless_canceling)
         assert new_id is not None
         return new_id
 
     @engine_op
     def record_steps(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, attempts: list[NewAttempt]
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        attempts: list[NewAttempt],
+        *,
+        unless_canceling: bool = False,
     ) -> list[int]:
         """Commit ``pending`` and record that several steps started (a parallel group); returns their ids."""
-        self._commit(run_id, worker_id, now, pending, inserts=attempts)
+        self._commit(run_id, worker_id, now, pending, inserts=attempts, unless_canceling=unless_canceling)
         ids = [attempt.id for attempt in attempts if attempt.id is not None]
         assert len(ids) == len(attempts), "every inserted attempt has its id"
         return ids
 
     @engine_op
-    def flush(self, run_id: Any, worker_id: str, now: datetime, pending: Pending) -> None:
-        """Commit ``pending`` alone: steps of a parallel group that finished while others still run."""
-        self._commit(run_id, worker_id, now, pending)
+    def flush(
+        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, unless_canceling: bool = False
+    ) -> None:
+        """Commit ``pending`` alone: parallel steps that finished while others still run, or children's starts."""
+        self._commit(run_id, worker_id, now, pending, unless_canceling=unless_canceling)
 
     @engine_op
     def park(
@@ -108,6 +146,7 @@ class JournalOps(BackendCore):
         child: ChildStart | None = None,
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
+        unless_canceling: bool = False,
     ) -> None:
         """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
 
@@ -128,15 +167,32 @@ class JournalOps(BackendCore):
             run_fields={"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt},
             start_child=child,
             wake_when_child_done=wake_if_child_done,
+            unless_canceling=unless_canceling,
         )
 
     @engine_op
     def complete_run(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, output: Any, parent_step_id: int | None
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        output: Any,
+        parent_step_id: int | None,
+        *,
+        unless_canceling: bool = False,
     ) -> None:
         """The run returned ``output``: finish it and wake a parent waiting on it."""
         fields = {"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": now}
-        self._commit(run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id)
+        self._commit(
+            run_id,
+            worker_id,
+            now,
+            pending,
+            run_fields=fields,
+            wake_parent_of=parent_step_id,
+            unless_canceling=unless_canceling,
+        )
 
     @engine_op
     def fail_run(
@@ -191,6 +247,8 @@ class JournalOps(BackendCore):
         until: datetime,
         error: dict[str, Any],
         attempts: int | None = None,
+        *,
+        unless_canceling: bool = False,
     ) -> None:
         """Run the workflow again from the top at ``until``, keeping ``error`` as the reason.
 
@@ -200,7 +258,7 @@ class JournalOps(BackendCore):
         fields: dict[str, Any] = {"worker_id": None, "available_at": until, "error": error}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(run_id, worker_id, now, pending, run_fields=fields)
+        self._commit(run_id, worker_id, now, pending, run_fields=fields, unless_canceling=unless_canceling)
 
     @engine_op
     def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None:
@@ -241,6 +299,7 @@ class JournalOps(BackendCore):
         wake_when_child_done: list[Any] | None = None,
         wake_parent_of: int | None = None,
         ended_badly: bool = False,
+        unless_canceling: bool = False,
     ) -> int | None:
         """Write ``pending``, new attempts and run fields in one fenced transaction.
 
@@ -251,19 +310,53 @@ class JournalOps(BackendCore):
         (filled in on each); ``wake_parent_of`` (the finishing run's parent
         step attempt) wakes a parent parked on that very step. Returns the
         inserted attempt's id. Raises :class:`LeaseLost` (after writing
-        nothing) when the worker no longer holds the run.
+        nothing) when the worker no longer holds the run, and, with
+        ``unless_canceling``, :class:`CancelRequested` (after writing only
+        the completions in ``pending``) when the run's cancel was requested.
         """
+        with self._keeping_completions(run_id, worker_id, now, pending, unless_canceling):
+            return self._commit_held(
+                run_id,
+                worker_id,
+                now,
+                pending,
+                insert=insert,
+                inserts=inserts,
+                run_fields=run_fields or {},
+                start_child=start_child,
+                wake_when_child_done=wake_when_child_done,
+                wake_parent_of=wake_parent_of,
+                ended_badly=ended_badly,
+                unless_canceling=unless_canceling,
+            )
+
+    def _commit_held(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        insert: NewAttempt | None,
+        inserts: list[NewAttempt] | None,
+        run_fields: dict[str, Any],
+        start_child: ChildStart | None,
+        wake_when_child_done: list[Any] | None,
+        wake_parent_of: int | None,
+        ended_badly: bool,
+        unless_canceling: bool,
+    ) -> int | None:
         spawning = [c for c in pending if isinstance(c, NewAttempt) and c.child is not None]
         if not (spawning or inserts or start_child or wake_when_child_done or wake_parent_of):
-            return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
+            return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
         with self.write_lock(), transaction.atomic(using=self.alias):
             if spawning or inserts:
                 plain = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
-                self._step_boundary(run_id, worker_id, now, plain, None, run_fields or {})
+                self._step_boundary(run_id, worker_id, now, plain, None, run_fields, unless_canceling)
                 self._insert_attempts(run_id, [*spawning, *([insert] if insert else []), *(inserts or [])], now)
                 new_id = insert.id if insert is not None else None
             else:
-                new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields or {})
+                new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now, ended_badly)
             if wake_when_child_done and WorkflowRun.objects.finished().filter(id__in=wake_when_child_done).exists():
@@ -281,6 +374,27 @@ class JournalOps(BackendCore):
                 StepAttempt.objects.filter(id=new_id).update(child_workflow_run=child)
             return new_id
 
+    @contextmanager
+    def _keeping_completions(
+        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, unless_canceling: bool
+    ) -> Iterator[None]:
+        """Around a write refused for a cancel request: write the completions it carried, then re-raise.
+
+        The steps that finished stay in the journal, so they are compensated;
+        children not started yet (``start_workflow``) are dropped with the
+        rest of what the write would have started. Fenced like any write.
+        """
+        try:
+            yield
+        except CancelRequested:
+            if not unless_canceling:  # pragma: no cover - only a write that asked is refused
+                raise
+            kept = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
+            with self.write_lock(), transaction.atomic(using=self.alias):
+                self._fence(run_id, worker_id, now, {})
+                self._flush(run_id, kept, now)
+            raise
+
     def _step_boundary(
         self,
         run_id: Any,
@@ -289,6 +403,7 @@ class JournalOps(BackendCore):
         pending: Pending,
         insert: NewAttempt | None,
         run_fields: dict[str, Any],
+        unless_canceling: bool = False,
     ) -> int | None:
         """The hot path of :meth:`_commit`: fence, pending changes and a new attempt, nothing else.
 
@@ -297,7 +412,7 @@ class JournalOps(BackendCore):
         do it in one.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, run_fields)
+            self._fence(run_id, worker_id, now, run_fields, unless_canceling=unless_canceling)
             self._flush(run_id, pending, now)
             return self._insert_attempt(run_id, insert, now).id if insert is not None else None
 
@@ -316,6 +431,7 @@ class JournalOps(BackendCore):
         waiting_attempt_id: int | None = None,
         signal_name: str | None = None,
         event_type: str | None = None,
+        unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]:
         """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
 
@@ -326,8 +442,12 @@ class JournalOps(BackendCore):
         case it is due at once. Senders lock the run row, and so does the fence
         here, so each delivery is seen by one side or the other.
         """
-        with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, {})
+        with (
+            self._keeping_completions(run_id, worker_id, now, pending, unless_canceling),
+            self.write_lock(),
+            transaction.atomic(using=self.alias),
+        ):
+            self._fence(run_id, worker_id, now, {}, unless_canceling=unless_canceling)
             if event_type is not None:
                 self.lock_event_type(event_type)
             self._flush(run_id, pending, now)
@@ -446,6 +566,7 @@ class JournalOps(BackendCore):
         input: Any,
         version: str | None,
         flow: dict[str, Any],
+        unless_canceling: bool = False,
     ) -> Any:
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
@@ -453,9 +574,13 @@ class JournalOps(BackendCore):
         parent: a parent waiting on the run now waits on the successor.
         Returns the successor's id.
         """
-        with self.write_lock(), transaction.atomic(using=self.alias):
+        with (
+            self._keeping_completions(run_id, worker_id, now, pending, unless_canceling),
+            self.write_lock(),
+            transaction.atomic(using=self.alias),
+        ):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
-            self._fence(run_id, worker_id, now, fields)
+            self._fence(run_id, worker_id, now, fields, unless_canceling=unless_canceling)
             self._flush(run_id, pending, now)
             name, deadline, parent_step, retention = (
                 WorkflowRun.objects.filter(id=run_id)
@@ -483,11 +608,31 @@ class JournalOps(BackendCore):
 
     # -- building blocks, inside a transaction --
 
-    def _fence(self, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any]) -> None:
-        """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost."""
-        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id).update(updated_at=now, **run_fields)
-        if not held:
-            raise LeaseLost(run_id)
+    def _fence(
+        self, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any], *, unless_canceling: bool = False
+    ) -> None:
+        """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost.
+
+        With ``unless_canceling`` the same UPDATE also requires that nobody
+        asked to cancel the run; when it matches nothing, :meth:`_refused`
+        tells a cancel request (:class:`CancelRequested`) from a lost lease.
+        """
+        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id)
+        if unless_canceling:
+            held = held.filter(cancel_requested_at__isnull=True)
+        if not held.update(updated_at=now, **run_fields):
+            self._refused(run_id, worker_id, now, unless_canceling)
+
+    def _refused(self, run_id: Any, worker_id: str, now: datetime, unless_canceling: bool) -> NoReturn:
+        """The fence matched nothing: raise :class:`CancelRequested` if this worker holds the run, else LeaseLost.
+
+        Only when the fence asked about a cancel request; the row is locked
+        by the UPDATE, so the answer holds until the transaction ends.
+        """
+        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id)
+        if unless_canceling and held.update(updated_at=now):
+            raise CancelRequested(run_id)
+        raise LeaseLost(run_id)
 
     def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
         spawning = []

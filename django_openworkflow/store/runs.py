@@ -312,8 +312,9 @@ class RunOps(JournalOps):
         as canceled. A run a worker holds keeps its worker, so the steps
         that worker completed stay in the journal (taking the run away
         would lose those not written yet, and they would never be undone):
-        its heartbeat sees the request and the slice stops before its next
-        new step, and compensates.
+        the slice's next write that would start something or end the run
+        sees the request in its fence (``journal.py``), keeps the
+        completions it carried and starts nothing; the slice compensates.
         """
         now = self.now()
         with self.write_lock(), transaction.atomic(using=self.alias):

@@ -29,7 +29,7 @@ from ...flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
 from ..queue import RUN_RECORD_FIELDS
-from ..records import ClaimedRun, LeaseLost, NewAttempt, Pending, RunRecord
+from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
 
 if TYPE_CHECKING:
@@ -148,8 +148,14 @@ class PostgreSQLBackend(Backend):
         pending: Pending,
         insert: NewAttempt | None,
         run_fields: dict[str, Any],
+        unless_canceling: bool = False,
     ) -> int | None:
-        """Fence + attempt updates + new attempts in one statement."""
+        """Fence + attempt updates + new attempts in one statement.
+
+        With ``unless_canceling`` the fence also requires that nobody asked
+        to cancel the run; when it matches nothing, the portable path's
+        :meth:`_refused` says why (a cancel request, or a lost lease).
+        """
         using = self.alias
         run_values = {"updated_at": now, **run_fields}
         params = [_param(using, WorkflowRun, name, value) for name, value in run_values.items()]
@@ -167,10 +173,10 @@ class PostgreSQLBackend(Backend):
         for new in new_rows:
             params += _attempt_row(using, run_id, new, now)
         kinds = tuple(isinstance(change, NewAttempt) for change in pending)
-        sql = _commit_sql(using, tuple(run_values), kinds, insert is not None)
+        sql = _commit_sql(using, tuple(run_values), kinds, insert is not None, unless_canceling)
         [(held, new_id)] = self.execute_hot(sql, params)
         if not held:
-            raise LeaseLost(run_id)
+            self._refused(run_id, worker_id, now, unless_canceling)
         return int(new_id) if new_id is not None else None
 
     def execute_hot(self, sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:
@@ -312,16 +318,20 @@ _UPDATE_COLUMNS = ("status", "output", "error", "finished_at")
 
 
 @functools.lru_cache(maxsize=256)
-def _commit_sql(using: str, run_names: tuple[str, ...], pending_kinds: tuple[bool, ...], has_insert: bool) -> str:
+def _commit_sql(
+    using: str, run_names: tuple[str, ...], pending_kinds: tuple[bool, ...], has_insert: bool, unless_canceling: bool
+) -> str:
     """The statement for one shape of commit; shapes repeat, so it is built once (and prepared by psycopg).
 
     ``pending_kinds`` is, per pending change, True for a new row and False
-    for an update of an existing attempt.
+    for an update of an existing attempt. ``unless_canceling`` adds the
+    fence's condition that nobody asked to cancel the run.
     """
     runs, attempts = _q(WorkflowRun._meta.db_table), _q(StepAttempt._meta.db_table)
+    not_canceling = f" AND {_q('cancel_requested_at')} IS NULL" if unless_canceling else ""
     ctes = [
         f"fence AS (UPDATE {runs} SET {_assignments(using, WorkflowRun, run_names)} "
-        f"WHERE {_q('id')} = %s AND {_q('worker_id')} = %s AND {_q('status')} = %s RETURNING 1)"
+        f"WHERE {_q('id')} = %s AND {_q('worker_id')} = %s AND {_q('status')} = %s{not_canceling} RETURNING 1)"
     ]
     for i, is_new in enumerate(pending_kinds):
         if not is_new:
