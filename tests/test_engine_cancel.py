@@ -16,7 +16,7 @@ from django.db import connections
 
 from django_openworkflow import workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
-from django_openworkflow.models import StepAttempt
+from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,6 +61,14 @@ def saga(ctx):
         ctx.step.sleep("nap", "1h")
     elif then == "child":
         ctx.step.run_workflow("test-cancel-child", {})
+    elif then == "children":
+        ctx.step.wait_all([ctx.step.start_workflow("test-cancel-child", {})])
+    elif then == "parallel":
+        ctx.step.parallel([("p1", lambda: events.append("p1")), ("p2", lambda: events.append("p2"))])
+    elif then == "signal":
+        ctx.step.wait_for_signal("go", timeout="1h")
+    elif then == "continue":
+        ctx.continue_as_new({"then": "return"})
     return "done"
 
 
@@ -92,7 +100,7 @@ def cancel_during_the_step(handle) -> threading.Thread:
     return thread
 
 
-@pytest.mark.parametrize("then", ["step", "sleep", "child", "return"])
+@pytest.mark.parametrize("then", ["step", "parallel", "sleep", "signal", "child", "children", "continue", "return"])
 def test_a_cancel_asked_during_a_step_compensates_and_ends_canceled_before_any_heartbeat(run_worker, then):
     handle = saga.run({"then": then})
     canceler = cancel_during_the_step(handle)
@@ -101,8 +109,10 @@ def test_a_cancel_asked_during_a_step_compensates_and_ends_canceled_before_any_h
 
     run = handle.fetch()
     assert (run.status, run.error["type"]) == ("canceled", "Canceled")
-    # b finished and is kept, so it is undone; nothing after it started: no step, sleep, child or completion.
+    # b finished and is kept, so it is undone; nothing after it started: no step, wait, child, successor
+    # or completion.
     assert events == ["a", "b", "undo-b", "undo-a"]
+    assert WorkflowRun.objects.count() == 1
     attempts = StepAttempt.objects.filter(workflow_run_id=handle.id).order_by("id")
     journal = list(attempts.values_list("step_name", "status"))
     assert journal == [
