@@ -30,6 +30,7 @@ from ..durations import Duration
 from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
+from .attempt import StepAttemptInfo, reset_attempt, set_attempt
 from .context import ChildRun, Slice, StepApi, Suspend, WorkflowContext, current_step
 from .retry import RetryPolicy
 from .threads import Ended, count_abandoned
@@ -95,7 +96,7 @@ class AsyncStepApi:
         if done is not None:
             return _ready(done.output)
         s.steps_called += 1
-        return self._execute(key, fn, policy, limit, compensate)
+        return self._execute(key, fn, policy, limit, compensate, s.attempt(key))
 
     async def _execute(
         self,
@@ -104,9 +105,11 @@ class AsyncStepApi:
         policy: RetryPolicy,
         limit: float | None,
         compensate: Callable[[Any], Any] | None,
+        attempt: StepAttemptInfo,
     ) -> Any:
         s = self._slice
         token = current_step.set(key)
+        attempt_token = set_attempt(attempt)  # this task's context, and the thread's copy of it
         task = asyncio.current_task()
         if task is not None:
             s.async_tasks.add(task)
@@ -133,6 +136,7 @@ class AsyncStepApi:
                 )
         finally:
             s.steps_called -= 1
+            reset_attempt(attempt_token)
             current_step.reset(token)
 
     def _now(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Awaitable[Any]:
@@ -246,6 +250,10 @@ class AsyncWorkflowContext(WorkflowContext):
     def is_canceled(self) -> bool:
         with outside_loop():
             return super().is_canceled()
+
+    def lease_held(self, check: bool = False) -> bool:
+        with outside_loop():
+            return super().lease_held(check)
 
 
 def call_async(spec: WorkflowSpec, ctx: AsyncWorkflowContext) -> Any:

@@ -43,6 +43,7 @@ from ..store.records import (
     Pending,
     RunOutcome,
 )
+from .attempt import StepAttemptInfo, current_attempt, in_attempt
 from .retry import RetryPolicy
 from .threads import Ended, run_on_threads
 
@@ -173,6 +174,7 @@ class History:
         self.open: dict[str, AttemptRecord] = {}
         self.kinds: dict[str, str] = {}
         self.failures: dict[str, int] = {}
+        self.failed_attempts: dict[str, int] = {}  # of every workflow attempt: numbers step attempts
         self.last_error: dict[str, dict[str, Any]] = {}
         for attempt in attempts:
             key = attempt.step_name
@@ -184,12 +186,15 @@ class History:
                 self.open.pop(key, None)
                 if (attempt.error or {}).get("run_attempt", 0) == run_attempt:
                     self.add_failure(key, attempt.error or {})
+                else:
+                    self.failed_attempts[key] = self.failed_attempts.get(key, 0) + 1
             else:
                 self.open[key] = attempt
 
     def add_failure(self, key: str, error: dict[str, Any]) -> int:
         """Count a failure of ``key`` in this workflow attempt; returns the count."""
         self.failures[key] = self.failures.get(key, 0) + 1
+        self.failed_attempts[key] = self.failed_attempts.get(key, 0) + 1
         self.last_error[key] = error
         return self.failures[key]
 
@@ -227,6 +232,9 @@ class Slice:
         self.active = True
         self.spawned = False  # started children or a successor (see SliceResult.spawned)
         self.cancel_requested = self.run.cancel_requested_at is not None
+        # Set once a write or ctx.lease_held(check=True) found the run held by no one or another
+        # worker; never cleared. Read by step code on any thread: a bool's store is atomic.
+        self.lease_lost = False
         self.compensating = False
         self.in_step: str | None = None
         self._running: RunningStep | None = None
@@ -359,6 +367,19 @@ class Slice:
             running.recorded_late = True
             return True
 
+    def attempt(self, key: str) -> StepAttemptInfo:
+        """The attempt of step ``key`` about to run its code (numbered from the journal's failures)."""
+        return StepAttemptInfo(self.run.id, key, self.history.failed_attempts.get(key, 0) + 1)
+
+    def lease_held(self, check: bool = False) -> bool:
+        """Whether this worker still holds the run: by its heartbeats, or (``check``) by asking the database."""
+        if self.lease_lost:
+            return False
+        if check:
+            self.lease_lost = not self.store.holds_lease(self.run.id, self.worker_id)
+            return not self.lease_lost
+        return self.lease_valid is None or self.lease_valid()
+
     def add_finished(self, change: AttemptUpdate | NewAttempt) -> None:
         """Buffer a finished attempt; it is committed with the next write."""
         self.pending.append(change)
@@ -379,6 +400,9 @@ class Slice:
             options["unless_canceling"] = True
         try:
             result = call(self.run.id, self.worker_id, self.now(), self.pending, *args, **options)
+        except LeaseLost:
+            self.lease_lost = True
+            raise
         except CancelRequested:
             self.pending = []  # written, but for children that were to start with it
             self.cancel_requested = True
@@ -680,6 +704,7 @@ class StepApi:
         done = self._prepare(key, fn, retry_policy, compensate)
         if done is not None:
             return cast(T, done.output)
+        fn = in_attempt(s.attempt(key), fn)
         policy = retry_policy or s.spec.step_retry_policy
         limit = s.step_timeout(timeout)
         if atomic and limit is not None:
@@ -904,7 +929,7 @@ class StepApi:
         ids = s.record_steps([NewAttempt(keys[i], StepKind.RUN, StepStatus.RUNNING, started_at=started) for i in todo])
         settled: dict[int, Settled] = {}
         workers = min(len(todo), max_workers or PARALLEL_THREADS)
-        calls_ = [(pairs[i][1], limit) for i in todo]
+        calls_ = [(in_attempt(s.attempt(keys[i]), pairs[i][1]), limit) for i in todo]
         for batch in run_on_threads(calls_, workers, s.store.close_thread_connections, "owf-parallel"):
             for ended in batch:
                 index = todo[ended.index]
@@ -1263,6 +1288,32 @@ class WorkflowContext:
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
         return self._slice.store.is_canceled(self.run_id)
+
+    def lease_held(self, check: bool = False) -> bool:
+        """Whether this worker still holds the run's lease; call it between a step's side effects.
+
+        A lease bounds which worker may *write* the run, not code already
+        running: a worker frozen past its lease (a long GC pause, SIGSTOP, a
+        VM migration) resumes inside its step while another worker runs the
+        run. Without ``check`` the answer is local and free: False once this
+        worker's heartbeats failed for most of a lease (its clock ran on
+        while it was frozen), or once a write or a check found the run taken
+        from it. ``check=True`` asks the database (one query): held by this
+        worker, its lease not run out. A database error is raised as it is.
+        Either can turn False right after it said True: make the side effect
+        idempotent as well (:meth:`attempt`).
+        """
+        return self._slice.lease_held(check)
+
+    def attempt(self) -> StepAttemptInfo:
+        """The attempt of the step whose code calls this: its ``id`` and ``idempotency_key``.
+
+        ``ctx.attempt().idempotency_key`` is the same for every attempt of
+        the step: pass it to an API that deduplicates, so a step that runs
+        twice has its effect once. Raises :class:`StepUsageError` outside a
+        step's code.
+        """
+        return current_attempt()
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change called ``name``.

@@ -601,6 +601,15 @@ class JournalOps(BackendCore):
                 StepAttempt.objects.filter(id=parent_step).update(child_workflow_run=successor)
             return successor.id
 
+    def holds_lease(self, run_id: Any, worker_id: str) -> bool:
+        """Whether ``worker_id`` holds the run and its lease has not run out by the database's clock.
+
+        One query, for step code (``ctx.lease_held(check=True)``): a database
+        error is raised as it is, the step's own.
+        """
+        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id, available_at__gt=self.now_expr())
+        return held.exists()
+
     @engine_op
     def run_status(self, run_id: Any) -> str | None:
         """The run's current status (None if the row is gone)."""
