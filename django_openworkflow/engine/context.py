@@ -1296,10 +1296,11 @@ class WorkflowContext:
         running: a worker frozen past its lease (a long GC pause, SIGSTOP, a
         VM migration) resumes inside its step while another worker runs the
         run. Without ``check`` the answer is local and free: False once this
-        worker's heartbeats failed for most of a lease (its clock ran on
-        while it was frozen), or once a write or a check found the run taken
-        from it. ``check=True`` asks the database (one query): held by this
-        worker, its lease not run out. A database error is raised as it is.
+        worker could not renew the lease for most of its length, or once a
+        write or a check found the run taken from it; it does not see a
+        takeover by itself. ``check=True`` asks the database (one query):
+        held by this worker, its lease not run out. A database error is
+        raised as it is.
         Either can turn False right after it said True: make the side effect
         idempotent as well (:meth:`attempt`).
         """
