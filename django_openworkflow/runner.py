@@ -86,6 +86,9 @@ class LeaseKeeper:
         try:
             renewed = self.store.extend_leases(self.worker_id, self.lease, held)
             canceling = self.store.cancel_requested_among(held)
+            # A run this worker no longer holds (taken over after a freeze, canceled, finished)
+            # must not read as held just because the heartbeat works again.
+            lost = set(held) - self.store.held_among(self.worker_id, held) if renewed < len(held) else set()
         except DatabaseError as exc:
             logging.getLogger("django_openworkflow.worker").warning("heartbeat failed: %s", exc)
             recycle_connections()
@@ -93,12 +96,16 @@ class LeaseKeeper:
         self.renewed_at = started
         if renewed:
             self.renewals += 1
-        # A cancel that waits for compensations: the slice stops before its next new step.
         with self._lock:
+            # A cancel that waits for compensations: the slice stops before its next new step.
             for run_id in canceling:
                 claimed = self._held.get(run_id)
                 if claimed is not None:
                     claimed.cancel_requested = True
+            for run_id in lost:
+                claimed = self._held.get(run_id)
+                if claimed is not None:
+                    claimed.lease_lost = True
         return renewed
 
     def lease_valid(self, claimed: ClaimedRun) -> Callable[[], bool]:
@@ -111,8 +118,12 @@ class LeaseKeeper:
         return lambda: self.holds(claimed)
 
     def holds(self, claimed: ClaimedRun) -> bool:
-        """Whether ``claimed``'s lease is still known to be held: claimed or renewed within most of a lease."""
-        return time.monotonic() < max(claimed.claimed_monotonic, self.renewed_at) + self.window
+        """Whether ``claimed``'s lease is still known to be held: not found lost, and renewed in time."""
+        return not claimed.lease_lost and not self.lapsed(claimed)
+
+    def lapsed(self, claimed: ClaimedRun) -> bool:
+        """Whether this keeper failed to renew ``claimed``'s lease in time (within most of a lease)."""
+        return time.monotonic() >= max(claimed.claimed_monotonic, self.renewed_at) + self.window
 
     def forget(self, run_id: Any) -> None:
         """The slice of ``run_id`` is over: stop carrying cancel requests to it."""

@@ -271,7 +271,7 @@ class Worker:
                     self.leases.forget(claimed.run.id)
                     # A slice that ended after its lease lapsed unrenewed: the heartbeat is not
                     # keeping up, even if the run is gone from the in-flight list by now.
-                    lapsed = None if self.leases.holds(claimed) else self._lapse_message()
+                    lapsed = self._lapse_message() if self.leases.lapsed(claimed) else None
                     with self._lock:
                         self._lapsed = self._lapsed or lapsed
                         self._in_flight.pop(claimed.run.id, None)
@@ -319,7 +319,7 @@ class Worker:
         with self._lock:
             in_flight = list(self._in_flight.values())
             lapsed = self._lapsed
-        if any(not self.leases.holds(claimed) for claimed in in_flight):
+        if any(self.leases.lapsed(claimed) for claimed in in_flight):
             return self._lapse_message()
         return lapsed
 

@@ -13,9 +13,10 @@ from datetime import timedelta
 
 import pytest
 from django.db import connections
+from django.utils import timezone
 
 from django_openworkflow.engine.execute import Outcome, execute_slice
-from django_openworkflow.models import StepAttempt
+from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.runner import LeaseKeeper
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker import Worker, WorkerUnhealthy
@@ -174,3 +175,18 @@ def test_supervisor_survives_a_round_that_raises(caplog, monkeypatch):
     assert handle.status() == "completed"
     assert SideEffect.objects.filter(run_id=handle.id).count() == 1
     assert worker.leases.renewals >= 2
+
+
+def test_a_renewal_that_finds_the_run_taken_over_says_the_lease_is_lost():
+    """After a freeze the heartbeat works again, but a run taken over meanwhile stays lost."""
+    handle = slow_steps.run({"steps": 1})
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    keeper = LeaseKeeper(get_backend(), "w", timedelta(seconds=30))
+    valid = keeper.lease_valid(claimed)
+    assert valid()
+    # Another worker claims it, as after a freeze longer than the lease.
+    WorkflowRun.objects.filter(id=handle.id).update(available_at=timezone.now() - timedelta(seconds=1))
+    assert get_backend().claim("another-worker", 1, timedelta(seconds=30))
+    assert keeper.renew([handle.id]) == 0
+    assert not valid()
+    assert not keeper.lapsed(claimed)  # the heartbeat itself works: the worker stays healthy

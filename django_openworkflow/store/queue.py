@@ -316,6 +316,13 @@ class QueueOps(BackendCore):
                 .update(available_at=self.now_expr(lease), updated_at=self.now_expr())
             )
 
+    def held_among(self, worker_id: str, run_ids: list[Any]) -> set[Any]:
+        """Which of these runs ``worker_id`` still holds (read by the heartbeat when a renewal missed some)."""
+        if not run_ids:
+            return set()
+        held = WorkflowRun.objects.held().filter(id__in=run_ids, worker_id=worker_id)
+        return set(held.values_list("id", flat=True))
+
     def cancel_requested_among(self, run_ids: list[Any]) -> set[Any]:
         """Which of these runs someone asked to cancel after their compensations (read by the heartbeat)."""
         if not run_ids:

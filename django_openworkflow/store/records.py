@@ -89,6 +89,9 @@ class ClaimedRun:
     lease_expired: bool = False  # the previous holder died or stalled mid-slice
     # Set by the heartbeat when someone asked to cancel the run (compensate_on_cancel) while this worker holds it.
     cancel_requested: bool = False
+    # Set by the heartbeat when a renewal found the run no longer held by this worker (taken over, finished).
+    # Both flags are written by the heartbeat thread and read by the slot's: one attribute store, never unset.
+    lease_lost: bool = False
     claimed_monotonic: float = field(default_factory=time.monotonic)
 
     def clock(self) -> datetime:
