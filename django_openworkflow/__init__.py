@@ -4,6 +4,7 @@ The public API: declare with :func:`workflow`, start with ``spec.run()``,
 follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`.
 """
 
+from .engine.attempt import StepAttemptInfo
 from .engine.retry import RetryPolicy
 from .errors import (
     DeterminismError,
@@ -46,6 +47,7 @@ __all__ = [
     "Schedule",
     "SignalError",
     "StepFailed",
+    "StepAttemptInfo",
     "StepRecord",
     "StepTimeout",
     "StepUsageError",
