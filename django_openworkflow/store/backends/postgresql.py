@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -368,7 +369,13 @@ def _attempt_row(using: str, run_id: Any, new: NewAttempt, now: datetime) -> lis
 
 
 class PostgresListener(threading.Thread):
-    """Calls ``on_notify(channel, payload)`` for each notification on ``channels``."""
+    """Calls ``on_notify(channel, payload)`` for each notification on ``channels``.
+
+    Every attribute is set before :meth:`start` and only read afterwards; the
+    thread's own state (the connection, the backoff) is confined to it, and
+    other threads reach it only through ``connected`` and :meth:`stop`, which
+    are events.
+    """
 
     def __init__(self, channels: Iterable[str], on_notify: Callable[[str, str], None], using: str) -> None:
         super().__init__(name="owf-listener", daemon=True)
@@ -377,34 +384,51 @@ class PostgresListener(threading.Thread):
         self.using = using
         self.connected = threading.Event()
         self._stop_event = threading.Event()
+        self._connected_at = 0.0  # confined to the thread once started
 
     def stop(self) -> None:
+        """Ask the thread to close its connection and end (within a quarter of a second)."""
         self._stop_event.set()
 
     def run(self) -> None:
+        backoff = 0.1
+        try:
+            while not self._stop_event.is_set():
+                try:
+                    self._listen()
+                except Exception as exc:
+                    # Never end silently: a dropped connection, a bad setting or a failing
+                    # on_notify is logged and the thread connects again. A listener that
+                    # dies leaves its owner polling with nobody told why.
+                    if self.connected.is_set() and time.monotonic() - self._connected_at > 5.0:
+                        backoff = 0.1  # it had been listening a while: a fresh drop, not a string of failures
+                    self.connected.clear()
+                    if isinstance(exc, psycopg.Error):
+                        logger.warning("LISTEN connection failed (%s); reconnecting in %.1fs", exc, backoff)
+                    else:
+                        logger.exception("LISTEN thread failed; reconnecting in %.1fs", backoff)
+                    self._stop_event.wait(backoff)
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            self.connected.clear()
+
+    def _listen(self) -> None:
+        """Listen until stopped; returns only when stopped, raises when the connection fails."""
         params = connections[self.using].get_connection_params()
         params.pop("cursor_factory", None)
         params.pop("context", None)
         params.pop("prepare_threshold", None)
         params.pop("server_side_binding", None)
-        backoff = 0.1
-        while not self._stop_event.is_set():
-            try:
-                with psycopg.connect(**params, autocommit=True) as conn:
-                    for channel in self.channels:
-                        conn.execute(f'LISTEN "{channel}"')
-                    self.connected.set()
-                    # Whatever was sent while not listening is lost: report a
-                    # wake-up so the owner looks for work now.
-                    for channel in self.channels:
-                        self.on_notify(channel, "")
-                    backoff = 0.1
-                    # Wake often enough to notice stop() promptly; a reconnect follows a drop.
-                    while not self._stop_event.is_set():
-                        for note in conn.notifies(timeout=0.25):
-                            self.on_notify(note.channel, note.payload)
-            except psycopg.Error as exc:
-                self.connected.clear()
-                logger.warning("LISTEN connection failed (%s); reconnecting in %.1fs", exc, backoff)
-                self._stop_event.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+        with psycopg.connect(**params, autocommit=True) as conn:
+            for channel in self.channels:
+                conn.execute(f'LISTEN "{channel}"')
+            self._connected_at = time.monotonic()
+            self.connected.set()
+            # Whatever was sent while not listening is lost: report a
+            # wake-up so the owner looks for work now.
+            for channel in self.channels:
+                self.on_notify(channel, "")
+            # Wake often enough to notice stop() promptly; a reconnect follows a drop.
+            while not self._stop_event.is_set():
+                for note in conn.notifies(timeout=0.25):
+                    self.on_notify(note.channel, note.payload)

@@ -216,17 +216,26 @@ class DataVersionListener(threading.Thread):
 
     def __init__(self, channels: Iterable[str], on_notify: Callable[[str, str], None], database: str) -> None:
         super().__init__(name="owf-listener", daemon=True)
+        # Set before start() and only read afterwards; the connection, the inotify watch
+        # and the backoff are confined to the thread. Other threads reach it only through
+        # the events and the pipe that stop() writes to, whose write end is guarded by
+        # _pipe_lock: once the thread has closed it, the number may name another file.
         self.channels = list(channels)
         self.on_notify = on_notify
         self.database = database
         self.connected = threading.Event()
         self._stop_event = threading.Event()
-        self._stop_read, self._stop_write = os.pipe()
+        self._stop_read, stop_write = os.pipe()
+        self._stop_write: int | None = stop_write
+        self._pipe_lock = threading.Lock()
+        self._connected_at = 0.0
 
     def stop(self) -> None:
+        """Ask the thread to close its connection and end (at once, even while it sleeps in inotify)."""
         self._stop_event.set()
-        with contextlib.suppress(OSError):
-            os.write(self._stop_write, b"x")
+        with self._pipe_lock, contextlib.suppress(OSError):
+            if self._stop_write is not None:
+                os.write(self._stop_write, b"x")
 
     def _notify(self) -> None:
         for channel in self.channels:
@@ -239,22 +248,34 @@ class DataVersionListener(threading.Thread):
             while not self._stop_event.is_set():
                 try:
                     self._listen(watch)
-                except sqlite3.Error as exc:
+                except Exception as exc:
+                    # Never end silently: a failed connection or a failing on_notify is
+                    # logged and the thread connects again.
+                    if self.connected.is_set() and time.monotonic() - self._connected_at > 5.0:
+                        backoff = 0.1  # it had been watching a while: a fresh failure, not a string of them
                     self.connected.clear()
-                    logger.warning("SQLite wake-up connection failed (%s); reconnecting in %.1fs", exc, backoff)
+                    if isinstance(exc, sqlite3.Error):
+                        logger.warning("SQLite wake-up connection failed (%s); reconnecting in %.1fs", exc, backoff)
+                    else:
+                        logger.exception("SQLite wake-up thread failed; reconnecting in %.1fs", backoff)
                     self._stop_event.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
+            self.connected.clear()
             if watch is not None:
                 watch.close()
-            os.close(self._stop_read)
-            os.close(self._stop_write)
+            with self._pipe_lock:
+                os.close(self._stop_read)
+                if self._stop_write is not None:
+                    os.close(self._stop_write)
+                self._stop_write = None
 
     def _listen(self, watch: _DirectoryWatch | None) -> None:
         # uri=True, as Django opens it: NAME may be a file: URI.
         with contextlib.closing(sqlite3.connect(self.database, uri=True, isolation_level=None)) as conn:
             pragma = conn.cursor()
             last = pragma.execute("PRAGMA data_version").fetchone()
+            self._connected_at = time.monotonic()
             self.connected.set()
             self._notify()  # whatever was committed before we looked
             written_at = busy_since = -math.inf
