@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -229,9 +230,12 @@ class RunHandle:
             raise ValueError(f"timeout must be a finite number of seconds (at least 0) or None, got {timeout!r}")
         give_up = None if timeout is None else time.monotonic() + timeout
         # PostgreSQL notifies when a run finishes, SQLite's commits wake waiters to look
-        # again; polling is only the safety net (and all there is on MySQL).
+        # again; polling is only the safety net (and all there is on MySQL). The listener
+        # is asked for only once a read shows the run unfinished and there is time left to
+        # wait: a finished run, or timeout=0, is one read and opens no connection.
         handle = self
-        finished = run_waiters.register(str(handle.id))
+        finished: threading.Event | None = None
+        may_listen = True
         pause = 0.005
         left: float | None = None
         try:
@@ -244,8 +248,7 @@ class RunHandle:
                     if successor is not None:
                         if finished is not None:
                             run_waiters.unregister(str(handle.id), finished)
-                        handle, pause = successor, 0.005
-                        finished = run_waiters.register(str(handle.id))
+                        handle, pause, finished, may_listen = successor, 0.005, None, True
                         continue
                 if run.status == RunStatus.COMPLETED:
                     return run.output
@@ -259,6 +262,15 @@ class RunHandle:
                         raise ResultTimeout(
                             f"workflow run {self.id} did not finish within {timeout}s (status {run.status})"
                         )
+                if may_listen:
+                    may_listen = False  # once per run: where the database cannot notify, poll
+                    finished = run_waiters.register(str(handle.id), 2.0 if left is None else min(left, 2.0))
+                    if finished is not None:
+                        continue  # read again, now listening: a finish just before the LISTEN is not missed
+                if finished is not None and not run_waiters.is_registered(str(handle.id), finished):
+                    # Its listener was stopped (a test database dropped, the settings changed) or
+                    # already woke it for this run: poll from here on.
+                    finished = None
                 if finished is not None:
                     finished.wait(1.0 if left is None else min(left, 1.0))
                 else:

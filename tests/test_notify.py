@@ -7,14 +7,16 @@ MySQL/MariaDB have neither: workers and waiters poll there.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
 import pytest
 from django.db import connection, connections, transaction
 
-from django_openworkflow import workflow
+from django_openworkflow import ResultTimeout, workflow
 from django_openworkflow.store import get_backend
+from django_openworkflow.store.notify import DUE_CHANNEL
 from django_openworkflow.worker import Worker
 from tests.conftest import is_parked, wait_until
 from tests.testapp.models import SideEffect
@@ -159,4 +161,103 @@ def test_sqlite_listener_stops_promptly_while_idle():
     time.sleep(0.1)  # let it fall asleep
     listener.stop()
     listener.join(10)
+    assert not listener.is_alive()
+
+
+# -- result()'s listener: started only to wait, stopped when its connection would be in the way --
+
+
+@pytest.fixture
+def waiters():
+    from django_openworkflow.store.notify import run_waiters
+
+    run_waiters.close()  # whatever an earlier test left running
+    yield run_waiters
+    run_waiters.close()
+
+
+def test_a_result_that_need_not_wait_opens_no_listener(waiters):
+    from django_openworkflow.testing import drain
+
+    pending = sleeper.run({"duration": "1h"})
+    with pytest.raises(ResultTimeout):
+        pending.result(timeout=0)  # one read
+    done = three_steps.run()
+    drain()
+    assert done.result(timeout=5) == {"result": 11}  # finished at the first read
+    assert not waiters.listening
+
+
+def test_a_result_that_waits_listens(waiters):
+    with pytest.raises(ResultTimeout):
+        sleeper.run({"duration": "1h"}).result(timeout=0.2)
+    assert waiters.listening
+
+
+def listen_sessions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%%'"
+        )
+        return cursor.fetchone()[0]
+
+
+@postgres_only
+def test_the_listener_disconnects_before_django_creates_or_drops_a_database(waiters):
+    # Django's test runner and pytest-django drop the test database through a
+    # connection to no database; PostgreSQL refuses while another session is in it.
+    handle = sleeper.run({"duration": "1h"})
+    with pytest.raises(ResultTimeout):
+        handle.result(timeout=0.2)
+    assert waiters.listening and listen_sessions() == 1
+    with connection.creation._nodb_cursor():
+        assert not waiters.listening
+    wait_until(lambda: listen_sessions() == 0, timeout=10)
+    with pytest.raises(ResultTimeout):
+        handle.result(timeout=0.2)  # the next wait starts it again
+    assert waiters.listening
+
+
+@pytest.mark.parametrize("setting", ["OPENWORKFLOW", "DATABASES"])
+def test_the_listener_stops_when_the_database_settings_change(waiters, setting):
+    from django.conf import settings
+    from django.test import override_settings
+
+    handle = sleeper.run({"duration": "1h"})
+    with pytest.raises(ResultTimeout):
+        handle.result(timeout=0.2)
+    assert waiters.listening
+    # Django warns that overriding DATABASES does not reconnect its own connections.
+    warns = pytest.warns(UserWarning, match="DATABASES") if setting == "DATABASES" else contextlib.nullcontext()
+    with warns, override_settings(**{setting: getattr(settings, setting)}):
+        assert not waiters.listening
+        with pytest.raises(ResultTimeout):
+            handle.result(timeout=0.2)  # started again, with the settings of the day
+        assert waiters.listening
+    assert not waiters.listening
+
+
+def test_a_listener_logs_a_failing_callback_and_carries_on(caplog):
+    calls: list[str] = []
+
+    def on_notify(channel: str, payload: str) -> None:
+        calls.append(channel)
+        if len(calls) == 1:
+            raise RuntimeError("the owner's callback failed")
+
+    listener = get_backend().listener([DUE_CHANNEL], on_notify)
+    listener.start()
+    try:
+        # It connects again, and reports a wake-up on connecting, as after any drop.
+        wait_until(lambda: len(calls) >= 2, timeout=15)
+        assert listener.is_alive()
+        assert "the owner's callback failed" in caplog.text
+        assert listener.connected.wait(10)
+        seen = len(calls)
+        three_steps.run()  # a commit: PostgreSQL notifies, SQLite's listener sees it
+        wait_until(lambda: len(calls) > seen, timeout=15)
+    finally:
+        listener.stop()
+        listener.join(10)
     assert not listener.is_alive()

@@ -3,12 +3,20 @@
 Only databases with notifications (PostgreSQL's LISTEN/NOTIFY) have a
 listener; elsewhere workers and waiters poll. A lost notification delays
 work, never loses it.
+
+The waiter's listener holds a connection of its own to the workflow
+database. It is started by the first ``result()`` that has to wait, and
+stopped when that connection would be in the way: when Django is about to
+create or drop a database (a test run's setup and teardown, under Django's
+runner, pytest-django or any runner that uses ``destroy_test_db``), and when
+``DATABASES`` or ``OPENWORKFLOW`` change. The next ``result()`` that waits
+starts it again.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 DUE_CHANNEL = "openworkflow_due"
 """A run became claimable (inserted, woken, retried)."""
@@ -17,7 +25,12 @@ DONE_CHANNEL = "openworkflow_done"
 
 
 class Listener(Protocol):
-    """A daemon thread that calls ``on_notify(channel, payload)`` for each notification."""
+    """A daemon thread that calls ``on_notify(channel, payload)`` for each notification.
+
+    It never ends by itself: a lost connection or a failing ``on_notify`` is
+    logged, and it connects again after a backoff, until :meth:`stop`.
+    ``on_notify`` is called on the listener's thread.
+    """
 
     connected: threading.Event
     """Set while listening; a (re)connection reports a wake-up on every channel."""
@@ -32,7 +45,13 @@ class Listener(Protocol):
 
 
 class _RunWaiters:
-    """One process-wide listener on ``openworkflow_done`` for ``handle.result()``."""
+    """One process-wide listener on ``openworkflow_done`` for ``handle.result()``.
+
+    ``_events`` and ``_listener`` are shared by every thread that waits for a
+    result and by the listener's thread (through :meth:`_dispatch`); both are
+    read and written only under ``_lock``. The events themselves are
+    ``threading.Event``, safe to set and wait on from any thread.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -50,8 +69,12 @@ class _RunWaiters:
         for event in events:
             event.set()
 
-    def register(self, run_id: str) -> threading.Event | None:
-        """An event set when ``run_id`` finishes; None where the database cannot notify."""
+    def register(self, run_id: str, connect_timeout: float = 2.0) -> threading.Event | None:
+        """An event set when ``run_id`` finishes; None where the database cannot notify.
+
+        Starts the listener if it is not running, and waits up to
+        ``connect_timeout`` seconds for it to listen.
+        """
         from . import get_backend
 
         with self._lock:
@@ -59,24 +82,46 @@ class _RunWaiters:
                 self._listener = get_backend().listener([DONE_CHANNEL], self._dispatch)
                 if self._listener is None:
                     return None
+                _connect_stop_hooks()
                 self._listener.start()
             listener = self._listener
             event = threading.Event()
             self._events.setdefault(run_id, []).append(event)
         # Listen before the caller reads the run's status, or a finish between
         # the read and the LISTEN would be missed until the next poll.
-        listener.connected.wait(2.0)
+        listener.connected.wait(connect_timeout)
         return event
 
+    def is_registered(self, run_id: str, event: threading.Event) -> bool:
+        """Whether ``event`` will still be set by the listener (False once it was set for the run, or stopped)."""
+        with self._lock:
+            return event in self._events.get(run_id, [])
+
+    @property
+    def listening(self) -> bool:
+        """Whether the listener thread is running."""
+        with self._lock:
+            return self._listener is not None and self._listener.is_alive()
+
     def close(self) -> None:
-        """Stop the listener (it restarts on the next ``register``)."""
+        """Stop the listener and close its connection; it starts again on the next ``register``.
+
+        Waiters registered now are woken and forgotten: they look once more and
+        poll from then on.
+        """
         with self._lock:
             listener, self._listener = self._listener, None
+            events = [event for waiting in self._events.values() for event in waiting]
+            self._events.clear()
+        for event in events:
+            event.set()
         if listener is not None:
             listener.stop()
-            listener.join(5)
+            if listener is not threading.current_thread():  # an on_notify that closes: the thread ends by itself
+                listener.join(5)
 
     def unregister(self, run_id: str, event: threading.Event) -> None:
+        """Forget ``event`` (the waiter has its result, or gave up)."""
         with self._lock:
             events = self._events.get(run_id, [])
             if event in events:
@@ -86,3 +131,37 @@ class _RunWaiters:
 
 
 run_waiters = _RunWaiters()
+
+_hooks_lock = threading.Lock()
+_hooks_connected = False  # guarded by _hooks_lock
+
+
+def _connect_stop_hooks() -> None:
+    """Connect the receivers that stop the waiter's listener (once, when it first starts)."""
+    global _hooks_connected
+    with _hooks_lock:
+        if _hooks_connected:
+            return
+        from django.core.signals import setting_changed
+        from django.db.backends.signals import connection_created
+
+        connection_created.connect(_stop_before_database_is_created_or_dropped, dispatch_uid="openworkflow-waiter")
+        setting_changed.connect(_stop_when_databases_change, dispatch_uid="openworkflow-waiter")
+        _hooks_connected = True
+
+
+def _stop_before_database_is_created_or_dropped(sender: Any, connection: Any, **kwargs: Any) -> None:
+    # Django connects to no database in particular (NO_DB_ALIAS) only to create,
+    # clone or drop one: a test run's setup and teardown, whatever the runner
+    # (teardown_databases -> destroy_test_db). PostgreSQL refuses to drop a
+    # database another session is connected to, and the listener is one.
+    from django.db.backends.base.base import NO_DB_ALIAS
+
+    if connection.alias == NO_DB_ALIAS:
+        run_waiters.close()
+
+
+def _stop_when_databases_change(sender: Any, setting: str, **kwargs: Any) -> None:
+    # The listener connected with the settings of its day; the next waiter starts one with the new ones.
+    if setting in ("DATABASES", "OPENWORKFLOW"):
+        run_waiters.close()
