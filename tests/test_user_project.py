@@ -1,0 +1,249 @@
+"""A user's own test suite, written as the README's "Testing your workflows" says, passes on the suite's database.
+
+A project made with ``django-admin startproject`` and ``startapp`` installs
+the package, declares two workflows and a view, and carries the README's
+``myapp/tests.py`` verbatim (read from README.md, so the sample cannot drift)
+plus a test that waits for a result, which starts ``result()``'s listener.
+``manage.py test`` and ``pytest`` (pytest-django and the package's plugin)
+run it in a subprocess, on the same kind of database as this suite (a
+database name of its own). Both must pass and leave no test database
+behind: on PostgreSQL the listener's connection used to make DROP DATABASE
+fail at teardown, and the user's CI went red although every test passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+import django_openworkflow
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(django_openworkflow.__file__).resolve().parent.parent
+
+WORKFLOWS = """
+from django.contrib.auth.models import User
+
+from django_openworkflow import workflow
+
+
+def create_account(email):
+    user = User.objects.create(username=email, email=email)
+    return {"id": user.pk, "email": email}
+
+
+def send_mail(email, template):
+    return template
+
+
+@workflow(name="onboard-user", version="v1")
+def onboard_user(ctx):
+    user = ctx.step.run("create-account", lambda: create_account(ctx.input["email"]))
+    ctx.step.run("send-welcome", lambda: send_mail(user["email"], "welcome"))
+    ctx.step.sleep("tips-delay", "3d")
+    ctx.step.run("send-tips", lambda: send_mail(user["email"], "tips"))
+    return {"user": user["id"]}
+
+
+@workflow(name="expense-approval")
+def expense_approval(ctx):
+    claim = ctx.step.run("file-claim", lambda: dict(ctx.input))
+    decision = ctx.step.wait_for_signal("manager-decision", timeout="7d")
+    if decision is None:
+        return ctx.step.run("escalate", lambda: {**claim, "escalated_to": "finance"})
+    return ctx.step.run("apply", lambda: {**claim, "decision": decision})
+"""
+
+VIEWS = """
+from django.http import JsonResponse
+from django.views.decorators.http import require_POST
+
+from .workflows import onboard_user
+
+
+@require_POST
+def signup(request):
+    handle = onboard_user.run({"email": request.POST["email"]})
+    return JsonResponse({"run_id": str(handle.id)})
+"""
+
+URLS = """
+from django.urls import path
+
+from myapp.views import signup
+
+urlpatterns = [path("signup/", signup)]
+"""
+
+# Beyond the README: a result() that waits, so the listener runs (where the database
+# has one) when the test database is dropped. Run by both runners; pytest also runs
+# the functions, with the plugin's workflow_runner fixture.
+WAITING_TESTS = """
+import threading
+
+import pytest
+from django.db import connection
+from django.test import TestCase
+from django_openworkflow import ResultTimeout
+from django_openworkflow.testing import drain
+from myapp.workflows import expense_approval, onboard_user
+
+
+def listener_running():
+    return any(thread.name == "owf-listener" for thread in threading.enumerate())
+
+
+class WaitingTests(TestCase):
+    def test_a_parked_run_has_no_result_yet(self):
+        handle = expense_approval.run({"employee": "ada", "amount": 120})
+        drain()
+        with self.assertRaises(ResultTimeout):
+            handle.result(timeout=0.2)  # waits, listening for the run's end meanwhile
+        self.assertEqual(listener_running(), connection.vendor != "mysql")
+
+
+def test_onboarding_with_the_fixture(workflow_runner):
+    handle = onboard_user.run({"email": "grace@example.com"})
+    workflow_runner.drain()
+    assert handle.result(timeout=0)["user"] > 0
+
+
+def test_a_parked_run_waits_with_the_fixture(workflow_runner):
+    handle = expense_approval.run({"employee": "ada", "amount": 120})
+    workflow_runner.drain()
+    with pytest.raises(ResultTimeout):
+        handle.result(timeout=0.2)
+    assert listener_running() == (connection.vendor != "mysql")
+"""
+
+SETTINGS = """
+
+# Added by tests/test_user_project.py: the package, the app, and the suite's database server.
+import json
+import os
+
+INSTALLED_APPS += ["django_openworkflow", "myapp"]
+DATABASES = {"default": json.loads(os.environ["OWF_USER_PROJECT_DATABASE"])}
+"""
+
+
+def readme_tests() -> str:
+    """The README's ``myapp/tests.py`` sample, as it is printed."""
+    section = (ROOT / "README.md").read_text().split("## Testing your workflows", 1)[1]
+    match = re.search(r"```python\n(# myapp/tests\.py\n.*?)```", section, re.S)
+    assert match, "the README's Testing section has no myapp/tests.py sample"
+    return match.group(1)
+
+
+def user_database(tmp: Path) -> dict[str, Any]:
+    """A database of the suite's kind, named after the suite's test database so that parallel suites do not clash."""
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        # A file, not Django's in-memory default, so that SQLite's listener runs too.
+        return {
+            "ENGINE": settings["ENGINE"],
+            "NAME": str(tmp / "db.sqlite3"),
+            "TEST": {"NAME": str(tmp / "test_db.sqlite3")},
+        }
+    database = {key: settings[key] for key in ("ENGINE", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")}
+    database["NAME"] = f"{settings['NAME']}_userproject"
+    if settings.get("TEST", {}).get("CHARSET"):
+        database["TEST"] = {"CHARSET": settings["TEST"]["CHARSET"]}
+    return database
+
+
+def user_test_database_exists(database: dict[str, Any]) -> bool:
+    name = database.get("TEST", {}).get("NAME") or f"test_{database['NAME']}"
+    if connection.vendor == "sqlite":
+        return Path(name).exists()
+    sql = {
+        "postgresql": "SELECT 1 FROM pg_database WHERE datname = %s",
+        "mysql": "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",
+    }[connection.vendor]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [name])
+        return cursor.fetchone() is not None
+
+
+def drop_test_database(database: dict[str, Any]) -> None:
+    """Remove what a failed run left, so that the next run starts clean."""
+    if connection.vendor == "sqlite":
+        return  # in the temporary directory
+    name = connection.ops.quote_name(f"test_{database['NAME']}")
+    with connection.creation._nodb_cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+
+
+def user_environment(project: Path) -> dict[str, str]:
+    """The environment of the user's commands: none of this suite's settings, this checkout's package."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "PYTEST_", "OWF_", "OPENWORKFLOW_")) and key != "DATABASE_URL"
+    }
+    # This checkout's package, not whichever one the virtualenv installed.
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), str(project)])
+    return env
+
+
+@pytest.fixture(scope="module")
+def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    project = tmp_path_factory.mktemp("user_project")
+    env = user_environment(project)
+    subprocess.run([sys.executable, "-m", "django", "startproject", "mysite", "."], cwd=project, env=env, check=True)
+    subprocess.run([sys.executable, "manage.py", "startapp", "myapp"], cwd=project, env=env, check=True)
+    with open(project / "mysite" / "settings.py", "a") as settings:
+        settings.write(SETTINGS)
+    (project / "mysite" / "urls.py").write_text(URLS)
+    (project / "myapp" / "workflows.py").write_text(WORKFLOWS)
+    (project / "myapp" / "views.py").write_text(VIEWS)
+    (project / "myapp" / "tests.py").write_text(readme_tests())
+    (project / "myapp" / "test_waiting.py").write_text(WAITING_TESTS)
+    return project
+
+
+@pytest.fixture
+def project_run(user_project: Path, django_db_blocker: Any) -> Iterator[tuple[Path, dict[str, str], dict[str, Any]]]:
+    database = user_database(user_project)
+    env = user_environment(user_project)
+    env.update(DJANGO_SETTINGS_MODULE="mysite.settings", OWF_USER_PROJECT_DATABASE=json.dumps(database))
+    with django_db_blocker.unblock():
+        drop_test_database(database)
+    try:
+        yield user_project, env, database
+        with django_db_blocker.unblock():
+            assert not user_test_database_exists(database), "the user's test database was left behind"
+    finally:
+        with django_db_blocker.unblock():
+            drop_test_database(database)
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_manage_py_test_passes(project_run: tuple[Path, dict[str, str], dict[str, Any]]) -> None:
+    project, env, _ = project_run
+    done = run([sys.executable, "manage.py", "test", "--noinput"], project, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Ran 3 tests" in output and "OK" in output, output
+
+
+def test_pytest_passes(project_run: tuple[Path, dict[str, str], dict[str, Any]]) -> None:
+    project, env, _ = project_run
+    # pytest-django only warns when it cannot drop the test database: make that a failure.
+    args = ["-W", "error::pytest.PytestWarning", "-p", "no:cacheprovider", "myapp/tests.py", "myapp/test_waiting.py"]
+    done = run([sys.executable, "-m", "pytest", *args], project, env)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "5 passed" in output, output
