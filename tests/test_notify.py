@@ -8,6 +8,8 @@ MySQL/MariaDB have neither: workers and waiters poll there.
 from __future__ import annotations
 
 import contextlib
+import os
+import sqlite3
 import threading
 import time
 
@@ -257,6 +259,46 @@ def test_a_listener_logs_a_failing_callback_and_carries_on(caplog):
         seen = len(calls)
         three_steps.run()  # a commit: PostgreSQL notifies, SQLite's listener sees it
         wait_until(lambda: len(calls) > seen, timeout=15)
+    finally:
+        listener.stop()
+        listener.join(10)
+    assert not listener.is_alive()
+
+
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
+def test_sqlite_listener_lets_go_of_a_deleted_database(tmp_path, monkeypatch, inotify):
+    # Django deletes a file test database at teardown while this connection is open: it
+    # must close (SQLite leaves -wal and -shm behind otherwise), create nothing, and
+    # follow the database once it is back.
+    from django_openworkflow.store.backends import sqlite
+
+    if not inotify:
+        monkeypatch.setattr(sqlite._DirectoryWatch, "open", classmethod(lambda cls, database: None))
+    path = tmp_path / "db.sqlite3"
+
+    def commit() -> None:
+        with contextlib.closing(sqlite3.connect(path)) as other:
+            other.execute("PRAGMA journal_mode=WAL")
+            other.execute("CREATE TABLE IF NOT EXISTS t (x)")
+            other.execute("INSERT INTO t VALUES (1)")
+            other.commit()
+
+    commit()
+    wake_ups: list[str] = []
+    listener = sqlite.DataVersionListener(["x"], lambda channel, payload: wake_ups.append(channel), str(path))
+    listener.start()
+    try:
+        assert listener.connected.wait(10)
+        os.remove(path)
+        wait_until(lambda: not listener.connected.is_set(), timeout=10)
+        wait_until(lambda: not any(tmp_path.iterdir()), timeout=10)
+        time.sleep(0.1)
+        assert not any(tmp_path.iterdir()), "the listener created the deleted database again"
+        commit()
+        assert listener.connected.wait(10)
+        seen = len(wake_ups)
+        commit()
+        wait_until(lambda: len(wake_ups) > seen, timeout=10)
     finally:
         listener.stop()
         listener.join(10)

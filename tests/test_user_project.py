@@ -148,10 +148,12 @@ def user_database(tmp: Path) -> dict[str, Any]:
     """A database of the suite's kind, named after the suite's test database so that parallel suites do not clash."""
     settings = connection.settings_dict
     if connection.vendor == "sqlite":
-        # A file, not Django's in-memory default, so that SQLite's listener runs too.
+        # The README's SQLite options, and a file, not Django's in-memory default, for the
+        # test database, so that SQLite's listener runs too.
         return {
             "ENGINE": settings["ENGINE"],
             "NAME": str(tmp / "db.sqlite3"),
+            "OPTIONS": settings["OPTIONS"],
             "TEST": {"NAME": str(tmp / "test_db.sqlite3")},
         }
     database = {key: settings[key] for key in ("ENGINE", "USER", "PASSWORD", "HOST", "PORT", "OPTIONS")}
@@ -164,7 +166,7 @@ def user_database(tmp: Path) -> dict[str, Any]:
 def user_test_database_exists(database: dict[str, Any]) -> bool:
     name = database.get("TEST", {}).get("NAME") or f"test_{database['NAME']}"
     if connection.vendor == "sqlite":
-        return Path(name).exists()
+        return any(Path(name).parent.glob(f"{Path(name).name}*"))  # its -wal and -shm too
     sql = {
         "postgresql": "SELECT 1 FROM pg_database WHERE datname = %s",
         "mysql": "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s",

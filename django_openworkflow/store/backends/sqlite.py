@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import logging
@@ -137,18 +138,23 @@ class _DirectoryWatch:
 
     SQLite writes a commit to the ``-wal`` file (or, without WAL, to the
     database and its ``-journal``), so a write there means a commit is under
-    way, by any process. Through ctypes: no dependency, and no thread that
-    wakes to poll. None where inotify is missing (macOS, Windows).
+    way, by any process. It also sees the database file itself deleted or
+    replaced (a test database dropped, a restore). Through ctypes: no
+    dependency, and no thread that wakes to poll. None where inotify is
+    missing (macOS, Windows).
     """
 
     IN_MODIFY = 0x2
     IN_CLOSE_WRITE = 0x8
+    IN_MOVED_FROM = 0x40
     IN_MOVED_TO = 0x80
     IN_CREATE = 0x100
+    IN_DELETE = 0x200
 
-    def __init__(self, fd: int, names: frozenset[bytes]) -> None:
+    def __init__(self, fd: int, database: bytes) -> None:
         self.fd = fd
-        self.names = names
+        self.database = database
+        self.names = frozenset({database, database + b"-wal", database + b"-journal"})
 
     @classmethod
     def open(cls, database: str) -> _DirectoryWatch | None:
@@ -162,26 +168,30 @@ class _DirectoryWatch:
         if fd < 0:
             return None
         path = os.path.abspath(database)
-        mask = cls.IN_MODIFY | cls.IN_CLOSE_WRITE | cls.IN_MOVED_TO | cls.IN_CREATE
+        mask = cls.IN_MODIFY | cls.IN_CLOSE_WRITE | cls.IN_MOVED_FROM | cls.IN_MOVED_TO | cls.IN_CREATE | cls.IN_DELETE
         if libc.inotify_add_watch(fd, os.fsencode(os.path.dirname(path)), mask) < 0:
             os.close(fd)
             return None
-        base = os.fsencode(os.path.basename(path))
-        return cls(fd, frozenset({base, base + b"-wal", base + b"-journal"}))
+        return cls(fd, os.fsencode(os.path.basename(path)))
 
-    def drain(self) -> bool:
-        """Read every pending event; whether one was about the database's files."""
-        ours = False
+    def drain(self) -> tuple[bool, bool]:
+        """Read every pending event; whether one was about the database's files, and whether the database was replaced.
+
+        Replaced: the database file itself deleted, renamed, or created anew.
+        """
+        ours = replaced = False
+        gone = self.IN_DELETE | self.IN_MOVED_FROM | self.IN_MOVED_TO | self.IN_CREATE
         while True:
             try:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
-                return ours
+                return ours, replaced
             offset = 0
             while offset + 16 <= len(data):
-                length = struct.unpack_from("iIII", data, offset)[3]
+                _, mask, _, length = struct.unpack_from("iIII", data, offset)
                 name = data[offset + 16 : offset + 16 + length].rstrip(b"\0")
                 ours = ours or name in self.names
+                replaced = replaced or (name == self.database and bool(mask & gone))
                 offset += 16 + length
 
     def close(self) -> None:
@@ -201,7 +211,10 @@ class DataVersionListener(threading.Thread):
     An idle worker wakes once a second. Elsewhere it looks every few
     milliseconds, which on a VM costs about 1 % of a core. The payload is
     empty: a commit says that something changed, not what, so the owner
-    looks (a claim, a run's status).
+    looks (a claim, a run's status). When the database file is deleted (a
+    test database dropped at teardown) it closes its connection, so that the
+    file's ``-wal`` and ``-shm`` go too, and waits for the file to come back
+    without creating it.
     """
 
     BUSY_INTERVAL = 0.002
@@ -244,10 +257,21 @@ class DataVersionListener(threading.Thread):
     def run(self) -> None:
         watch = _DirectoryWatch.open(self.database)
         backoff = 0.1
+        # A daemon thread is killed at exit with its connection open, and a connection
+        # that is not closed leaves the database's -wal and -shm files behind.
+        atexit.register(self._stop_at_exit)
         try:
             while not self._stop_event.is_set():
                 try:
+                    if self._database_missing():
+                        # Deleted (a test database dropped at teardown): wait for it to come
+                        # back rather than create an empty one by connecting.
+                        self._pause(watch)
+                        continue
                     self._listen(watch)
+                    # It returned: the database file was deleted or replaced. Its connection
+                    # is closed (a deleted file's -wal and -shm go with it); look again.
+                    self.connected.clear()
                 except Exception as exc:
                     # Never end silently: a failed connection or a failing on_notify is
                     # logged and the thread connects again.
@@ -261,6 +285,7 @@ class DataVersionListener(threading.Thread):
                     self._stop_event.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
         finally:
+            atexit.unregister(self._stop_at_exit)
             self.connected.clear()
             if watch is not None:
                 watch.close()
@@ -270,7 +295,37 @@ class DataVersionListener(threading.Thread):
                     os.close(self._stop_write)
                 self._stop_write = None
 
+    def _stop_at_exit(self) -> None:
+        self.stop()
+        self.join(2)
+
+    def _database_missing(self) -> bool:
+        # A file: URI is opened as it is: it cannot be looked at here.
+        return not self.database.startswith("file:") and not os.path.exists(self.database)
+
+    def _pause(self, watch: _DirectoryWatch | None) -> None:
+        """Sleep until a file of the database's directory changes, stop() is called, or a second passes."""
+        if watch is None:
+            self._stop_event.wait(self.IDLE_INTERVAL)
+            return
+        ready, _, _ = select.select([watch.fd, self._stop_read], [], [], self.IDLE_INTERVAL)
+        if watch.fd in ready:
+            watch.drain()
+
     def _listen(self, watch: _DirectoryWatch | None) -> None:
+        """Watch until stopped, or until the database file is deleted or replaced; raises when the connection fails."""
+        try:
+            self._watch(watch)
+        finally:
+            if self._database_missing():
+                # SQLite removes a database's -wal and -shm files when its last connection
+                # closes, unless the database file was deleted first (Django deletes a test
+                # database once its own connection is closed, while this one is open).
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(self.database + suffix)
+
+    def _watch(self, watch: _DirectoryWatch | None) -> None:
         # uri=True, as Django opens it: NAME may be a file: URI.
         with contextlib.closing(sqlite3.connect(self.database, uri=True, isolation_level=None)) as conn:
             pragma = conn.cursor()
@@ -282,11 +337,16 @@ class DataVersionListener(threading.Thread):
             while not self._stop_event.is_set():
                 if watch is None:
                     self._stop_event.wait(2 * self.BUSY_INTERVAL)
+                    if self._database_missing():
+                        return
                 else:
                     settling = time.monotonic() - written_at < self.SETTLE
                     timeout = self.BUSY_INTERVAL if settling else self.IDLE_INTERVAL
                     ready, _, _ = select.select([watch.fd, self._stop_read], [], [], timeout)
-                    if watch.fd in ready and watch.drain():
+                    written, replaced = watch.drain() if watch.fd in ready else (False, False)
+                    if replaced or (not ready and self._database_missing()):
+                        return
+                    if written:
                         written_at = time.monotonic()
                         if not settling:
                             busy_since = written_at
