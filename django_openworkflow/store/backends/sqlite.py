@@ -235,7 +235,8 @@ class DataVersionListener(threading.Thread):
         # _pipe_lock: once the thread has closed it, the number may name another file.
         self.channels = list(channels)
         self.on_notify = on_notify
-        self.database = database
+        # Absolute, as SQLite opened it: the process may change directory later.
+        self.database = database if database.startswith("file:") else os.path.abspath(database)
         self.connected = threading.Event()
         self._stop_event = threading.Event()
         self._stop_read, stop_write = os.pipe()
@@ -269,8 +270,8 @@ class DataVersionListener(threading.Thread):
                         self._pause(watch)
                         continue
                     self._listen(watch)
-                    # It returned: the database file was deleted or replaced. Its connection
-                    # is closed (a deleted file's -wal and -shm go with it); look again.
+                    # It returned: the database file was deleted or replaced, and its
+                    # connection is closed. Look again.
                     self.connected.clear()
                 except Exception as exc:
                     # Never end silently: a failed connection or a failing on_notify is
