@@ -103,11 +103,12 @@ class _RunWaiters:
         with self._lock:
             return self._listener is not None and self._listener.is_alive()
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
         """Stop the listener and close its connection; it starts again on the next ``register``.
 
         Waiters registered now are woken and forgotten: they look once more and
-        poll from then on.
+        poll from then on. With ``wait``, returns once the connection is closed
+        (the PostgreSQL listener notices within a quarter of a second).
         """
         with self._lock:
             listener, self._listener = self._listener, None
@@ -117,7 +118,7 @@ class _RunWaiters:
             event.set()
         if listener is not None:
             listener.stop()
-            if listener is not threading.current_thread():  # an on_notify that closes: the thread ends by itself
+            if wait and listener is not threading.current_thread():  # on its own thread: it ends by itself
                 listener.join(5)
 
     def unregister(self, run_id: str, event: threading.Event) -> None:
@@ -162,6 +163,7 @@ def _stop_before_database_is_created_or_dropped(sender: Any, connection: Any, **
 
 
 def _stop_when_databases_change(sender: Any, setting: str, **kwargs: Any) -> None:
-    # The listener connected with the settings of its day; the next waiter starts one with the new ones.
+    # The listener connected with the settings of its day; the next waiter starts one with the
+    # new ones. Not waiting for it to end: tests change settings often, and nothing is dropped here.
     if setting in ("DATABASES", "OPENWORKFLOW"):
-        run_waiters.close()
+        run_waiters.close(wait=False)
