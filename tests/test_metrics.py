@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from django_openworkflow import metrics, send_signal
 from django_openworkflow.checks import check_settings
-from django_openworkflow.metrics import recorder
+from django_openworkflow.metrics import labels
 from django_openworkflow.store import get_backend
 from django_openworkflow.telemetry import check_telemetry
 from tests.conftest import wait_until
@@ -38,6 +38,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 URL = "/workflows/metrics"
 ON = {"POLL_INTERVAL": "20ms", "METRICS": True}
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+@pytest.fixture(autouse=True)
+def fresh_label_caps() -> Iterator[None]:
+    """Each test starts with caps that have seen no value (they are first come, first kept, per process)."""
+    saved = [(cap, cap.kept) for cap in labels.CAPS]
+    for cap in labels.CAPS:
+        cap.reset()
+    yield
+    for cap, kept in saved:
+        cap.kept = kept
+        cap.reset()
 
 
 @pytest.fixture
@@ -121,9 +133,8 @@ def test_signals_are_counted_by_workflow_and_name(client, metrics_on, run_worker
         )
 
 
-def test_step_names_built_from_data_are_capped_per_workflow(client, metrics_on, run_worker, monkeypatch):
-    monkeypatch.setattr(recorder, "STEP_LABELS_KEPT", 3)
-    monkeypatch.setattr(recorder, "_step_labels", {})
+def test_step_names_built_from_data_are_capped_per_workflow(client, metrics_on, run_worker):
+    labels.STEPS.kept = 3
     handle = telemetry_dynamic.run({"items": list(range(6))})
     run_worker(until=lambda: finished(handle), queues=("telemetry",))
     samples = scrape(client)
@@ -132,8 +143,78 @@ def test_step_names_built_from_data_are_capped_per_workflow(client, metrics_on, 
         for name, labels in samples
         if name == "workflow_step_duration_seconds_count" and dict(labels).get("workflow") == "telemetry-dynamic"
     }
-    assert steps == {"fetch-0", "fetch-1", "fetch-2", recorder.OTHER_STEPS}
+    assert steps == {"fetch-0", "fetch-1", "fetch-2", labels.OTHER}
     assert value(samples, "workflow_step_duration_seconds_count", workflow="telemetry-dynamic", step="_other") == 3
+
+
+def series(samples: Samples, name: str, **labels: str) -> list[dict[str, str]]:
+    """The label sets of ``name``'s samples that have ``labels``."""
+    return [
+        dict(found) for sample, found in samples if sample == name and set(labels.items()) <= set(dict(found).items())
+    ]
+
+
+def counted(before: Samples, after: Samples, name: str, **labels: str) -> dict[frozenset[tuple[str, str]], float]:
+    """What ``name`` counted between two scrapes, per label set that has ``labels`` (the registry is the process's:
+    earlier tests left series in it)."""
+    found = {frozenset(each.items()) for each in series(after, name, **labels)}
+    deltas = {each: after.get((name, each), 0.0) - before.get((name, each), 0.0) for each in found}
+    return {each: delta for each, delta in deltas.items() if delta}
+
+
+def test_signal_names_chosen_by_senders_make_a_bounded_number_of_series(client, metrics_on):
+    """Anyone allowed to send a signal picks its name: past the cap, new names share one series."""
+    before = scrape(client)
+    handle = telemetry_parent.run()
+    sent = labels.SIGNAL_LABELS_KEPT + 150
+    for n in range(sent):
+        send_signal(handle.id, f"junk-{n}")
+    after = scrape(client)
+    signals = counted(before, after, "workflow_signals_total", workflow="telemetry-parent")
+    assert len(signals) == labels.SIGNAL_LABELS_KEPT + 1
+    assert len(series(after, "workflow_signals_total")) - len(series(before, "workflow_signals_total")) <= len(signals)
+    assert signals[frozenset({"workflow": "telemetry-parent", "signal": "junk-0"}.items())] == 1
+    assert signals[frozenset({"workflow": "telemetry-parent", "signal": labels.OTHER}.items())] == 150
+    assert sum(signals.values()) == sent
+    # Another workflow's signals have a cap of their own.
+    other = telemetry_steps.run()
+    send_signal(other.id, "go")
+    assert counted(after, scrape(client), "workflow_signals_total", workflow="telemetry-steps") == {
+        frozenset({"workflow": "telemetry-steps", "signal": "go"}.items()): 1
+    }
+
+
+def test_queue_and_workflow_labels_are_capped_beyond_what_the_code_declares(client, metrics_on):
+    from django_openworkflow import hooks
+
+    labels.QUEUES.kept = 2
+    labels.WORKFLOWS.kept = 2
+    before = scrape(client)
+    # Runs started on queues a caller named (the HTTP API's start takes any queue name).
+    for n in range(5):
+        telemetry_steps.run(queue=f"picked-{n}")
+        hooks.send(hooks.run_started, "telemetry-steps", run_id=None, queue=f"picked-{n}")
+    # Runs of workflows this process does not register (code since removed), as a worker reports them.
+    for n in range(5):
+        hooks.send(hooks.run_started, f"removed-{n}", run_id=None, queue="telemetry")
+    after = scrape(client)
+
+    started = counted(before, after, "workflow_runs_started_total", workflow="telemetry-steps")
+    assert {dict(each)["queue"]: n for each, n in started.items()} == {"picked-0": 1, "picked-1": 1, labels.OTHER: 3}
+    due = {found["queue"]: value(after, "workflow_runs_due", **found) for found in series(after, "workflow_runs_due")}
+    # Queues the registered workflows declare keep theirs; the backlog of the others is summed.
+    assert {"default", "telemetry"} <= set(due)
+    assert {queue for queue in due if queue.startswith("picked-")} == {"picked-0", "picked-1"}
+    assert (due[labels.OTHER], due["picked-0"]) == (3, 1)
+
+    started = counted(before, after, "workflow_runs_started_total", queue="telemetry")
+    by_workflow = {dict(each)["workflow"]: n for each, n in started.items()}
+    assert by_workflow == {"removed-0": 1, "removed-1": 1, labels.OTHER: 3}
+    # A registered workflow is never counted under "_other", however many others came first.
+    hooks.send(hooks.run_started, "telemetry-fails", run_id=None, queue="telemetry")
+    assert value(scrape(client), "workflow_runs_started_total", workflow="telemetry-fails", queue="telemetry") == (
+        value(after, "workflow_runs_started_total", workflow="telemetry-fails", queue="telemetry") + 1
+    )
 
 
 def test_gauges_are_read_from_the_database(client, metrics_on):

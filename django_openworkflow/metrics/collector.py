@@ -5,6 +5,10 @@ process shares, so they are right whichever process that is and are never
 summed over processes. Only ``/metrics`` serves them: a worker's own
 exporter (``runworkflows --metrics-port``) leaves them out, or every worker
 would report the same queue again.
+
+Their labels go through the same caps as the counters' (:mod:`.labels`):
+queues that a start named and no workflow declares, and workflows no longer
+registered, beyond the caps are summed under ``"_other"``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from prometheus_client.registry import Collector
 from ..flow import DEFAULT_QUEUE
 from ..registry import registry
 from ..store import get_backend
-from ..store.telemetry import due_by_queue, held_by_workflow
+from ..store.telemetry import QueueDepth, due_by_queue, held_by_workflow
+from .labels import queue_label, workflow_label
 
 
 class DatabaseCollector(Collector):
@@ -25,7 +30,10 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = get_backend().now()
-        depths = {depth.queue: depth for depth in due_by_queue(now)}
+        depths: dict[str, QueueDepth] = {}
+        for depth in due_by_queue(now):
+            label = queue_label(depth.queue)
+            depths[label] = _merged(depths[label], depth) if label in depths else depth
         # Every queue this process's workflows declare gets a series, 0 when nothing is due.
         queues = sorted({DEFAULT_QUEUE, *(spec.queue for spec in registry.all()), *depths})
         due = GaugeMetricFamily(
@@ -37,16 +45,25 @@ class DatabaseCollector(Collector):
             labels=["queue"],
         )
         for queue in queues:
-            depth = depths.get(queue)
-            due.add_metric([queue], depth.due if depth else 0)
-            oldest = depth.oldest_due_at if depth else None
+            found = depths.get(queue)
+            due.add_metric([queue], found.due if found else 0)
+            oldest = found.oldest_due_at if found else None
             age.add_metric([queue], max((now - oldest).total_seconds(), 0.0) if oldest is not None else 0.0)
         yield due
         yield age
         in_flight = GaugeMetricFamily(
             "workflow_runs_in_flight", "Runs a worker holds right now (executing a slice).", labels=["workflow"]
         )
-        held = held_by_workflow()
+        held: dict[str, int] = {}
+        for name, count in held_by_workflow().items():
+            label = workflow_label(name)
+            held[label] = held.get(label, 0) + count
         for name in sorted({*(spec.name for spec in registry.all()), *held}):
             in_flight.add_metric([name], held.get(name, 0))
         yield in_flight
+
+
+def _merged(one: QueueDepth, other: QueueDepth) -> QueueDepth:
+    """Two queues' backlogs under one label: the runs added up, the earliest due time of the two."""
+    oldest = [at for at in (one.oldest_due_at, other.oldest_due_at) if at is not None]
+    return QueueDepth(one.queue, one.due + other.due, min(oldest) if oldest else None)

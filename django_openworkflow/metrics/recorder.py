@@ -3,24 +3,21 @@
 They live in prometheus-client's default registry, next to the process's
 own metrics and any of yours. Label values are workflow names, queue names,
 statuses, signal names and step names without their repeat counter
-(``send:1`` counts as ``send``): never run ids. A workflow whose step names
-are built from data (``f"fetch-{url}"``) would make one series per value,
-so at most :data:`STEP_LABELS_KEPT` step names per workflow get a series
-of their own in a process; the others are counted under ``"_other"``.
+(``send:1`` counts as ``send``): never run ids. Every label but ``status``
+(a fixed set) goes through a cap of :mod:`.labels`, so a caller who picks
+names (a signal's, a queue's) or a workflow that builds step names from
+data (``f"fetch-{url}"``) cannot make one series per value: beyond the cap
+they are counted under ``"_other"``.
 """
 
 from __future__ import annotations
 
-import re
-import threading
 from typing import Any
 
 from prometheus_client import Counter, Histogram
 
 from .. import hooks
-
-STEP_LABELS_KEPT = 100
-OTHER_STEPS = "_other"
+from .labels import queue_label, signal_label, step_label, workflow_label
 
 RUN_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600, float("inf"))
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, float("inf"))
@@ -57,54 +54,42 @@ STEP_FAILURES = Counter("workflow_step_failures", "Step attempts whose code rais
 SIGNALS = Counter("workflow_signals", "Signals sent to runs (send_signal), by signal name.", ["workflow", "signal"])
 PRUNED = Counter("workflow_retention_swept", "Finished runs deleted by retention.", ["workflow"])
 
-_REPEAT = re.compile(r":\d+$")
-_step_labels: dict[str, set[str]] = {}
-_labels_lock = threading.Lock()
-
-
-def step_label(workflow: str, step: str) -> str:
-    """The ``step`` label of a step's durable key: its name without the repeat counter, bounded per workflow."""
-    name = _REPEAT.sub("", step)
-    with _labels_lock:
-        kept = _step_labels.setdefault(workflow, set())
-        if name in kept:
-            return name
-        if len(kept) >= STEP_LABELS_KEPT:
-            return OTHER_STEPS
-        kept.add(name)
-        return name
+# ``sender`` is the run's workflow name, read from the database (a run of code since removed may name anything).
 
 
 def _run_started(sender: str, *, queue: str = "", **kwargs: Any) -> None:
-    RUNS_STARTED.labels(sender, queue).inc()
+    RUNS_STARTED.labels(workflow_label(sender), queue_label(queue)).inc()
 
 
 def _run_finished(sender: str, *, status: str, queue: str = "", seconds: float | None = None, **kwargs: Any) -> None:
-    RUNS_FINISHED.labels(sender, queue, status).inc()
+    workflow = workflow_label(sender)
+    RUNS_FINISHED.labels(workflow, queue_label(queue), status).inc()
     if seconds is not None:
-        RUN_DURATION.labels(sender, status).observe(max(seconds, 0.0))
+        RUN_DURATION.labels(workflow, status).observe(max(seconds, 0.0))
 
 
 def _run_parked(sender: str, *, queue: str = "", outcome: str = "", **kwargs: Any) -> None:
     if outcome == "retry":
-        RUNS_RETRIED.labels(sender, queue).inc()
+        RUNS_RETRIED.labels(workflow_label(sender), queue_label(queue)).inc()
 
 
 def _step_finished(sender: str, *, step: str, status: str, seconds: float, attempt: int = 1, **kwargs: Any) -> None:
-    label = step_label(sender, step)
-    STEP_DURATION.labels(sender, label).observe(max(seconds, 0.0))
+    workflow = workflow_label(sender)
+    label = step_label(workflow, step)
+    STEP_DURATION.labels(workflow, label).observe(max(seconds, 0.0))
     if attempt > 1:
-        STEP_RETRIES.labels(sender, label).inc()
+        STEP_RETRIES.labels(workflow, label).inc()
     if status == "failed":
-        STEP_FAILURES.labels(sender, label).inc()
+        STEP_FAILURES.labels(workflow, label).inc()
 
 
 def _signal_sent(sender: str, *, signal_name: str, **kwargs: Any) -> None:
-    SIGNALS.labels(sender, signal_name).inc()
+    workflow = workflow_label(sender)
+    SIGNALS.labels(workflow, signal_label(workflow, signal_name)).inc()
 
 
 def _runs_pruned(sender: str, *, count: int, **kwargs: Any) -> None:
-    PRUNED.labels(sender).inc(count)
+    PRUNED.labels(workflow_label(sender)).inc(count)
 
 
 RECEIVERS = (
