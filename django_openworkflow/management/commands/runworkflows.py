@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, OperationalError, connections
 
+from ...checks import workflow_tables_problem
 from ...conf import owf_settings
 from ...durations import parse_duration
 from ...flow import DEFAULT_QUEUE
 from ...registry import registry
+from ...runner import backoff
 from ...worker import Worker, WorkerUnhealthy
 
 
@@ -72,23 +76,17 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(int(options["verbosity"]))
-        if options["metrics_port"]:
-            self._serve_metrics(options["metrics_port"])
+        # Arguments and settings are checked first: what they say is wrong needs no database.
         if options["dispatch_only"]:
-            self._dispatch_only(options["poll"])
-            return
-        try:
-            worker = Worker(
-                concurrency=options["concurrency"],
-                lease=options["lease"],
-                poll_interval=options["poll"],
-                drain_timeout=options["drain_timeout"],
-                burst=options["burst"],
-                queues=options["queues"] or (DEFAULT_QUEUE,),
-                prune=True,
+            loop = self._sweep_loop(options["poll"])
+            self._start(options["metrics_port"])
+            logging.getLogger("django_openworkflow.dispatch").info(
+                "sweeping due runs to Celery every %ss", loop.interval
             )
-        except ValueError as exc:
-            raise CommandError(str(exc)) from None
+            loop.run()
+            return
+        worker = self._worker(options)
+        self._start(options["metrics_port"])
         served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
         logging.getLogger("django_openworkflow.worker").info(
             "worker %s: database %s (%s), queues %s, concurrency %d, lease %ss, poll %sms, workflows: %s",
@@ -106,6 +104,55 @@ class Command(BaseCommand):
         except WorkerUnhealthy as exc:
             raise CommandError(f"worker {worker.worker_id} stopped: {exc}") from None
 
+    def _worker(self, options: dict[str, Any]) -> Worker:
+        try:
+            return Worker(
+                concurrency=options["concurrency"],
+                lease=options["lease"],
+                poll_interval=options["poll"],
+                drain_timeout=options["drain_timeout"],
+                burst=options["burst"],
+                queues=options["queues"] or (DEFAULT_QUEUE,),
+                prune=True,
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _start(self, metrics_port: tuple[str, int] | None) -> None:
+        """What both kinds of loop need before they start: the workflow tables, and the metrics' exporter."""
+        self._require_workflow_tables()
+        if metrics_port:
+            self._serve_metrics(metrics_port)
+
+    def _require_workflow_tables(self) -> None:
+        """Refuse to start on a database without this app's migrations, saying what to run.
+
+        Without them every claim fails ("no such table") and is retried
+        forever. A database that does not answer yet (starting at the same
+        time as the workers) is waited for, as the claims would be.
+        """
+        alias = owf_settings.database
+        failures = 0
+        while True:
+            try:
+                problem = workflow_tables_problem(alias)
+                break
+            except OperationalError as exc:  # cannot connect, or locked: transient
+                failures += 1
+                delay = backoff(failures)
+                logging.getLogger("django_openworkflow.worker").warning(
+                    "database %r did not answer (%s); looking for its migrations again in %.1fs", alias, exc, delay
+                )
+                connections[alias].close()
+                time.sleep(delay)
+            except DatabaseError as exc:  # e.g. no permission to read django_migrations: the claims will tell
+                logging.getLogger("django_openworkflow.worker").warning(
+                    "could not read which migrations are applied on database %r (%s); starting anyway", alias, exc
+                )
+                return
+        if problem is not None:
+            raise CommandError(f"cannot start: {problem}")
+
     def _serve_metrics(self, where: tuple[str, int]) -> None:
         from ... import metrics
 
@@ -118,15 +165,14 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port {address}:{port}: {exc}") from None
         logging.getLogger("django_openworkflow.worker").info("metrics on http://%s:%d/metrics", address, port)
 
-    def _dispatch_only(self, poll: str | None) -> None:
+    def _sweep_loop(self, poll: str | None) -> Any:
+        """``--dispatch-only``: the loop that sends due runs to Celery (``DISPATCH = "celery"``)."""
         from ...dispatch.sweeper import SweepLoop
 
         try:
-            loop = SweepLoop(interval=parse_duration(poll or "1s").total_seconds())
+            return SweepLoop(interval=parse_duration(poll or "1s").total_seconds())
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from None
-        logging.getLogger("django_openworkflow.dispatch").info("sweeping due runs to Celery every %ss", loop.interval)
-        loop.run()
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_openworkflow")
