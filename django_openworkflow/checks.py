@@ -168,9 +168,7 @@ def unapplied_migrations(alias: str) -> list[str]:
 
 def missing_tables(alias: str) -> list[str]:
     """The tables of this app's models that do not exist on ``alias``."""
-    tables = set(connections[alias].introspection.table_names())
-    models = apps.get_app_config(APP_LABEL).get_models()
-    return sorted({m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy} - tables)
+    return sorted(workflow_tables() - set(connections[alias].introspection.table_names()))
 
 
 def workflow_tables_problem(alias: str) -> str | None:
@@ -242,20 +240,32 @@ def is_missing_table(exc: BaseException) -> bool:
     return bool(_MISSING.search(str(exc)))
 
 
+def workflow_tables() -> set[str]:
+    """The tables of this app's models."""
+    models = apps.get_app_config(APP_LABEL).get_models()
+    return {m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy}
+
+
 class MigrateHint(logging.Filter):
-    """Adds what to run to a log record whose database error says a table is missing.
+    """Adds what to run to a log record whose database error says a workflow table (or column) is missing.
 
     The worker's "claim failed (no such table: ...); retrying" alone does not
     say that ``migrate`` is the fix. The loggers of the loops that retry
     database errors get this filter (:data:`HINTED_LOGGERS`); it looks at
-    the exception given as an argument or as ``exc_info``, not at the words.
+    the exception given as an argument or as ``exc_info``, not at the words
+    of the message. An error that names no workflow table (a step's query of
+    your own tables) is left alone.
     """
 
     def filter(self, record: logging.LogRecord) -> bool:
         given = list(record.args) if isinstance(record.args, tuple) else []
         if record.exc_info and record.exc_info[1] is not None:
             given.append(record.exc_info[1])
-        if not any(isinstance(arg, DatabaseError) and is_missing_table(arg) for arg in given):
+        ours = workflow_tables()
+        if not any(
+            isinstance(arg, DatabaseError) and is_missing_table(arg) and any(table in str(arg) for table in ours)
+            for arg in given
+        ):
             return True
         alias = owf_settings.database
         try:

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 
-from django_openworkflow.checks import MigrateHint, check_workflow_tables, is_missing_table
+from django_openworkflow.checks import MigrateHint, check_workflow_tables, is_missing_table, migrate_command
+from django_openworkflow.conf import owf_settings
 from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -237,8 +238,6 @@ def test_the_deploy_check_reports_unapplied_migrations_and_migrate_does_not(fres
 
 
 def test_the_deploy_check_passes_on_the_migrated_test_database():
-    from django_openworkflow.conf import owf_settings
-
     assert check_workflow_tables(databases=[owf_settings.database]) == []
     assert check_workflow_tables(databases=None) == []
 
@@ -246,28 +245,40 @@ def test_the_deploy_check_passes_on_the_migrated_test_database():
 # -- The hint added to the workers' warnings --
 
 
-def real_error(sql: str) -> DatabaseError:
+def real_error(sql: str, using: str = DEFAULT_DB_ALIAS) -> DatabaseError:
     """The error the test database raises for ``sql``."""
     try:
-        with connection.cursor() as cursor:
+        with connections[using].cursor() as cursor:
             cursor.execute(sql)
     except DatabaseError as exc:
         return exc
     raise AssertionError(f"{sql!r} did not fail")
 
 
+def rename_table(using: str, old: str, new: str) -> None:
+    with connections[using].schema_editor() as editor:
+        editor.execute(editor.sql_rename_table % {"old_table": old, "new_table": new})
+
+
 @pytest.mark.parametrize("logger_name", ["django_openworkflow.worker", "django_openworkflow.dispatch"])
 def test_a_missing_table_error_in_a_warning_gets_the_migrate_hint(caplog: Any, logger_name: str):
-    missing = real_error("SELECT * FROM owf_no_such_table")
+    alias = owf_settings.database
+    # A workflow table that is not there, on the real test database: moved away for a moment.
+    rename_table(alias, "openworkflow_event", "owf_moved_away")
+    try:
+        missing = real_error("SELECT id FROM openworkflow_event", alias)
+    finally:
+        rename_table(alias, "owf_moved_away", "openworkflow_event")
+    yours = real_error("SELECT * FROM myapp_not_migrated")  # a table of your own: not ours to explain
     other = real_error("SELEC 1")
-    assert is_missing_table(missing)
+    assert is_missing_table(missing) and is_missing_table(yours)
     assert not is_missing_table(other)
     logger = logging.getLogger(logger_name)
     assert any(isinstance(f, MigrateHint) for f in logger.filters)  # installed when the app loaded
     with caplog.at_level(logging.WARNING, logger=logger_name):
-        logger.warning("claim failed (%s); retrying in %.1fs", missing, 0.1)
-        logger.warning("claim failed (%s); retrying in %.1fs", other, 0.1)
-    hinted, plain = (record.getMessage() for record in caplog.records)
+        for error in (missing, yours, other):
+            logger.warning("claim failed (%s); retrying in %.1fs", error, 0.1)
+    hinted, *plain = (record.getMessage() for record in caplog.records)
     assert hinted.startswith(f"claim failed ({missing}); retrying in 0.1s -- ")
-    assert "run `manage.py migrate" in hinted
-    assert plain == f"claim failed ({other}); retrying in 0.1s"
+    assert hinted.endswith(f"run `{migrate_command(alias)}`")
+    assert plain == [f"claim failed ({yours}); retrying in 0.1s", f"claim failed ({other}); retrying in 0.1s"]
