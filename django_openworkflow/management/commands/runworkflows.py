@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
@@ -18,6 +18,9 @@ from ...flow import DEFAULT_QUEUE
 from ...registry import registry
 from ...runner import backoff
 from ...worker import Worker, WorkerUnhealthy
+
+if TYPE_CHECKING:
+    from ...dispatch.sweeper import SweepLoop
 
 
 def _duration(value: str) -> str:
@@ -77,6 +80,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(int(options["verbosity"]))
         # Arguments and settings are checked first: what they say is wrong needs no database.
+        if options["metrics_port"] and not owf_settings.metrics:
+            raise CommandError("--metrics-port needs OPENWORKFLOW['METRICS'] = True")
         if options["dispatch_only"]:
             loop = self._sweep_loop(options["poll"])
             self._start(options["metrics_port"])
@@ -156,8 +161,6 @@ class Command(BaseCommand):
     def _serve_metrics(self, where: tuple[str, int]) -> None:
         from ... import metrics
 
-        if not owf_settings.metrics:
-            raise CommandError("--metrics-port needs OPENWORKFLOW['METRICS'] = True")
         address, port = where
         try:
             metrics.serve(port, address)
@@ -165,7 +168,7 @@ class Command(BaseCommand):
             raise CommandError(f"--metrics-port {address}:{port}: {exc}") from None
         logging.getLogger("django_openworkflow.worker").info("metrics on http://%s:%d/metrics", address, port)
 
-    def _sweep_loop(self, poll: str | None) -> Any:
+    def _sweep_loop(self, poll: str | None) -> SweepLoop:
         """``--dispatch-only``: the loop that sends due runs to Celery (``DISPATCH = "celery"``)."""
         from ...dispatch.sweeper import SweepLoop
 
