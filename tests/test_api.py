@@ -257,17 +257,58 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str, str]] = [
     ("get", "/runs", {"status": "sleeping"}, 400, "invalid", "unknown status 'sleeping'"),
     ("get", "/runs", {"limit": "ten"}, 400, "invalid", "limit must be a whole number"),
     ("get", "/runs", {"limit": "0"}, 400, "invalid", "from 1 to 500"),
-    ("get", "/runs", {"cursor": "zzz"}, 400, "invalid", "not a cursor"),
+    ("get", "/runs", {"cursor": "zzz"}, 400, "bad_cursor", "not a cursor"),
     ("get", "/runs", {"input": "{oops"}, 400, "invalid", "input must be a JSON object"),
-    ("get", "/runs", {"input": "[42]"}, 400, "invalid", "is a JSON object"),
+    ("get", "/runs", {"input": "[42]"}, 400, "invalid", "must be a JSON object, not list"),
     ("get", "/runs", {"created_after": "yesterday"}, 400, "invalid", "ISO 8601"),
     ("get", "/runs", {"stauts": "failed"}, 400, "unknown_parameter", "unknown parameter 'stauts'"),
     ("post", "/runs/{run}/signals", {"data": 1}, 400, "missing_field", "'name' is required"),
-    ("post", "/runs/{run}/signals", {"name": ""}, 400, "invalid", "signal name"),
+    ("post", "/runs/{run}/signals", {"name": ""}, 400, "invalid", "name must be 1 to 255 characters"),
     ("post", f"/runs/{uuid.uuid4()}/signals", {"name": "go"}, 404, "not_found", "no workflow run"),
     ("post", "/events", {"event": "order.paid", "payload": float("inf")}, 400, "bad_payload", "NaN or Infinity"),
     ("post", "/events", {}, 400, "missing_field", "'event' is required"),
     ("get", "/nothing-here", None, 404, "no_such_endpoint", "no API endpoint"),
+    # JSON null, or another JSON type, where a string is required: a 400 naming the field, never a 500.
+    ("post", "/runs", {"workflow": None}, 400, "invalid", "workflow is required"),
+    ("post", "/runs/{run}/signals", {"name": None}, 400, "invalid", "name is required"),
+    ("post", "/events", {"event": None}, 400, "invalid", "event is required"),
+    ("post", "/events", {"event": ["order.paid"]}, 400, "invalid", "event must be a string, not an array"),
+    ("post", "/events", {"event": {"type": "x"}}, 400, "invalid", "event must be a string, not an object"),
+    ("post", "/runs/{run}/signals", {"name": True}, 400, "invalid", "name must be a string, not a boolean"),
+    ("post", "/runs", {"workflow": "three-steps", "version": 2}, 400, "invalid", "version must be a string"),
+    ("post", "/runs", {"workflow": "x" * 256}, 400, "invalid", "1 to 255 characters"),
+    ("post", "/events", {"event": "paid", "idempotency_key": 7}, 400, "invalid", "idempotency_key must be a"),
+    ("post", "/runs", {"workflow": "three-steps", "queue": 5}, 400, "invalid", "queue must be a string"),
+    ("post", "/runs", {"workflow": "three-steps", "queue": "fast\n"}, 400, "invalid", "queue must be 1 to 64"),
+    ("post", "/runs", {"workflow": "three-steps", "priority": 1001}, 400, "invalid", "from -1000 to 1000"),
+    ("post", "/runs", {"workflow": "three-steps", "priority": True}, 400, "invalid", "priority must be a whole"),
+    ("post", "/runs", {"workflow": "three-steps", "available_at": 60}, 400, "invalid", "available_at must be"),
+    ("post", "/runs", {"workflow": "three-steps", "deadline_at": []}, 400, "invalid", "deadline_at must be"),
+    # What a JSON Schema cannot state has a code of its own.
+    (
+        "post",
+        "/runs",
+        {"workflow": "three-steps", "available_at": "0001-01-01T00:00:00+01:00"},
+        400,
+        "out_of_range",
+        "from the year 1000 to 9999",
+    ),
+    (
+        "post",
+        "/runs",
+        {"workflow": "three-steps", "deadline_at": "2000-01-01T00:00:00Z"},
+        400,
+        "out_of_range",
+        "already in the past",
+    ),
+    ("post", "/runs", {"workflow": "three-steps", "deadline_at": "5000y"}, 400, "out_of_range", "1000 years"),
+    ("get", "/runs", {"created_after": "9999-12-31T23:59:59-01:00"}, 400, "out_of_range", "1000 to 9999"),
+    ("get", "/runs", {"input": '{"a\\"b": 1}'}, 400, "bad_payload", "quotes or backslashes"),
+    ("get", "/runs", {"limit": "\u00b2"}, 400, "invalid", "limit must be a whole number"),
+    ("get", "/runs", {"limit": "501"}, 400, "invalid", "from 1 to 500"),
+    ("get", "/runs", {"queue": "no spaces"}, 400, "invalid", "queue must be 1 to 64"),
+    ("get", "/runs", {"workflow": ""}, 400, "invalid", "1 to 255 characters"),
+    ("get", "/runs", {"status": "failed,,completed"}, 400, "invalid", "unknown status"),
 ]
 
 
@@ -302,6 +343,38 @@ def test_a_body_that_is_not_json_is_415_and_a_wrong_method_405(api: Any) -> None
     assert wrong.status_code == 405 and wrong["Allow"] == "GET, POST"
     assert client.get(f"{API}/events").status_code == 405
     assert WorkflowRun.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("path", "content_type", "body", "status", "code"),
+    [
+        ("/runs", "multipart/form-data", b"--x\r\n", 415, "not_json"),  # no boundary: Django's parser fails
+        ("/runs/{run}/cancel", "multipart/form-data", b"--x\r\n", 200, None),  # takes no body: not read
+        ("/runs", "multipart/form-data; boundary=x", b"--x--\r\n", 415, "not_json"),
+        ("/runs", "application/x-www-form-urlencoded", b"workflow=three-steps", 415, "not_json"),
+        ("/events", "text/plain", b'{"event": "paid"}', 415, "not_json"),
+        ("/runs", JSON, '{"workflow": "caf\u00e9"}'.encode("latin-1"), 400, "malformed_json"),  # not UTF-8
+    ],
+    ids=["multipart-without-boundary", "multipart-to-an-operation", "multipart", "form", "text", "latin-1"],
+)
+def test_a_body_of_any_content_type_gets_a_json_answer(
+    django_user_model: Any, path: str, content_type: str, body: bytes, status: int, code: str | None
+) -> None:
+    # With the CSRF check on, as in production: Django's check reads a form body unless told not to.
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(make_user(django_user_model, "add", "change"))
+    token = "d" * 32
+    client.cookies["csrftoken"] = token
+    run = three_steps.run({"start": 1})
+    before = written()
+    response = client.generic(
+        "POST", f"{API}{path.format(run=run.id)}", body, content_type=content_type, HTTP_X_CSRFTOKEN=token
+    )
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"] == JSON
+    if code is not None:
+        assert error_of(response)["code"] == code
+        assert written() == before
 
 
 def test_unsafe_requests_need_the_csrf_token(django_user_model: Any) -> None:

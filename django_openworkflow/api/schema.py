@@ -11,11 +11,22 @@ from typing import Any
 
 from .. import __version__
 from ..store.queries import DISPLAY_STATUSES
+from .fields import LIMIT_SCHEMA, MOMENT_SCHEMA, NAME_SCHEMA, PRIORITY_SCHEMA, QUEUE_SCHEMA, STATUS_PATTERN, WHEN_SCHEMA
 
 TIME = {"type": ["string", "null"], "format": "date-time"}
 TEXT = {"type": "string"}
 OPTIONAL_TEXT = {"type": ["string", "null"]}
 ANY: dict[str, Any] = {}
+PAYLOAD: dict[str, Any] = {
+    "description": "any JSON value of at most OPENWORKFLOW['MAX_PAYLOAD_BYTES'] (413 over it), nested at most 30 "
+    "levels, its text without NUL characters or lone surrogates (400 bad_payload otherwise)"
+}
+
+
+def _nullable(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    """``schema`` or JSON null, which means the same as leaving the field out."""
+    return {**schema, "type": [schema["type"], "null"], **({"description": description} if description else {})}
+
 
 RUN = {
     "type": "object",
@@ -66,7 +77,15 @@ ERROR = {
             "type": "object",
             "required": ["code", "message"],
             "properties": {
-                "code": {"type": "string", "examples": ["invalid", "not_found", "refused", "permission_denied"]},
+                "code": {
+                    "type": "string",
+                    "description": "what a program can test: invalid, missing_field, unknown_field, "
+                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, out_of_range "
+                    "(the last three: rules a JSON Schema cannot state), not_authenticated, permission_denied, "
+                    "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
+                    "run_finished, too_large, not_json",
+                    "examples": ["invalid", "not_found", "refused", "permission_denied"],
+                },
                 "message": TEXT,
                 "field": {**OPTIONAL_TEXT, "description": "the field or parameter at fault, if one is"},
             },
@@ -85,13 +104,14 @@ def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     why = {
-        400: "bad input: malformed JSON, an unknown field or parameter, a bad value",
+        400: "bad input: malformed JSON, an unknown or missing field or parameter, a value of the wrong type, "
+        "length, range or pattern; the error's field names it",
         401: "not logged in",
         403: "no permission, or the CSRF check failed",
         404: "no such run or workflow",
         409: "the operation cannot apply to the run (the message says why)",
         413: "the request body or a payload is too large",
-        415: "the body is not sent as application/json",
+        415: "the body is not sent as application/json (forms and multipart bodies are never read)",
     }
     return {str(status): _answer(why[status], _ref("Error")) for status in (401, 403, *statuses)}
 
@@ -101,8 +121,8 @@ def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
-def _query(name: str, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    return {"name": name, "in": "query", "description": description, "schema": schema or TEXT}
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
 
 
 RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
@@ -131,14 +151,25 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "summary": "List runs, newest first",
                 "description": "Needs the view (or change) permission. Filters combine; pages by cursor.",
                 "parameters": [
-                    _query("status", f"one or more of {statuses}, comma-separated or repeated"),
-                    _query("workflow", "a workflow name"),
-                    _query("queue", "a queue name"),
-                    _query("created_after", "ISO 8601 date and time, inclusive", {**TEXT, "format": "date-time"}),
-                    _query("created_before", "ISO 8601 date and time, exclusive", {**TEXT, "format": "date-time"}),
-                    _query("input", 'a JSON object the run\'s input contains, e.g. {"customer": 42}'),
-                    _query("limit", "runs per page, 1 to 500 (default 50)", {"type": "integer"}),
-                    _query("cursor", "the next_cursor of the previous page"),
+                    _query(
+                        "status",
+                        f"one or more of {statuses}, comma-separated or repeated",
+                        {"type": "string", "pattern": STATUS_PATTERN},
+                    ),
+                    _query("workflow", "a workflow name", NAME_SCHEMA),
+                    _query("queue", "a queue name", QUEUE_SCHEMA),
+                    _query("created_after", "a date and time, inclusive", MOMENT_SCHEMA),
+                    _query("created_before", "a date and time, exclusive", MOMENT_SCHEMA),
+                    {
+                        "name": "input",
+                        "in": "query",
+                        "description": 'a JSON object the run\'s input contains, e.g. {"customer": 42}: at most '
+                        "16 levels and 64 values, keys without quotes or backslashes, integers within 64 bits "
+                        "(400 bad_payload otherwise)",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    _query("limit", "runs per page", LIMIT_SCHEMA),
+                    _query("cursor", "the next_cursor of the previous page (400 bad_cursor otherwise)", NAME_SCHEMA),
                 ],
                 "responses": {
                     "200": _answer(
@@ -162,14 +193,18 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "requestBody": _body(
                     ["workflow"],
                     {
-                        "workflow": TEXT,
-                        "input": ANY,
-                        "version": TEXT,
-                        "idempotency_key": TEXT,
-                        "available_at": {**TEXT, "description": "ISO 8601, or a delay such as '10m'"},
-                        "deadline_at": {**TEXT, "description": "ISO 8601, or a duration such as '1h'"},
-                        "queue": TEXT,
-                        "priority": {"type": "integer"},
+                        "workflow": {**NAME_SCHEMA, "description": "a registered workflow's name (404 otherwise)"},
+                        "input": PAYLOAD,
+                        "version": _nullable(NAME_SCHEMA, "a registered version; null or absent: the highest"),
+                        "idempotency_key": _nullable(NAME_SCHEMA),
+                        "available_at": {**WHEN_SCHEMA, "description": "when the run may start: a time, or a delay"},
+                        "deadline_at": {
+                            **WHEN_SCHEMA,
+                            "description": "when the run fails unless finished: a time still ahead (400 "
+                            "out_of_range otherwise), or a duration from now",
+                        },
+                        "queue": _nullable(QUEUE_SCHEMA, "the workflow's own queue when null or absent"),
+                        "priority": _nullable(PRIORITY_SCHEMA, "the workflow's own priority when null or absent"),
                     },
                 ),
                 "responses": {
@@ -214,7 +249,9 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "summary": "Send a signal to a run",
                 "description": "Needs the change permission. delivered: a wait took it now (else it is buffered).",
                 "parameters": [RUN_ID],
-                "requestBody": _body(["name"], {"name": TEXT, "data": ANY, "idempotency_key": TEXT}),
+                "requestBody": _body(
+                    ["name"], {"name": NAME_SCHEMA, "data": PAYLOAD, "idempotency_key": _nullable(NAME_SCHEMA)}
+                ),
                 "responses": {
                     "200": _answer(
                         "sent",
@@ -232,7 +269,9 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "summary": "Publish an event",
                 "description": "Needs the add and change permissions: an event wakes waiting runs and starts "
                 "subscribed workflows.",
-                "requestBody": _body(["event"], {"event": TEXT, "payload": ANY, "idempotency_key": TEXT}),
+                "requestBody": _body(
+                    ["event"], {"event": NAME_SCHEMA, "payload": PAYLOAD, "idempotency_key": _nullable(NAME_SCHEMA)}
+                ),
                 "responses": {
                     "200": _answer(
                         "published",

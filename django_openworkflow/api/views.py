@@ -21,8 +21,8 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -41,10 +41,12 @@ from ..errors import (
     SignalError,
     UnknownWorkflowError,
 )
-from ..formatting import json_text, numbered, read_json
-from ..listing import attempt_json, list_runs, parse_moment, run_json
+from ..formatting import numbered, read_json
+from ..listing import attempt_json, list_runs, run_json
 from ..registry import registry
 from ..store import queries
+from . import fields
+from .fields import ApiError, json_response
 
 APP = "django_openworkflow"
 PERMISSIONS = {
@@ -57,23 +59,6 @@ BODY_OVERHEAD = 64 * 1024
 """What a request body may hold besides its payload (names, keys, JSON punctuation)."""
 
 
-class ApiError(Exception):
-    """An answer other than success: its status, a code a program can test, a message a person can read."""
-
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field = status, code, message, field
-
-    def response(self) -> HttpResponse:
-        body = {"error": {"code": self.code, "message": self.message, "field": self.field}}
-        return _json(body, self.status)
-
-
-def _json(data: Any, status: int = 200) -> HttpResponse:
-    # json_text: datetimes as ISO 8601, non-ASCII readable, control characters escaped.
-    return HttpResponse(json_text(data), status=status, content_type="application/json")
-
-
 class _CsrfCheck(CsrfViewMiddleware):
     """Django's own CSRF check, giving back the reason it rejects a request instead of its HTML page."""
 
@@ -82,7 +67,13 @@ class _CsrfCheck(CsrfViewMiddleware):
 
 
 def _csrf_failure(request: HttpRequest) -> str | None:
-    """Why Django's CSRF check refuses ``request``, or None when it passes."""
+    """Why Django's CSRF check refuses ``request``, or None when it passes.
+
+    The API reads no forms, so the token comes in the header: the body is
+    never parsed as one (a multipart body without a boundary, or a huge
+    form, would otherwise fail inside Django's check with its HTML page).
+    """
+    request.POST = QueryDict()  # WSGIRequest and ASGIRequest define its setter
     reason: Any = _CsrfCheck(HttpResponse).process_view(request, HttpResponse, (), {})
     return reason
 
@@ -138,6 +129,12 @@ def endpoint(**methods: str) -> Callable[[Callable[..., HttpResponse]], Callable
                 return ApiError(400, "bad_payload", str(exc), exc.argument).response()
             except InvalidArgument as exc:
                 return ApiError(400, "invalid", str(exc), exc.argument).response()
+            except RequestDataTooBig:
+                return ApiError(
+                    413, "too_large", "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE"
+                ).response()
+            except (BadRequest, SuspiciousOperation) as exc:  # what Django itself refuses in a request
+                return ApiError(400, "bad_request", f"the request cannot be read: {exc}").response()
 
         return wrapped
 
@@ -151,19 +148,18 @@ def _body(request: HttpRequest, fields: dict[str, bool]) -> dict[str, Any]:
     """The request's JSON object, with only ``fields`` (name -> required) in it."""
     limit = owf_settings.max_payload_bytes + BODY_OVERHEAD
     length = request.headers.get("Content-Length") or "0"
-    if length.isdigit() and int(length) > limit:
+    if length.isascii() and length.isdigit() and int(length) > limit:
         raise ApiError(413, "too_large", f"the request body is {int(length)} bytes; the most this API reads is {limit}")
     if request.content_type != "application/json":
         raise ApiError(415, "not_json", "send a JSON object, with Content-Type: application/json")
-    try:
-        raw = request.body
-    except RequestDataTooBig:
-        raise ApiError(413, "too_large", "the request body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE") from None
+    raw = request.body  # RequestDataTooBig: a 413 (endpoint)
     if len(raw) > limit:
         raise ApiError(413, "too_large", f"the request body is {len(raw)} bytes; the most this API reads is {limit}")
     try:
         data = read_json(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "malformed_json", f"the request body is not UTF-8 text: {exc}") from None
+    except ValueError as exc:
         raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "malformed_json", f"the request body must be a JSON object, not {type(data).__name__}")
@@ -178,13 +174,6 @@ def _body(request: HttpRequest, fields: dict[str, bool]) -> dict[str, Any]:
     return data
 
 
-def _text(data: dict[str, Any], name: str) -> str | None:
-    value = data.get(name)
-    if value is not None and not isinstance(value, str):
-        raise ApiError(400, "invalid", f"{name} must be a string, not {type(value).__name__}", name)
-    return value
-
-
 def _run_handle(run_id: str) -> RunHandle:
     parsed = queries.parse_run_id(run_id)
     if parsed is None:
@@ -194,7 +183,7 @@ def _run_handle(run_id: str) -> RunHandle:
 
 def _run(run_id: Any, status: int = 200, **extra: Any) -> HttpResponse:
     run = RunHandle(run_id).fetch()
-    return _json({"run": run_json(run), **extra}, status)
+    return json_response({"run": run_json(run), **extra}, status)
 
 
 # -- runs -------------------------------------------------------------------------------
@@ -212,37 +201,37 @@ def runs(request: HttpRequest) -> HttpResponse:
     if unknown:
         message = f"unknown parameter {unknown[0]!r:.80}; expected {', '.join(LIST_PARAMETERS)}"
         raise ApiError(400, "unknown_parameter", message, unknown[0])
-    statuses = [s.strip() for value in query.getlist("status") for s in value.split(",") if s.strip()]
     pattern = None
     if "input" in query:
         try:
             pattern = read_json(query["input"])
         except ValueError as exc:
             raise ApiError(400, "invalid", f"input must be a JSON object: {exc}", "input") from None
-    limit_text = query.get("limit", "50")
-    if not limit_text.isdigit():
-        raise ApiError(400, "invalid", f"limit must be a whole number, got {limit_text!r:.40}", "limit")
+        if not isinstance(pattern, dict):
+            raise ApiError(400, "invalid", f"input must be a JSON object, not {type(pattern).__name__}", "input")
     try:
         page = list_runs(
-            status=statuses,
-            workflow=query.get("workflow"),
-            queue=query.get("queue"),
+            status=fields.statuses(query.getlist("status")),
+            workflow=fields.name(query, "workflow"),
+            queue=fields.queue(query.get("queue")),
             created_after=_moment(query, "created_after"),
             created_before=_moment(query, "created_before"),
             input_contains=pattern,
-            limit=int(limit_text),
-            cursor=query.get("cursor"),
+            limit=fields.limit(query.get("limit", "50")),
+            cursor=fields.name(query, "cursor"),
         )
     except InvalidArgument as exc:
-        if exc.argument == "input_contains":
-            raise ApiError(400, "invalid", str(exc), "input") from None
+        if exc.argument == "input_contains":  # an object no database can compare (see containment.py)
+            raise ApiError(400, "bad_payload", str(exc), "input") from None
+        if exc.argument == "cursor":  # opaque: no schema can say which strings are cursors
+            raise ApiError(400, "bad_cursor", str(exc), "cursor") from None
         raise
     following = None
     if page.next_cursor is not None:
         params = query.copy()
         params["cursor"] = page.next_cursor
         following = f"{request.path}?{params.urlencode()}"
-    return _json(
+    return json_response(
         {
             "runs": [run_json(run, payloads=False) for run in page.runs],
             "next_cursor": page.next_cursor,
@@ -252,7 +241,7 @@ def runs(request: HttpRequest) -> HttpResponse:
 
 
 def _moment(query: Any, name: str) -> Any:
-    return parse_moment(query[name], name) if name in query else None
+    return fields.moment(query[name], name) if name in query else None
 
 
 START_FIELDS = {
@@ -269,33 +258,21 @@ START_FIELDS = {
 
 def _start(request: HttpRequest) -> HttpResponse:
     data = _body(request, START_FIELDS)
-    name = _text(data, "workflow")
-    assert name is not None  # required
-    priority = data.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise ApiError(400, "invalid", f"priority must be a whole number, not {priority!r:.40}", "priority")
+    workflow = fields.name(data, "workflow", required=True)
+    assert workflow is not None  # required: fields.name refused null
+    deadline = fields.when(data, "deadline_at")
+    fields.future(deadline, "deadline_at")
     handle = start_run(
-        name,
+        workflow,
         data.get("input"),
-        version=_text(data, "version"),
-        idempotency_key=_text(data, "idempotency_key"),
-        available_at=_when(data, "available_at"),
-        deadline_at=_when(data, "deadline_at"),
-        queue=_text(data, "queue"),
-        priority=priority,
+        version=fields.name(data, "version"),
+        idempotency_key=fields.name(data, "idempotency_key"),
+        available_at=fields.when(data, "available_at"),
+        deadline_at=deadline,
+        queue=fields.queue(data.get("queue")),
+        priority=fields.priority(data.get("priority")),
     )
     return _run(handle.id, 201 if handle.created else 200, created=handle.created)
-
-
-def _when(data: dict[str, Any], name: str) -> Any:
-    """A time field: an ISO 8601 date and time, or a duration from now such as "10m"."""
-    text = _text(data, name)
-    if text is None:
-        return None
-    try:
-        return parse_moment(text, name)
-    except InvalidArgument:
-        return text  # a duration, or start_run says what is wrong with it
 
 
 @endpoint(GET="view")
@@ -309,7 +286,7 @@ def run_steps(request: HttpRequest, run_id: str) -> HttpResponse:
     """A run's journal: every step attempt in the order it was written."""
     run = _run_handle(run_id).fetch()
     steps = [attempt_json(attempt, number) for attempt, number in numbered(queries.journal(run.id))]
-    return _json({"run_id": str(run.id), "steps": steps})
+    return json_response({"run_id": str(run.id), "steps": steps})
 
 
 OPERATIONS: dict[str, Callable[[Any], Any]] = {
@@ -346,10 +323,10 @@ def run_signal(request: HttpRequest, run_id: str) -> HttpResponse:
     """Send a signal to the run: delivered now to its open wait, or buffered for it."""
     handle = _run_handle(run_id)
     data = _body(request, {"name": True, "data": False, "idempotency_key": False})
-    name = _text(data, "name")
-    assert name is not None  # required
-    delivered = send_signal(handle.id, name, data.get("data"), _text(data, "idempotency_key"))
-    return _json({"run_id": str(handle.id), "signal": name, "delivered": delivered})
+    name = fields.name(data, "name", required=True)
+    assert name is not None  # required: fields.name refused null
+    delivered = send_signal(handle.id, name, data.get("data"), fields.name(data, "idempotency_key"))
+    return json_response({"run_id": str(handle.id), "signal": name, "delivered": delivered})
 
 
 # -- events and workflows ---------------------------------------------------------------------
@@ -359,10 +336,10 @@ def run_signal(request: HttpRequest, run_id: str) -> HttpResponse:
 def events(request: HttpRequest) -> HttpResponse:
     """Publish an event: it wakes the runs waiting for it and starts the workflows subscribed to it."""
     data = _body(request, {"event": True, "payload": False, "idempotency_key": False})
-    event = _text(data, "event")
-    assert event is not None  # required
-    published = publish_event(event, data.get("payload"), _text(data, "idempotency_key"))
-    return _json(
+    event = fields.name(data, "event", required=True)
+    assert event is not None  # required: fields.name refused null
+    published = publish_event(event, data.get("payload"), fields.name(data, "idempotency_key"))
+    return json_response(
         {
             "event_id": published.event_id,
             "woke": published.woke,
@@ -395,7 +372,7 @@ def workflows(request: HttpRequest) -> HttpResponse:
                 "runs": f"{reverse(f'{APP}:api-runs')}?{urlencode({'workflow': name})}",
             }
         )
-    return _json({"workflows": index})
+    return json_response({"workflows": index})
 
 
 @never_cache
