@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import URLPattern
 
 from django_openworkflow.api import urls as api_urls
+from django_openworkflow.listing import run_json
 from django_openworkflow.models import Event, Signal, StepAttempt, WorkflowRun
 from tests.testapp.workflows import three_steps
 
@@ -407,11 +408,27 @@ def test_the_openapi_schema_describes_every_route(client: Client) -> None:
         operation = schema["paths"][path.replace("{run}", "{run_id}")][method]
         assert "401" in operation["responses"] and "403" in operation["responses"]
     run = three_steps.run({"start": 1})
-    from django_openworkflow.listing import run_json
+    assert set(run_json(run.fetch(), payloads=True)) == run_fields
 
-    unlisted = {"concurrency_key", "concurrency_limit", "concurrency_counts_parked", "blocked_at"}
-    unlisted |= {"rate_key", "rate_limit", "rate_period", "debounce_key"}  # flow-control details
-    assert set(run_json(run.fetch())) - unlisted <= run_fields
+
+def test_the_openapi_schema_states_the_constraints_the_server_enforces(client: Client) -> None:
+    schema = client.get(f"{API}/openapi.json").json()
+    listing = {p["name"]: p for p in schema["paths"]["/runs"]["get"]["parameters"]}
+    assert listing["limit"]["schema"] == {"type": "integer", "minimum": 1, "maximum": 500, "default": 50}
+    assert listing["queue"]["schema"]["pattern"] == "^[A-Za-z0-9_.:-]{1,64}$"
+    assert listing["workflow"]["schema"]["minLength"] == 1 and listing["workflow"]["schema"]["maxLength"] == 255
+    start = schema["paths"]["/runs"]["post"]["requestBody"]["content"][JSON]["schema"]
+    assert start["additionalProperties"] is False and start["required"] == ["workflow"]
+    assert start["properties"]["workflow"]["type"] == "string" and start["properties"]["workflow"]["minLength"] == 1
+    assert start["properties"]["priority"]["minimum"] == -1000 and start["properties"]["priority"]["maximum"] == 1000
+    for path, field in (("/runs/{run_id}/signals", "name"), ("/events", "event")):
+        body = schema["paths"][path]["post"]["requestBody"]["content"][JSON]["schema"]
+        assert body["required"] == [field] and body["properties"][field]["type"] == "string"
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for status, answer in operation["responses"].items():
+                if status.startswith("4"):
+                    assert answer["content"][JSON]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, method)
 
 
 # -- one session through a real HTTP server --------------------------------------------------

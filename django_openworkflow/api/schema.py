@@ -30,7 +30,6 @@ def _nullable(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
 
 RUN = {
     "type": "object",
-    "required": ["id", "workflow", "status", "created_at"],
     "properties": {
         "id": {"type": "string", "format": "uuid"},
         "workflow": TEXT,
@@ -46,6 +45,14 @@ RUN = {
         "deadline_at": TIME,
         "queue": TEXT,
         "priority": {"type": "integer"},
+        "concurrency_key": OPTIONAL_TEXT,
+        "concurrency_limit": {"type": ["integer", "null"]},
+        "concurrency_counts_parked": {"type": ["boolean", "null"]},
+        "blocked_at": {**TIME, "description": "since when the run waits for a concurrency place"},
+        "rate_key": OPTIONAL_TEXT,
+        "rate_limit": {"type": ["integer", "null"]},
+        "rate_period": {"type": ["number", "null"], "description": "seconds"},
+        "debounce_key": OPTIONAL_TEXT,
         "retention_seconds": {"type": ["number", "null"]},
         "expires_at": TIME,
         "input": {**ANY, "description": "only on a single run, not in lists"},
@@ -53,6 +60,7 @@ RUN = {
         "error": {"type": ["object", "null"]},
     },
 }
+RUN["required"] = [name for name in RUN["properties"] if name not in ("input", "output", "error")]
 STEP = {
     "type": "object",
     "properties": {
@@ -69,13 +77,14 @@ STEP = {
         "child_run_id": {"type": ["string", "null"], "format": "uuid"},
     },
 }
+STEP["required"] = list(STEP["properties"])
 ERROR = {
     "type": "object",
     "required": ["error"],
     "properties": {
         "error": {
             "type": "object",
-            "required": ["code", "message"],
+            "required": ["code", "message", "field"],
             "properties": {
                 "code": {
                     "type": "string",
@@ -126,7 +135,14 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
 
 
 RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
-RUN_ANSWER: dict[str, Any] = {"type": "object", "properties": {"run": _ref("Run")}}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """An answer's object: every property always there."""
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
+RUN_ANSWER = _object({"run": _ref("Run")})
 
 
 def _operation(
@@ -174,14 +190,13 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "200": _answer(
                         "a page of runs (without their payloads)",
-                        {
-                            "type": "object",
-                            "properties": {
+                        _object(
+                            {
                                 "runs": {"type": "array", "items": _ref("Run")},
                                 "next_cursor": OPTIONAL_TEXT,
                                 "next": {**OPTIONAL_TEXT, "description": "the next page's URL"},
-                            },
-                        },
+                            }
+                        ),
                     ),
                     **_errors(400),
                 },
@@ -210,9 +225,12 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "201": _answer(
                         "started",
-                        {"type": "object", "properties": {"run": _ref("Run"), "created": {"type": "boolean"}}},
+                        _object({"run": _ref("Run"), "created": {"type": "boolean"}}),
                     ),
-                    "200": _answer("the run this idempotency key started before", RUN_ANSWER),
+                    "200": _answer(
+                        "the run this idempotency key started before",
+                        _object({"run": _ref("Run"), "created": {"type": "boolean"}}),
+                    ),
                     **_errors(400, 404, 413, 415),
                 },
             },
@@ -231,10 +249,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "200": _answer(
                         "the journal",
-                        {
-                            "type": "object",
-                            "properties": {"run_id": TEXT, "steps": {"type": "array", "items": _ref("Step")}},
-                        },
+                        _object({"run_id": TEXT, "steps": {"type": "array", "items": _ref("Step")}}),
                     ),
                     **_errors(404),
                 },
@@ -255,10 +270,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "200": _answer(
                         "sent",
-                        {
-                            "type": "object",
-                            "properties": {"run_id": TEXT, "signal": TEXT, "delivered": {"type": "boolean"}},
-                        },
+                        _object({"run_id": TEXT, "signal": TEXT, "delivered": {"type": "boolean"}}),
                     ),
                     **_errors(400, 404, 409, 413, 415),
                 },
@@ -275,15 +287,14 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "200": _answer(
                         "published",
-                        {
-                            "type": "object",
-                            "properties": {
+                        _object(
+                            {
                                 "event_id": {"type": "integer"},
                                 "woke": {"type": "integer"},
                                 "started": {"type": "array", "items": {"type": "string", "format": "uuid"}},
                                 "repeat": {"type": "boolean"},
-                            },
-                        },
+                            }
+                        ),
                     ),
                     **_errors(400, 413, 415),
                 },
@@ -295,16 +306,15 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 "responses": {
                     "200": _answer(
                         "every workflow registered here or with runs",
-                        {"type": "object", "properties": {"workflows": {"type": "array", "items": _ref("Workflow")}}},
+                        _object({"workflows": {"type": "array", "items": _ref("Workflow")}}),
                     ),
                     **_errors(),
                 },
             }
         },
     }
-    workflow = {
-        "type": "object",
-        "properties": {
+    workflow = _object(
+        {
             "name": TEXT,
             "registered": {"type": "boolean"},
             "versions": {"type": "array", "items": OPTIONAL_TEXT},
@@ -312,8 +322,8 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
             "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
             "total": {"type": "integer"},
             "runs": {**TEXT, "description": "the URL of its runs"},
-        },
-    }
+        }
+    )
     return {
         "openapi": "3.1.0",
         "info": {
