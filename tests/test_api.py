@@ -424,8 +424,14 @@ def test_the_openapi_schema_states_the_constraints_the_server_enforces(client: C
     for path, field in (("/runs/{run_id}/signals", "name"), ("/events", "event")):
         body = schema["paths"][path]["post"]["requestBody"]["content"][JSON]["schema"]
         assert body["required"] == [field] and body["properties"][field]["type"] == "string"
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["session"] == {**schemes["session"], "type": "apiKey", "in": "cookie", "name": "sessionid"}
+    assert schemes["csrf"]["in"] == "header" and schemes["csrf"]["name"].lower() == "x-csrftoken"
+    assert schema["security"] == [{"session": []}]
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
+            if method == "post":
+                assert operation["security"] == [{"session": [], "csrf": []}], path
             for status, answer in operation["responses"].items():
                 if status.startswith("4"):
                     assert answer["content"][JSON]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, method)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from .. import __version__
 from ..store.queries import DISPLAY_STATUSES
 from .fields import LIMIT_SCHEMA, MOMENT_SCHEMA, NAME_SCHEMA, PRIORITY_SCHEMA, QUEUE_SCHEMA, STATUS_PATTERN, WHEN_SCHEMA
@@ -155,6 +157,26 @@ def _operation(
             "parameters": [RUN_ID],
             "responses": {ok: _answer("the run as it is now", RUN_ANSWER), **_errors(*statuses)},
         }
+    }
+
+
+def _security_schemes() -> dict[str, Any]:
+    """Django's session cookie, and for unsafe methods the CSRF token in its header, named as settings name them."""
+    header = settings.CSRF_HEADER_NAME.removeprefix("HTTP_").replace("_", "-")
+    return {
+        "session": {
+            "type": "apiKey",
+            "in": "cookie",
+            "name": settings.SESSION_COOKIE_NAME,
+            "description": "Django's session: log in the way the site logs users in (401 without it)",
+        },
+        "csrf": {
+            "type": "apiKey",
+            "in": "header",
+            "name": header,
+            "description": f"Django's CSRF token (the {settings.CSRF_COOKIE_NAME} cookie's value, or the "
+            "session's with CSRF_USE_SESSIONS), required on POST (403 csrf_failed without it)",
+        },
     }
 
 
@@ -313,6 +335,9 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
             }
         },
     }
+    for operations in paths.values():
+        if "post" in operations:
+            operations["post"]["security"] = [{"session": [], "csrf": []}]
     workflow = _object(
         {
             "name": TEXT,
@@ -333,6 +358,10 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
             "authentication and the admin's model permissions; unsafe methods need the CSRF token.",
         },
         "servers": [{"url": prefix}],
+        "security": [{"session": []}],
         "paths": paths,
-        "components": {"schemas": {"Run": RUN, "Step": STEP, "Error": ERROR, "Workflow": workflow}},
+        "components": {
+            "schemas": {"Run": RUN, "Step": STEP, "Error": ERROR, "Workflow": workflow},
+            "securitySchemes": _security_schemes(),
+        },
     }
