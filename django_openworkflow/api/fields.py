@@ -119,18 +119,24 @@ WHEN_SCHEMA: dict[str, Any] = {
 }
 
 
-def name(data: Mapping[str, Any], field: str, *, required: bool = False) -> str | None:
-    """A name or key: a string of 1 to 255 characters a database stores; None when absent (or null, if optional)."""
+def name(data: Mapping[str, Any], field: str) -> str | None:
+    """An optional name or key: a string of 1 to 255 characters a database stores; None when absent or null."""
     value = data.get(field)
     if value is None:
-        if required:
-            raise invalid(field, f"{field} is required: a string of 1 to {NAME_LENGTH} characters, not null")
         return None
     if not isinstance(value, str):
         raise invalid(field, f"{field} must be a string, not {_kind(value)}")
     if not 0 < len(value) <= NAME_LENGTH:
         raise invalid(field, f"{field} must be 1 to {NAME_LENGTH} characters long, not {len(value)}")
     check_text(value, field)  # PayloadError (400 bad_payload): a NUL or a lone surrogate
+    return value
+
+
+def required_name(data: Mapping[str, Any], field: str) -> str:
+    """A required name: as :func:`name`, and JSON null is refused like any other non-string."""
+    value = name(data, field)
+    if value is None:
+        raise invalid(field, f"{field} is required: a string of 1 to {NAME_LENGTH} characters, not null")
     return value
 
 

@@ -12,7 +12,9 @@ runs: ``view`` (or ``change``) to read, ``add`` to start and re-run,
 start and wake runs, needs both ``add`` and ``change``. Unsafe methods pass
 Django's CSRF check, which answers in JSON here. Every answer is JSON; an
 error is ``{"error": {"code", "message", "field"}}`` with a 4xx status,
-and a refused request has written nothing.
+and a refused request has written nothing. ``fields.py`` reads every field
+of a body or a query string before anything uses it, by the same rules the
+OpenAPI document states.
 """
 
 from __future__ import annotations
@@ -144,8 +146,8 @@ def endpoint(**methods: str) -> Callable[[Callable[..., HttpResponse]], Callable
 # -- reading a request ----------------------------------------------------------------
 
 
-def _body(request: HttpRequest, fields: dict[str, bool]) -> dict[str, Any]:
-    """The request's JSON object, with only ``fields`` (name -> required) in it."""
+def _body(request: HttpRequest, allowed: dict[str, bool]) -> dict[str, Any]:
+    """The request's JSON object, with only the ``allowed`` fields (name -> required) in it; types unchecked."""
     limit = owf_settings.max_payload_bytes + BODY_OVERHEAD
     length = request.headers.get("Content-Length") or "0"
     if length.isascii() and length.isdigit() and int(length) > limit:
@@ -163,12 +165,12 @@ def _body(request: HttpRequest, fields: dict[str, bool]) -> dict[str, Any]:
         raise ApiError(400, "malformed_json", f"the request body is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "malformed_json", f"the request body must be a JSON object, not {type(data).__name__}")
-    unknown = sorted(set(data) - set(fields))
+    unknown = sorted(set(data) - set(allowed))
     if unknown:
         raise ApiError(
-            400, "unknown_field", f"unknown field {unknown[0]!r:.80}; expected {', '.join(fields)}", unknown[0]
+            400, "unknown_field", f"unknown field {unknown[0]!r:.80}; expected {', '.join(allowed)}", unknown[0]
         )
-    for name, required in fields.items():
+    for name, required in allowed.items():
         if required and name not in data:
             raise ApiError(400, "missing_field", f"the field {name!r} is required", name)
     return data
@@ -258,8 +260,7 @@ START_FIELDS = {
 
 def _start(request: HttpRequest) -> HttpResponse:
     data = _body(request, START_FIELDS)
-    workflow = fields.name(data, "workflow", required=True)
-    assert workflow is not None  # required: fields.name refused null
+    workflow = fields.required_name(data, "workflow")
     deadline = fields.when(data, "deadline_at")
     fields.future(deadline, "deadline_at")
     handle = start_run(
@@ -323,8 +324,7 @@ def run_signal(request: HttpRequest, run_id: str) -> HttpResponse:
     """Send a signal to the run: delivered now to its open wait, or buffered for it."""
     handle = _run_handle(run_id)
     data = _body(request, {"name": True, "data": False, "idempotency_key": False})
-    name = fields.name(data, "name", required=True)
-    assert name is not None  # required: fields.name refused null
+    name = fields.required_name(data, "name")
     delivered = send_signal(handle.id, name, data.get("data"), fields.name(data, "idempotency_key"))
     return json_response({"run_id": str(handle.id), "signal": name, "delivered": delivered})
 
@@ -336,8 +336,7 @@ def run_signal(request: HttpRequest, run_id: str) -> HttpResponse:
 def events(request: HttpRequest) -> HttpResponse:
     """Publish an event: it wakes the runs waiting for it and starts the workflows subscribed to it."""
     data = _body(request, {"event": True, "payload": False, "idempotency_key": False})
-    event = fields.name(data, "event", required=True)
-    assert event is not None  # required: fields.name refused null
+    event = fields.required_name(data, "event")
     published = publish_event(event, data.get("payload"), fields.name(data, "idempotency_key"))
     return json_response(
         {
