@@ -4,9 +4,11 @@ Schemathesis reads the served ``openapi.json`` and sends what the document
 allows and what it forbids (wrong types, nulls, missing and unknown fields,
 out-of-range numbers, strings that break a pattern), then checks every
 answer: no 5xx, a status and body the document names, a refusal for data
-the document forbids and an acceptance for data it allows. It does so once
-anonymously and once as a staff user with every workflow-run permission,
-logged in by session cookie and sending the CSRF token, as a browser does.
+the document forbids and an acceptance for data it allows, a 401 or 403
+when the credentials are left out or wrong, and nothing written by a
+refused request. It does so once anonymously and once as a staff user with
+every workflow-run permission, logged in by session cookie and sending the
+CSRF token, as a browser does.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ HYPOTHESIS = settings(
     suppress_health_check=list(HealthCheck),
 )
 
-# Read from the application at import (schemathesis makes one test per operation at collection time, and
-# its fixture-based loader does not run on pytest 9); the requests go to the live server.
+# Read from the application at import: schemathesis makes one test per operation at collection time, and
+# its fixture-based loader (schemathesis.pytest.from_fixture, 4.32) sets Node._nodeid, which pytest 9.2 no
+# longer has. The requests still go to the live server.
 with override_settings(ALLOWED_HOSTS=["localhost"]):  # the host schemathesis's WSGI loader names
     schema = schemathesis.openapi.from_wsgi(f"{API}/openapi.json", get_wsgi_application(), config=CONFIG)
 
