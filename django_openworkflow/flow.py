@@ -34,7 +34,8 @@ FLOW_COLUMNS = (
 )  # fmt: skip
 """The run's columns a start fills from the declarations (``WorkflowSpec.flow_fields``); a re-run copies them."""
 
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+# \Z, not $: "$" also matches before a final newline, and "emails\n" is no queue name.
+QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.:-]{1,64}\Z")
 PRIORITY_RANGE = (-1000, 1000)
 
 KeyFunction = Callable[[Any], Any]

@@ -649,7 +649,7 @@ def test_list_filters_by_queue_and_shows_queue_and_priority() -> None:
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("queue", ["has space", "", "x" * 65, "sl/ash", "nul\x00"])
+@pytest.mark.parametrize("queue", ["has space", "", "x" * 65, "sl/ash", "nul\x00", "newline\n"])
 def test_list_refuses_a_bad_queue_name(queue: str) -> None:
     with pytest.raises(CommandError, match="is not a queue name: 1 to 64 letters, digits"):
         workflows("list", "--queue", queue)
