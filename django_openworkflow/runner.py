@@ -58,11 +58,12 @@ class LeaseKeeper:
     succeeded; once renewals fail for most of a lease, ``lease_valid`` says
     no and the engine starts no further step.
 
-    Threads: slot threads call :meth:`lease_valid` and :meth:`forget`, one
-    heartbeat thread calls :meth:`renew`, and the engine's ``lease_valid``
-    callables are read from any of them. ``_held`` is guarded by ``_lock``;
-    ``renewed_at`` is a float written only by the renewing thread and read
-    anywhere (one rebinding of an attribute is atomic).
+    Threads: one thread calls :meth:`renew` (the worker's heartbeat, or a
+    Celery task's); the engine's ``lease_valid`` callables run on slot
+    threads. They share no container: ``renew`` is handed the claimed runs
+    themselves and sets flags on them (one attribute store each, never
+    unset), and ``renewed_at`` and ``renewals`` are written by the renewing
+    thread only (rebinding an attribute is atomic).
     """
 
     def __init__(self, store: Backend, worker_id: str, lease: timedelta) -> None:
@@ -72,17 +73,20 @@ class LeaseKeeper:
         self.interval = lease / 3
         self.window = lease.total_seconds() * LEASE_SAFETY
         self.renewed_at = time.monotonic()
-        self.renewals = 0  # successful renewals that extended at least one lease; written by the renewing thread only
-        self._lock = threading.Lock()
-        self._held: dict[Any, ClaimedRun] = {}  # guarded by _lock
+        self.renewals = 0  # renewals that extended at least one lease
 
-    def renew(self, run_ids: Iterable[Any]) -> int | None:
-        """Extend the leases of ``run_ids``; returns how many are still held, or None if the database failed."""
+    def renew(self, claimed_runs: Iterable[ClaimedRun]) -> int | None:
+        """Extend the leases of ``claimed_runs``; returns how many are still held, or None if the database failed.
+
+        Flags the runs themselves, not whatever holds their id by now: a run
+        that was released and claimed again meanwhile is another ClaimedRun.
+        """
         started = time.monotonic()
-        held = list(run_ids)
-        if not held:
+        by_id = {claimed.run.id: claimed for claimed in claimed_runs}
+        if not by_id:
             self.renewed_at = started
             return 0
+        held = list(by_id)
         try:
             renewed = self.store.extend_leases(self.worker_id, self.lease, held)
             canceling = self.store.cancel_requested_among(held)
@@ -96,25 +100,14 @@ class LeaseKeeper:
         self.renewed_at = started
         if renewed:
             self.renewals += 1
-        with self._lock:
-            # A cancel that waits for compensations: the slice stops before its next new step.
-            for run_id in canceling:
-                claimed = self._held.get(run_id)
-                if claimed is not None:
-                    claimed.cancel_requested = True
-            for run_id in lost:
-                claimed = self._held.get(run_id)
-                if claimed is not None:
-                    claimed.lease_lost = True
+        for run_id in canceling:  # a cancel that waits for compensations: the slice stops before its next step
+            by_id[run_id].cancel_requested = True
+        for run_id in lost:
+            by_id[run_id].lease_lost = True
         return renewed
 
     def lease_valid(self, claimed: ClaimedRun) -> Callable[[], bool]:
-        """For the engine: whether ``claimed``'s lease is still known to be held.
-
-        Call :meth:`forget` once the slice is over.
-        """
-        with self._lock:
-            self._held[claimed.run.id] = claimed
+        """For the engine: whether ``claimed``'s lease is still known to be held."""
         return lambda: self.holds(claimed)
 
     def holds(self, claimed: ClaimedRun) -> bool:
@@ -124,11 +117,6 @@ class LeaseKeeper:
     def lapsed(self, claimed: ClaimedRun) -> bool:
         """Whether this keeper failed to renew ``claimed``'s lease in time (within most of a lease)."""
         return time.monotonic() >= max(claimed.claimed_monotonic, self.renewed_at) + self.window
-
-    def forget(self, run_id: Any) -> None:
-        """The slice of ``run_id`` is over: stop carrying cancel requests to it."""
-        with self._lock:
-            self._held.pop(run_id, None)
 
 
 class SliceRunner:

@@ -13,6 +13,7 @@ process manager starts a fresh one.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -268,7 +269,6 @@ class Worker:
                     recycle_connections()
                     self.store.release(claimed)
                 finally:
-                    self.leases.forget(claimed.run.id)
                     # A slice that ended after its lease lapsed unrenewed: the heartbeat is not
                     # keeping up, even if the run is gone from the in-flight list by now.
                     lapsed = self._lapse_message() if self.leases.lapsed(claimed) else None
@@ -303,11 +303,12 @@ class Worker:
                         # From now, not from the missed beat: after a stall, one renewal, not a burst.
                         next_beat = now + interval
                         with self._lock:
-                            held = list(self._in_flight)
+                            held = list(self._in_flight.values())
                         self.leases.renew(held)
                 except Exception:
                     logger.exception("heartbeat round failed; trying again in %gs", tick)
-                    recycle_connections()
+                    with contextlib.suppress(Exception):  # the handler itself must not end the thread
+                        recycle_connections()
         finally:
             connections.close_all()
 

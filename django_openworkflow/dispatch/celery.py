@@ -12,6 +12,7 @@ at startup, so Celery workers know the tasks.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -327,10 +328,11 @@ class _Heartbeat:
         try:
             while not self._stop.wait(self.leases.interval.total_seconds()):
                 try:
-                    if self.leases.renew([self.claimed.run.id]) == 0:
+                    if self.leases.renew([self.claimed]) == 0:
                         return  # canceled or taken over: the slice's next write finds out
                 except Exception:
                     logger.exception("run %s: heartbeat failed; trying again", self.claimed.run.id)
-                    recycle_connections()
+                    with contextlib.suppress(Exception):  # the handler itself must not end the thread
+                        recycle_connections()
         finally:
             connections.close_all()  # this thread's connection, if it opened one

@@ -38,6 +38,7 @@ from ..store.records import (
     ClaimedRun,
     DeliveredSignal,
     EngineInterrupt,
+    LeaseLapsed,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -376,7 +377,8 @@ class Slice:
         if self.lease_lost:
             return False
         if check:
-            self.lease_lost = not self.store.holds_lease(self.run.id, self.worker_id)
+            if not self.store.holds_lease(self.run.id, self.worker_id):
+                self.lease_lost = True  # never cleared: another thread's earlier "held" must not undo it
             return not self.lease_lost
         return self.lease_valid is None or self.lease_valid()
 
@@ -559,7 +561,7 @@ class Slice:
         Without a lease the run is abandoned (:class:`LeaseLost`).
         """
         if self.lease_valid is not None and not self.lease_valid():
-            raise LeaseLost(self.run.id)
+            raise LeaseLapsed(self.run.id)
         if self.history.count + more >= self.max_attempts:
             raise FailRun(
                 engine_error(

@@ -17,7 +17,7 @@ from ..errors import PayloadError, StepFailed
 from ..payload import to_json_value
 from ..registry import registry
 from ..store import get_backend
-from ..store.records import ClaimedRun, EngineInterrupt, LeaseLost, StoreUnavailable
+from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import (
     CancelRun,
     ContinueAsNew,
@@ -109,6 +109,12 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
     slices: list[Slice] = []
     try:
         outcome, detail, wake_at = _execute(claimed, lease_valid, slices)
+    except LeaseLapsed:
+        # The caller could not renew the lease: hand the run back now (fenced: a no-op if it was taken
+        # over) rather than leave it to wait out a lease nobody renews.
+        released = store.release(claimed, timedelta(0))
+        outcome, wake_at = Outcome.LEASE_LOST, None
+        detail = "the lease could not be renewed in time" + ("; handed back" if released else "")
     except LeaseLost:
         outcome, detail, wake_at = Outcome.LEASE_LOST, "the run was canceled or another worker holds it", None
     except StoreUnavailable as exc:

@@ -26,6 +26,10 @@ class LeaseLost(EngineInterrupt):
     """This worker no longer holds the run (lease taken over, run canceled or deleted)."""
 
 
+class LeaseLapsed(LeaseLost):
+    """This worker could not renew the run's lease in time: it starts nothing more and hands the run back."""
+
+
 class StoreUnavailable(EngineInterrupt):
     """The journal could not be read or written; the slice is abandoned.
 
