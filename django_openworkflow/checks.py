@@ -180,7 +180,7 @@ def workflow_tables_problem(alias: str) -> str | None:
     if pending:
         shown = ", ".join(pending[:3]) + (f" and {len(pending) - 3} more" if len(pending) > 3 else "")
         return (
-            f"{len(pending)} migration(s) of {APP_LABEL} are not applied on database {alias!r} "
+            f"{len(pending)} migration(s) that {APP_LABEL} needs are not applied on database {alias!r} "
             f"(OPENWORKFLOW['DATABASE']): {shown}. Run `{migrate_command(alias)}` first."
         )
     missing = missing_tables(alias)
@@ -206,7 +206,16 @@ def check_workflow_tables(app_configs: Any = None, databases: Any = None, **kwar
     alias = owf_settings.database
     if not databases or alias not in databases or alias not in settings.DATABASES:
         return []
-    problem = workflow_tables_problem(alias)
+    try:
+        problem = workflow_tables_problem(alias)
+    except DatabaseError as exc:
+        return [
+            checks.Warning(
+                f"Could not read which migrations are applied on database {alias!r}: {exc}",
+                hint="Check that the database is up and that its user may read django_migrations.",
+                id="openworkflow.W081",
+            )
+        ]
     if problem is None:
         return []
     return [
@@ -261,11 +270,11 @@ class MigrateHint(logging.Filter):
         given = list(record.args) if isinstance(record.args, tuple) else []
         if record.exc_info and record.exc_info[1] is not None:
             given.append(record.exc_info[1])
+        missing = [arg for arg in given if isinstance(arg, DatabaseError) and is_missing_table(arg)]
+        if not missing:  # the common case, decided without the app registry
+            return True
         ours = workflow_tables()
-        if not any(
-            isinstance(arg, DatabaseError) and is_missing_table(arg) and any(table in str(arg) for table in ours)
-            for arg in given
-        ):
+        if not any(table in str(error) for error in missing for table in ours):
             return True
         alias = owf_settings.database
         try:

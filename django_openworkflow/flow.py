@@ -34,8 +34,10 @@ FLOW_COLUMNS = (
 )  # fmt: skip
 """The run's columns a start fills from the declarations (``WorkflowSpec.flow_fields``); a re-run copies them."""
 
+QUEUE_CHARACTERS = "[A-Za-z0-9_.:-]{1,64}"
+"""A queue name, as a regular expression both Python and JSON Schema (the API's document) read alike."""
 # \Z, not $: "$" also matches before a final newline, and "emails\n" is no queue name.
-QUEUE_NAME = re.compile(r"\A[A-Za-z0-9_.:-]{1,64}\Z")
+QUEUE_NAME = re.compile(rf"\A{QUEUE_CHARACTERS}\Z")
 PRIORITY_RANGE = (-1000, 1000)
 
 KeyFunction = Callable[[Any], Any]

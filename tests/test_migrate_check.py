@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
 
 from django_openworkflow.checks import MigrateHint, check_workflow_tables, is_missing_table, migrate_command
 from django_openworkflow.conf import owf_settings
@@ -156,7 +156,7 @@ def test_runworkflows_without_the_migrations_exits_saying_to_migrate(fresh, work
     assert proc.returncode == 1, proc.stderr
     alias = workflow_database or "default"
     command = "manage.py migrate" if alias == "default" else f"manage.py migrate --database={alias}"
-    assert f"8 migration(s) of django_openworkflow are not applied on database {alias!r}" in proc.stderr
+    assert f"8 migration(s) that django_openworkflow needs are not applied on database {alias!r}" in proc.stderr
     assert f"Run `{command}` first." in proc.stderr
     assert "claim failed" not in proc.stderr
 
@@ -165,7 +165,7 @@ def test_a_partly_migrated_database_names_the_migrations_left(fresh):
     assert fresh.manage("migrate", "django_openworkflow", "0007").returncode == 0
     proc = fresh.manage("runworkflows")
     assert proc.returncode == 1
-    assert "1 migration(s) of django_openworkflow are not applied on database 'default'" in proc.stderr
+    assert "1 migration(s) that django_openworkflow needs are not applied on database 'default'" in proc.stderr
     assert "django_openworkflow.0008_operations. Run `manage.py migrate` first." in proc.stderr
 
 
@@ -240,6 +240,19 @@ def test_the_deploy_check_reports_unapplied_migrations_and_migrate_does_not(fres
 def test_the_deploy_check_passes_on_the_migrated_test_database():
     assert check_workflow_tables(databases=[owf_settings.database]) == []
     assert check_workflow_tables(databases=None) == []
+
+
+def test_the_deploy_check_says_so_when_it_cannot_read_the_migrations(monkeypatch):
+    """A database that is down makes a warning that names it, not a traceback out of `check`."""
+    from django_openworkflow import checks
+
+    def unreachable(alias: str) -> list[str]:
+        raise OperationalError(f"could not connect to {alias}")
+
+    monkeypatch.setattr(checks, "unapplied_migrations", unreachable)
+    (message,) = check_workflow_tables(databases=[owf_settings.database])
+    assert message.id == "openworkflow.W081"
+    assert f"database {owf_settings.database!r}: could not connect" in message.msg
 
 
 # -- The hint added to the workers' warnings --

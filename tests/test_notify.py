@@ -212,7 +212,8 @@ def test_the_listener_disconnects_before_django_creates_or_drops_a_database(wait
     handle = sleeper.run({"duration": "1h"})
     with pytest.raises(ResultTimeout):
         handle.result(timeout=0.2)
-    assert waiters.listening and listen_sessions() == 1
+    assert waiters.listening
+    wait_until(lambda: listen_sessions() == 1, timeout=10)
     with connection.creation._nodb_cursor():
         assert not waiters.listening
     wait_until(lambda: listen_sessions() == 0, timeout=10)

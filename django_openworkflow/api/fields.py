@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..durations import parse_duration
-from ..flow import PRIORITY_RANGE
+from ..flow import PRIORITY_RANGE, QUEUE_CHARACTERS, QUEUE_NAME
 from ..formatting import json_text
 from ..listing import MAX_PAGE
 from ..payload import check_text
@@ -79,9 +79,7 @@ NO_NUL = "^[^\\u0000]*$"
 NAME_SCHEMA: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH, "pattern": NO_NUL}
 """Workflow names, versions, signal names, event types, idempotency keys: what their columns hold."""
 
-QUEUE_PATTERN = "^[A-Za-z0-9_.:-]{1,64}$"
-_QUEUE = re.compile(QUEUE_PATTERN.strip("^$"))
-QUEUE_SCHEMA: dict[str, Any] = {"type": "string", "pattern": QUEUE_PATTERN}
+QUEUE_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{QUEUE_CHARACTERS}$"}
 
 PRIORITY_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]}
 LIMIT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
@@ -146,7 +144,7 @@ def queue(value: Any, field: str = "queue") -> str | None:
         return None
     if not isinstance(value, str):
         raise invalid(field, f"{field} must be a string, not {_kind(value)}")
-    if not _QUEUE.fullmatch(value):
+    if not QUEUE_NAME.match(value):
         raise invalid(field, f"{field} must be 1 to 64 letters, digits, '_', '.', ':' or '-', got {value!r:.80}")
     return value
 

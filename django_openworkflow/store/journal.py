@@ -635,8 +635,11 @@ class JournalOps(BackendCore):
     def _refused(self, run_id: Any, worker_id: str, now: datetime, unless_canceling: bool) -> NoReturn:
         """The fence matched nothing: raise :class:`CancelRequested` if this worker holds the run, else LeaseLost.
 
-        Only when the fence asked about a cancel request; the row is locked
-        by the UPDATE, so the answer holds until the transaction ends.
+        Only when the fence asked about a cancel request. Inside a
+        transaction the UPDATE's row lock keeps the answer true until it
+        ends; in autocommit (PostgreSQL's one-statement step boundary) it may
+        be stale at once, which is safe: the completions are written by
+        :meth:`_keeping_completions`, fenced again.
         """
         held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id)
         if unless_canceling and held.update(updated_at=now):

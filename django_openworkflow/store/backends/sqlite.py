@@ -315,22 +315,32 @@ class DataVersionListener(threading.Thread):
 
     def _listen(self, watch: _DirectoryWatch | None) -> None:
         """Watch until stopped, or until the database file is deleted or replaced; raises when the connection fails."""
+        seen: dict[str, tuple[int, int]] = {}  # the -wal and -shm files this connection used: (device, inode)
         try:
-            self._watch(watch)
+            self._watch(watch, seen)
         finally:
             if self._database_missing():
                 # SQLite removes a database's -wal and -shm files when its last connection
                 # closes, unless the database file was deleted first (Django deletes a test
                 # database once its own connection is closed, while this one is open).
-                for suffix in ("-wal", "-shm"):
+                # Only the very files this connection used: a database created again at the
+                # same path meanwhile has files of its own, and losing its WAL loses commits.
+                for path, identity in seen.items():
                     with contextlib.suppress(FileNotFoundError):
-                        os.remove(self.database + suffix)
+                        current = os.stat(path)
+                        if (current.st_dev, current.st_ino) == identity and self._database_missing():
+                            os.remove(path)
 
-    def _watch(self, watch: _DirectoryWatch | None) -> None:
+    def _watch(self, watch: _DirectoryWatch | None, seen: dict[str, tuple[int, int]]) -> None:
         # uri=True, as Django opens it: NAME may be a file: URI.
         with contextlib.closing(sqlite3.connect(self.database, uri=True, isolation_level=None)) as conn:
             pragma = conn.cursor()
             last = pragma.execute("PRAGMA data_version").fetchone()
+            if not self.database.startswith("file:"):
+                for suffix in ("-wal", "-shm"):
+                    with contextlib.suppress(FileNotFoundError):
+                        stat = os.stat(self.database + suffix)
+                        seen[self.database + suffix] = (stat.st_dev, stat.st_ino)
             self._connected_at = time.monotonic()
             self.connected.set()
             self._notify()  # whatever was committed before we looked
