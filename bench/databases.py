@@ -97,6 +97,13 @@ class BenchDB:
         """Server counters at one instant (None: no server counters)."""
         return None
 
+    garbage_label = "garbage"
+    """What :meth:`garbage` measures, as a column heading of the soak phase."""
+
+    def garbage(self, conn) -> float:  # type: ignore[no-untyped-def]
+        """What old row versions the run table leaves behind now (``conn``: a :meth:`raw` connection)."""
+        return NAN
+
     def settle(self, apps: tuple[str, ...]) -> None:
         """Wait until the sessions of these application names have flushed their statistics."""
 
@@ -198,6 +205,13 @@ class PostgresDB(BenchDB):
         ).fetchone()
         return {"commit": row[0], "rollback": row[1], "xid": row[2], "lsn": row[3]}
 
+    garbage_label = "dead_tup"
+
+    def garbage(self, conn) -> float:  # type: ignore[no-untyped-def]
+        """Dead tuples of the run table (pg_stat_user_tables.n_dead_tup: autovacuum's backlog)."""
+        row = conn.execute("select n_dead_tup from pg_stat_user_tables where relname = 'openworkflow_run'").fetchone()
+        return float(row[0]) if row else NAN
+
     def settle(self, apps: tuple[str, ...], timeout: float = 10.0) -> None:
         """Backends flush their pg_stat_database counters when they exit: wait for them to be gone."""
         give_up = time.monotonic() + timeout
@@ -271,6 +285,15 @@ class SQLiteDB(BenchDB):
             f"WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < %s) {insert} FROM g",
             [count, *params],
         )
+
+    garbage_label = "wal_mb"
+
+    def garbage(self, conn) -> float:  # type: ignore[no-untyped-def]
+        """SQLite keeps no dead rows but a write-ahead log: its size in MB (a checkpoint starved by readers grows it)."""
+        try:
+            return os.path.getsize(str(self.settings_db["NAME"]) + "-wal") / 1e6
+        except OSError:
+            return NAN
 
     def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
         figures = per_run(counted, done, steps_done)
@@ -404,6 +427,15 @@ class MariaDB(BenchDB):
         names = ", ".join(f"'{c}'" for c in self.COUNTERS)
         rows = self._query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
         return {name: int(value) for name, value in rows}
+
+    garbage_label = "hist_len"
+
+    def garbage(self, conn) -> float:  # type: ignore[no-untyped-def]
+        """InnoDB's history list length: undo records purge has not removed yet (server-wide)."""
+        with conn.cursor() as cur:
+            cur.execute("SELECT `count` FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'")
+            row = cur.fetchone()
+        return float(row[0]) if row else NAN
 
     def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
         def delta(name: str) -> int:

@@ -96,7 +96,7 @@ class Processes:
         env["BENCH_DB"] = self.db
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         env["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        for key in ("BENCH_READY_FILE", "BENCH_COUNT_FILE"):
+        for key in ("BENCH_READY_FILE", "BENCH_COUNT_FILE", "BENCH_SOAK_DIR"):
             env.pop(key, None)
         env.update(extra)
         return env
@@ -104,13 +104,22 @@ class Processes:
     # ---- the worker
 
     def spawn_worker(
-        self, conc: int, label: str, count_file: Path | None = None, queues: tuple[str, ...] = ()
+        self,
+        conc: int,
+        label: str,
+        count_file: Path | None = None,
+        queues: tuple[str, ...] = (),
+        options: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> tuple[subprocess.Popen, Path]:
-        """Start ``runworkflows``; returns it and the file it touches at its first connection."""
+        """Start ``runworkflows``; returns it and the file it touches at its first connection.
+
+        ``options``: more ``runworkflows`` options (e.g. ``--lease 3s``); ``env``: more environment.
+        """
         ready = self.tmp / f"ready-{label}"
         with suppress(FileNotFoundError):
             ready.unlink()
-        extra = {"BENCH_READY_FILE": str(ready), "BENCH_APP_NAME": WORKER_APP}
+        extra = {"BENCH_READY_FILE": str(ready), "BENCH_APP_NAME": WORKER_APP, **(env or {})}
         if count_file is not None:
             extra["BENCH_COUNT_FILE"] = str(count_file)
         cmd = [
@@ -124,6 +133,7 @@ class Processes:
             "--poll",
             self.poll,
             *(arg for queue in queues for arg in ("--queue", queue)),
+            *options,
         ]
         log_path = self.tmp / f"worker-{label}.log"
         with open(log_path, "w") as log:

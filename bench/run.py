@@ -27,8 +27,13 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               prune rate, and claim latency (median, p99, worst) before vs during the prune.
   scaleout    4,000 prefilled runs (--quick 600) drained by one worker process, then by two:
               the ratio, and CPU per workflow in the workers vs in the database server.
+  soak        (only with --only soak) 30 minutes (--quick 2) of one-step runs offered at a fixed
+              rate to 2 workers with a 3 s lease, 5 % of the steps longer than the lease, 20 % of
+              the runs under Concurrency(2), optionally a worker SIGKILLed every --kill-every s;
+              a row per minute, and FAILS on a step executed twice, a limit exceeded, a run
+              unfinished or a heartbeat thread dead (see bench/phases/soak.py).
 
-Exit status: 0 when every phase ran and every run completed; 1 otherwise.
+Exit status: 0 when every phase ran and every run completed (and the soak found nothing); 1 otherwise.
 Timing targets are never asserted here.
 """
 
@@ -50,7 +55,7 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, fanout, latency, memory, prune, replay, scaleout, starts, throughput  # noqa: E402
+from bench.phases import claims, fanout, latency, memory, prune, replay, scaleout, soak, starts, throughput  # noqa: E402
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -64,15 +69,24 @@ PHASES = {
     "starts": starts.run,
     "prune": prune.run,
     "scaleout": scaleout.run,
+    "soak": soak.run,
 }
+DEFAULT_PHASES = [name for name in PHASES if name != "soak"]
+"""Without --only: every phase but the soak, which takes 30 minutes (2 with --quick) and is run on its own."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("role", nargs="?", default="main", choices=["main", "_produce"], help=argparse.SUPPRESS)
+    p.add_argument(
+        "role", nargs="?", default="main", choices=["main", "_produce", "_soak_start"], help=argparse.SUPPRESS
+    )
     p.add_argument("--db", default=os.environ.get("BENCH_DB", "postgres"), choices=[*BENCH_DBS, "all"])
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke test, < ~2 min per database)")
-    p.add_argument("--only", default=",".join(PHASES), help=f"comma-separated phases: {','.join(PHASES)}")
+    p.add_argument(
+        "--only",
+        default=",".join(DEFAULT_PHASES),
+        help=f"comma-separated phases: {','.join(PHASES)} (default: all but soak)",
+    )
     p.add_argument(
         "--peer-protocol",
         action="store_true",
@@ -89,6 +103,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--keep-db", action="store_true", help="SQLite: keep bench/bench.sqlite3 after the run")
     p.add_argument("--tag", default="", help="extra key=value fields appended to RESULT lines")
     p.add_argument("--profile", default=None, help="py-spy record the worker of each throughput config into this dir")
+    soak = p.add_argument_group("soak (--only soak)")
+    soak.add_argument("--soak-minutes", type=float, default=None, help="offered load for this long (30; --quick 2)")
+    soak.add_argument("--soak-rate", type=float, default=None, help="runs started per second (default per database)")
+    soak.add_argument("--soak-workers", type=int, default=2, help="runworkflows processes (2)")
+    soak.add_argument("--soak-slots", type=int, default=16, help="slots of each worker (16)")
+    soak.add_argument("--soak-lease", type=float, default=3.0, help="the workers' --lease, seconds (3)")
+    soak.add_argument("--soak-long-share", type=float, default=0.05, help="share of steps that sleep 1.5 leases")
+    soak.add_argument("--soak-limited-share", type=float, default=0.2, help="share of runs under Concurrency(2)")
+    soak.add_argument("--soak-interval", type=float, default=None, help="seconds per report row (60; --quick 15)")
+    soak.add_argument("--soak-seed", type=int, default=26, help="seed of the starter's choices")
+    soak.add_argument("--kill-every", type=float, default=0, help="SIGKILL a worker every N seconds and start another")
+    p.add_argument("--soak-seconds", type=float, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--soak-dir", default="", help=argparse.SUPPRESS)
     # producer-only options
     p.add_argument("--workflow", default="bench-3", help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -147,10 +174,10 @@ def run_each_database() -> int:
 
 def main() -> int:
     args = parse_args()
-    if args.role == "_produce":
+    if args.role in ("_produce", "_soak_start"):
         os.environ["BENCH_DB"] = args.db
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-        produce(args)
+        produce(args) if args.role == "_produce" else soak.start_runs(args)
         return 0
     if args.db == "all":
         return run_each_database()

@@ -9,6 +9,8 @@ the processes it starts:
   (explicit ``BEGIN`` + write statements run in autocommit) and write the
   totals as JSON there at exit. Used for SQLite, which has no
   ``pg_stat_database``; cheap, but not free.
+* ``BENCH_SOAK_DIR``: the soak phase's ledger, heartbeat counting and thread
+  names (bench/benchapp/soak.py).
 """
 
 from __future__ import annotations
@@ -77,3 +79,7 @@ class BenchAppConfig(AppConfig):
             atexit.register(_counter.dump)
         if path or _ready_file:
             connection_created.connect(_on_connection, dispatch_uid="bench-hooks")
+        if os.environ.get("BENCH_SOAK_DIR"):
+            from bench.benchapp import soak
+
+            soak.install()

@@ -62,3 +62,20 @@ def bench_fanout(ctx):
         ctx.step.start_workflow(bench_fanout_child, {"i": i}, name=f"child-{i}") for i in range(ctx.input["count"])
     ]
     return ctx.step.wait_all(children)
+
+
+# The soak phase (bench/phases/soak.py): one step per run, whose body records itself in the
+# worker's ledger (bench/benchapp/soak.py) and sleeps input["ms"]. A share of the runs is
+# started as soak-limited: at most SOAK_LIMIT of them per key input["k"] hold a worker at once.
+SOAK_LIMIT = 2
+SOAK_KEYS = 4
+
+
+def _soak(ctx):
+    from bench.benchapp import soak
+
+    return ctx.step.run("work", lambda: soak.step_body(ctx.run_id, "work", ctx.input))
+
+
+soak_free = workflow(name="soak")(_soak)
+soak_limited = workflow(name="soak-limited", concurrency=Concurrency(SOAK_LIMIT, key=lambda spec: spec["k"]))(_soak)
