@@ -38,7 +38,7 @@ class Ledger:
         self.directory = directory
         self._offsets: dict[str, int] = {}
         self.executions: dict[tuple[str, str], list[Execution]] = {}
-        self._running: dict[tuple[str, str, int], Execution] = {}  # started, no E line yet
+        self._running: dict[tuple[str, str, str, str], Execution] = {}  # (run, step, pid, tid): no E line yet
         self.completed_by: dict[str, set[int]] = {}  # run id -> pids whose slice completed it
         self.completions: list[float] = []  # times of C lines with outcome "completed"
         self.pickups: list[tuple[float, float, bool]] = []  # (first start, start - due, limited)
@@ -76,16 +76,16 @@ class Ledger:
     def _worker_line(self, f: list[str]) -> None:
         kind = f[0]
         if kind == "S":
-            ex = Execution(f[2], f[3], int(f[4]), float(f[1]), float(f[5]), None if f[6] == "-" else f[6])
+            ex = Execution(f[2], f[3], int(f[4]), float(f[1]), float(f[6]), None if f[7] == "-" else f[7])
             runs = self.executions.setdefault((ex.run_id, ex.step), [])
             if runs:
                 self.extra += 1
             else:
                 self.pickups.append((ex.start, ex.start - ex.due, ex.key is not None))
             runs.append(ex)
-            self._running[(ex.run_id, ex.step, ex.pid)] = ex
+            self._running[(f[2], f[3], f[4], f[5])] = ex
         elif kind == "E":
-            ex = self._running.pop((f[2], f[3], int(f[4])), None)
+            ex = self._running.pop((f[2], f[3], f[4], f[5]), None)
             if ex is not None:
                 ex.end = float(f[1])
         elif kind == "C":
@@ -143,31 +143,37 @@ def self_check(directory: Path) -> list[str]:
 
     Worker 101 executes run a twice, the second time with a body still open when it is
     "killed"; worker 102 executes run b twice, both to the end (a re-execution no kill
-    explains); three bodies of key 0 overlap under a limit of 2.
+    explains); three bodies of key 0 overlap under a limit of 2; worker 103 executes run c
+    twice at once on two threads (each E line must end its own execution).
     """
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "ledger-101.log").write_text(
-        "S 10.0 a work 101 9.9 -\nE 10.1 a work 101\n"  # finished, but its slice did not complete the run
-        "S 14.0 a work 101 9.9 -\n"  # the kill interrupts this one
-        "S 20.0 k1 work 101 19.0 0\nS 20.5 k2 work 101 19.0 0\nE 21.0 k1 work 101\nE 21.5 k2 work 101\n"
+        "S 10.0 a work 101 7 9.9 -\nE 10.1 a work 101 7\n"  # finished, but its slice did not complete the run
+        "S 14.0 a work 101 7 9.9 -\n"  # the kill interrupts this one
+        "S 20.0 k1 work 101 7 19.0 0\nS 20.5 k2 work 101 7 19.0 0\nE 21.0 k1 work 101 7\nE 21.5 k2 work 101 7\n"
         "R 11.0 101 3\n"
     )
     (directory / "ledger-102.log").write_text(
-        "S 15.0 a work 102 9.9 -\nE 15.1 a work 102\nC 15.2 a 102 completed\n"
-        "S 10.0 b work 102 9.9 -\nE 10.1 b work 102\nS 14.0 b work 102 9.9 -\nE 14.1 b work 102\nC 14.2 b 102 completed\n"
-        "S 20.7 k3 work 102 19.0 0\nE 20.8 k3 work 102\n"
+        "S 15.0 a work 102 7 9.9 -\nE 15.1 a work 102 7\nC 15.2 a 102 completed\n"
+        "S 10.0 b work 102 7 9.9 -\nE 10.1 b work 102 7\nS 14.0 b work 102 7 9.9 -\nE 14.1 b work 102 7\nC 14.2 b 102 completed\n"
+        "S 20.7 k3 work 102 7 19.0 0\nE 20.8 k3 work 102 7\n"
+    )
+    (directory / "ledger-103.log").write_text(
+        "S 30.0 c work 103 1 29.0 -\nS 33.0 c work 103 2 29.0 -\nE 34.5 c work 103 1\nE 37.5 c work 103 2\n"
     )
     (directory / "starts.log").write_text("0 9.9 9.91 a 0\n1 9.9 9.91 b 0\n")
     ledger = Ledger(directory)
     ledger.read()
     wrong = []
-    if ledger.extra != 3:
-        wrong.append(f"extra executions: {ledger.extra}, not 3")
-    unexcused = ledger.unexcused({101: 14.5})
-    if [runs[0].run_id for runs in unexcused] != ["b"]:
-        wrong.append(f"unexcused with worker 101 killed: {[runs[0].run_id for runs in unexcused]}, not ['b']")
-    if len(ledger.unexcused({})) != 2:
-        wrong.append("without kills, both re-executed runs must be unexcused")
+    if ledger.extra != 4:
+        wrong.append(f"extra executions: {ledger.extra}, not 4")
+    unexcused = sorted(runs[0].run_id for runs in ledger.unexcused({101: 14.5}))
+    if unexcused != ["b", "c"]:
+        wrong.append(f"unexcused with worker 101 killed: {unexcused}, not ['b', 'c']")
+    if len(ledger.unexcused({})) != 3:
+        wrong.append("without kills, the three re-executed runs must be unexcused")
+    if [ex.end for ex in ledger.executions[("c", "work")]] != [34.5, 37.5]:
+        wrong.append(f"run c's executions end at {[ex.end for ex in ledger.executions[('c', 'work')]]}")
     overlaps = ledger.overlaps(2, {}, 30.0)
     if [(key, at, inside) for key, at, inside in overlaps] != [("0", 20.7, 3)]:
         wrong.append(f"overlaps under a limit of 2: {overlaps}, not [('0', 20.7, 3)]")

@@ -114,6 +114,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_argument("--soak-interval", type=float, default=None, help="seconds per report row (60; --quick 15)")
     soak.add_argument("--soak-seed", type=int, default=26, help="seed of the starter's choices")
     soak.add_argument("--kill-every", type=float, default=0, help="SIGKILL a worker every N seconds and start another")
+    soak.add_argument(
+        "--soak-break-heartbeat",
+        type=float,
+        default=None,
+        help="test the soak itself: the first worker's heartbeat thread dies after N seconds (the phase must fail)",
+    )
     p.add_argument("--soak-seconds", type=float, default=0, help=argparse.SUPPRESS)
     p.add_argument("--soak-dir", default="", help=argparse.SUPPRESS)
     # producer-only options

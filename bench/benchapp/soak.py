@@ -2,10 +2,10 @@
 
 Each worker process appends to ``<dir>/ledger-<pid>.log``, one line per event:
 
-* ``S <time> <run id> <step> <pid> <due> <key>``: a step body began (``key`` is the
-  concurrency key, ``-`` for a run without a limit; ``due`` is when the starter called
-  ``run()``);
-* ``E <time> <run id> <step> <pid>``: that step body returned;
+* ``S <time> <run id> <step> <pid> <tid> <due> <key>``: a step body began on thread
+  ``tid`` (``key`` is the concurrency key, ``-`` for a run without a limit; ``due`` is
+  when the starter called ``run()``);
+* ``E <time> <run id> <step> <pid> <tid>``: that step body returned;
 * ``C <time> <run id> <pid> <outcome>``: the slice that executed the run ended
   (``hooks.run_finished``: the run's completion is committed by then);
 * ``R <time> <pid> <rows>``: the heartbeat thread ran its lease-renewal UPDATE,
@@ -56,11 +56,12 @@ def write(line: str) -> None:
 
 def step_body(run_id: Any, step: str, spec: dict) -> int:
     """What a soak step does: record its start, sleep ``spec["ms"]``, record its end."""
-    pid = os.getpid()
+    # The thread tells apart two executions of one step open at once in one process.
+    me = f"{os.getpid()} {threading.get_native_id()}"
     key = spec.get("k")
-    write(f"S {time.time():.6f} {run_id} {step} {pid} {spec['due']:.6f} {'-' if key is None else key}")
+    write(f"S {time.time():.6f} {run_id} {step} {me} {spec['due']:.6f} {'-' if key is None else key}")
     time.sleep(spec["ms"] / 1000.0)
-    write(f"E {time.time():.6f} {run_id} {step} {pid}")
+    write(f"E {time.time():.6f} {run_id} {step} {me}")
     return int(spec["ms"])
 
 
@@ -68,10 +69,22 @@ def _on_run_finished(sender: Any, run_id: Any = None, status: str = "", **kwargs
     write(f"C {time.time():.6f} {run_id} {os.getpid()} {status}")
 
 
+_started = time.monotonic()
+_break_after = float(os.environ.get("BENCH_SOAK_BREAK_HEARTBEAT") or "inf")
+
+
 def _count_renewals(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
-    """Django execute wrapper: log the heartbeat thread's lease UPDATEs with the rows they touched."""
+    """Django execute wrapper: log the heartbeat thread's lease UPDATEs with the rows they touched.
+
+    With ``BENCH_SOAK_BREAK_HEARTBEAT=<seconds>`` (``run.py --soak-break-heartbeat``), the
+    heartbeat's first UPDATE after that long raises instead: the heartbeat thread dies the way
+    issue 26's did, which the soak must detect.
+    """
+    heartbeat = threading.current_thread().name == "owf-heartbeat" and sql.lstrip()[:6].upper() == "UPDATE"
+    if heartbeat and time.monotonic() - _started > _break_after:
+        raise RuntimeError("bench: the heartbeat broken on purpose (--soak-break-heartbeat)")
     result = execute(sql, params, many, context)
-    if threading.current_thread().name == "owf-heartbeat" and sql.lstrip()[:6].upper() == "UPDATE":
+    if heartbeat:
         write(f"R {time.time():.6f} {os.getpid()} {context['cursor'].rowcount}")
     return result
 

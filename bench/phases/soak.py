@@ -155,7 +155,7 @@ def thread_exceptions(log_path: str) -> list[str]:
         return []
     found = []
     for n, line in enumerate(lines):
-        match = re.match(r"Exception in thread (\S+)", line)
+        match = re.match(r"Exception in thread (\S+?):?$", line)
         if not match:
             continue
         last = line
@@ -204,11 +204,11 @@ class Soak:
 
     def spawn(self) -> Worker:
         self.spawned += 1
+        env = {"BENCH_SOAK_DIR": str(self.dir)}
+        if self.spawned == 1 and self.bench.args.soak_break_heartbeat is not None:
+            env["BENCH_SOAK_BREAK_HEARTBEAT"] = str(self.bench.args.soak_break_heartbeat)
         proc, _ = self.bench.procs.spawn_worker(
-            self.slots,
-            f"soak-{self.spawned}",
-            options=("--lease", f"{self.lease:g}s"),
-            env={"BENCH_SOAK_DIR": str(self.dir)},
+            self.slots, f"soak-{self.spawned}", options=("--lease", f"{self.lease:g}s"), env=env
         )
         worker = Worker(proc, f"soak-{self.spawned}", time.time())
         self.workers.append(worker)
