@@ -28,7 +28,7 @@ Phases (each starts from empty tables; one module each in bench/phases/):
   scaleout    4,000 prefilled runs (--quick 600) drained by one worker process, then by two:
               the ratio, and CPU per workflow in the workers vs in the database server.
   soak        (only with --only soak) 30 minutes (--quick 2) of one-step runs offered at a fixed
-              rate to 2 workers with a 3 s lease, 5 % of the steps longer than the lease, 20 % of
+              rate to 2 workers with a 3 s lease, 2 % of the steps longer than the lease, 10 % of
               the runs under Concurrency(2), optionally a worker SIGKILLed every --kill-every s;
               a row per minute, and FAILS on a step executed twice, a limit exceeded, a run
               unfinished or a heartbeat thread dead (see bench/phases/soak.py).
@@ -109,8 +109,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_argument("--soak-workers", type=int, default=2, help="runworkflows processes (2)")
     soak.add_argument("--soak-slots", type=int, default=16, help="slots of each worker (16)")
     soak.add_argument("--soak-lease", type=float, default=3.0, help="the workers' --lease, seconds (3)")
-    soak.add_argument("--soak-long-share", type=float, default=0.05, help="share of steps that sleep 1.5 leases")
-    soak.add_argument("--soak-limited-share", type=float, default=0.2, help="share of runs under Concurrency(2)")
+    soak.add_argument("--soak-long-share", type=float, default=0.02, help="share of steps that sleep 1.5 leases")
+    soak.add_argument("--soak-limited-share", type=float, default=0.1, help="share of runs under Concurrency(2)")
     soak.add_argument("--soak-interval", type=float, default=None, help="seconds per report row (60; --quick 15)")
     soak.add_argument("--soak-seed", type=int, default=26, help="seed of the starter's choices")
     soak.add_argument("--kill-every", type=float, default=0, help="SIGKILL a worker every N seconds and start another")
