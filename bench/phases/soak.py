@@ -367,10 +367,12 @@ class Soak:
         if wrong:
             raise PhaseError(f"the soak's checks do not catch what they must: {'; '.join(wrong)}")
         bench.reset_tables()
+        from bench.benchapp.workflows import SOAK_KEYS, SOAK_LIMIT
+
         bench.note(
             f"soak: {self.rate:g} runs/s for {self.duration:.0f}s, {self.n_workers} workers x {self.slots} slots, "
-            f"lease {self.lease:g}s, {bench.args.soak_long_share:.0%} steps of {self.lease * LONG_LEASES:g}s, "
-            f"{bench.args.soak_limited_share:.0%} of runs under Concurrency(2) over 4 keys, "
+            f"lease {self.lease:g}s, {bench.args.soak_long_share * 100:g}% steps of {self.lease * LONG_LEASES:g}s, "
+            f"{bench.args.soak_limited_share * 100:g}% of runs under Concurrency({SOAK_LIMIT}) over {SOAK_KEYS} keys, "
             f"kill every {self.kill_every or '-'}s; ledger in {self.dir}"
         )
         for _ in range(self.n_workers):
