@@ -104,6 +104,10 @@ class BenchDB:
         """What old row versions the run table leaves behind now (``conn``: a :meth:`raw` connection)."""
         return NAN
 
+    def garbage_caveat(self) -> str | None:
+        """A server setting that decides how :meth:`garbage` evolves, worth saying before a soak."""
+        return None
+
     def settle(self, apps: tuple[str, ...]) -> None:
         """Wait until the sessions of these application names have flushed their statistics."""
 
@@ -206,6 +210,12 @@ class PostgresDB(BenchDB):
         return {"commit": row[0], "rollback": row[1], "xid": row[2], "lsn": row[3]}
 
     garbage_label = "dead_tup"
+
+    def garbage_caveat(self) -> str | None:
+        (setting,) = self.stats_conn.execute("show autovacuum").fetchone()
+        if setting != "on":
+            return f"autovacuum is {setting} on this server: the run table's dead tuples are never reclaimed here"
+        return None
 
     def garbage(self, conn) -> float:  # type: ignore[no-untyped-def]
         """Dead tuples of the run table (pg_stat_user_tables.n_dead_tup: autovacuum's backlog)."""

@@ -375,6 +375,9 @@ class Soak:
             f"{bench.args.soak_limited_share * 100:g}% of runs under Concurrency({SOAK_LIMIT}) over {SOAK_KEYS} keys, "
             f"kill every {self.kill_every or '-'}s; ledger in {self.dir}"
         )
+        caveat = bench.dbh.garbage_caveat()
+        if caveat:
+            bench.note(f"soak: {caveat}")
         for _ in range(self.n_workers):
             self.spawn()
         give_up = time.time() + 90
@@ -403,12 +406,12 @@ class Soak:
             now = time.time()
             self.ledger.read()
             self.sample(now)
+            if now >= next_row:  # before a kill due now: the row then shows the victim killed in the next one
+                self.row(t0, last_row, next_row, mon)
+                last_row, next_row = next_row, next_row + self.interval
             if next_kill is not None and now >= next_kill and now < load_end:
                 self.kill_one()
                 next_kill += self.kill_every
-            if now >= next_row:
-                self.row(t0, last_row, next_row, mon)
-                last_row, next_row = next_row, next_row + self.interval
             if drain_until is None and starter.poll() is not None:
                 if starter.returncode != 0:
                     self.fail(f"the starter exited with {starter.returncode}; see {self.dir / 'starter.log'}")
