@@ -115,6 +115,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     soak.add_argument("--soak-seed", type=int, default=26, help="seed of the starter's choices")
     soak.add_argument("--kill-every", type=float, default=0, help="SIGKILL a worker every N seconds and start another")
     soak.add_argument(
+        "--soak-vacuum-every",
+        type=float,
+        default=60.0,
+        help="where the server runs without autovacuum (PostgreSQL autovacuum = off): VACUUM the workflow tables "
+        "every N seconds, as autovacuum would (0: never)",
+    )
+    soak.add_argument(
         "--soak-break-heartbeat",
         type=float,
         default=None,

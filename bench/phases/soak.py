@@ -376,8 +376,15 @@ class Soak:
             f"kill every {self.kill_every or '-'}s; ledger in {self.dir}"
         )
         caveat = bench.dbh.garbage_caveat()
+        vacuum_every = bench.args.soak_vacuum_every
         if caveat:
             bench.note(f"soak: {caveat}")
+            if vacuum_every:
+                # A production server runs autovacuum; without a stand-in the soak would measure a
+                # table that only grows, which no user runs.
+                bench.note(
+                    f"soak: standing in for autovacuum: VACUUM (ANALYZE) of the workflow tables every {vacuum_every:g}s"
+                )
         for _ in range(self.n_workers):
             self.spawn()
         give_up = time.time() + 90
@@ -398,6 +405,7 @@ class Soak:
         load_end = t0 + self.duration
         next_row = t0 + self.interval
         next_kill = t0 + self.kill_every if self.kill_every else None
+        next_vacuum = t0 + vacuum_every if caveat and vacuum_every else None
         drain_until = None
         last_row = t0
         left = None
@@ -412,6 +420,9 @@ class Soak:
             if next_kill is not None and now >= next_kill and now < load_end:
                 self.kill_one()
                 next_kill += self.kill_every
+            if next_vacuum is not None and now >= next_vacuum:
+                bench.dbh.stand_in_for_autovacuum()
+                next_vacuum = time.time() + vacuum_every
             if drain_until is None and starter.poll() is not None:
                 if starter.returncode != 0:
                     self.fail(f"the starter exited with {starter.returncode}; see {self.dir / 'starter.log'}")
