@@ -14,6 +14,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.runner import LeaseKeeper
@@ -46,8 +47,8 @@ def test_slice_stops_before_the_next_step_when_the_lease_is_not_valid():
 
 
 def lock_everything_for(run_id, seconds, locked):
-    """From another connection, block every write to the run for ``seconds``."""
-    conn = connections.create_connection("default")
+    """From another connection to the workflow tables' database, block every write to the run for ``seconds``."""
+    conn = connections.create_connection(owf_settings.database)
     try:
         conn.set_autocommit(False)
         with conn.cursor() as cursor:
@@ -106,6 +107,10 @@ def test_runworkflows_that_cannot_renew_exits_non_zero(workers):
     blocker.start()
     try:
         _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()  # and close its pipe: a pipe left open warns in a later test
+        raise
     finally:
         blocker.join()
     assert proc.returncode != 0
