@@ -17,6 +17,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_openworkflow import ResultTimeout, workflow
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.notify import DUE_CHANNEL
 from django_openworkflow.worker import Worker
@@ -197,7 +198,8 @@ def test_a_result_that_waits_listens(waiters):
 
 
 def listen_sessions() -> int:
-    with connection.cursor() as cursor:
+    """Sessions LISTENing on the workflow tables' database (the alias "other" under make test-second-db)."""
+    with connections[owf_settings.database].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity "
             "WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN%%'"
