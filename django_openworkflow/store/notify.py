@@ -15,13 +15,49 @@ starts it again.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from typing import Any, Protocol
 
 DUE_CHANNEL = "openworkflow_due"
 """A run became claimable (inserted, woken, retried)."""
 DONE_CHANNEL = "openworkflow_done"
 """A run finished; the payload is its id."""
+
+
+RECONNECT_BACKOFF = (0.1, 5.0)
+"""Seconds a listener waits before it connects again: first, and at most (doubling in between)."""
+
+
+def wait_to_reconnect(
+    exc: Exception,
+    *,
+    backoff: float,
+    connected: threading.Event,
+    connected_at: float,
+    stop: threading.Event,
+    expected: type[Exception],
+    what: str,
+    logger: logging.Logger,
+) -> float:
+    """A listener's connection failed with ``exc``: log it, wait, and return the next wait.
+
+    Shared by every listener thread, called on that thread. A database error
+    (``expected``) is a warning; anything else (a bug, a failing
+    ``on_notify``) is logged with its traceback. After five seconds
+    connected, a failure counts as a fresh one, not one of a string.
+    """
+    first, most = RECONNECT_BACKOFF
+    if connected.is_set() and time.monotonic() - connected_at > 5.0:
+        backoff = first
+    connected.clear()
+    if isinstance(exc, expected):
+        logger.warning("%s connection failed (%s); reconnecting in %.1fs", what, exc, backoff)
+    else:
+        logger.exception("%s thread failed; reconnecting in %.1fs", what, backoff)
+    stop.wait(backoff)
+    return min(backoff * 2, most)
 
 
 class Listener(Protocol):

@@ -29,6 +29,7 @@ from django.db.models import Field, Model
 from ...flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
+from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
@@ -391,7 +392,7 @@ class PostgresListener(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
-        backoff = 0.1
+        backoff = RECONNECT_BACKOFF[0]
         try:
             while not self._stop_event.is_set():
                 try:
@@ -400,15 +401,16 @@ class PostgresListener(threading.Thread):
                     # Never end silently: a dropped connection, a bad setting or a failing
                     # on_notify is logged and the thread connects again. A listener that
                     # dies leaves its owner polling with nobody told why.
-                    if self.connected.is_set() and time.monotonic() - self._connected_at > 5.0:
-                        backoff = 0.1  # it had been listening a while: a fresh drop, not a string of failures
-                    self.connected.clear()
-                    if isinstance(exc, psycopg.Error):
-                        logger.warning("LISTEN connection failed (%s); reconnecting in %.1fs", exc, backoff)
-                    else:
-                        logger.exception("LISTEN thread failed; reconnecting in %.1fs", backoff)
-                    self._stop_event.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    backoff = wait_to_reconnect(
+                        exc,
+                        backoff=backoff,
+                        connected=self.connected,
+                        connected_at=self._connected_at,
+                        stop=self._stop_event,
+                        expected=psycopg.Error,
+                        what="LISTEN",
+                        logger=logger,
+                    )
         finally:
             self.connected.clear()
 

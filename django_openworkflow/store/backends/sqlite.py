@@ -27,6 +27,7 @@ from django.utils import timezone
 from ...models import WorkflowRun
 from ...states import CLAIMABLE_STATUSES
 from ..containment import SQLiteCompiler
+from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import CANDIDATE_FIELDS, Candidate
 from .base import Backend
 
@@ -257,7 +258,7 @@ class DataVersionListener(threading.Thread):
 
     def run(self) -> None:
         watch = _DirectoryWatch.open(self.database)
-        backoff = 0.1
+        backoff = RECONNECT_BACKOFF[0]
         # A daemon thread is killed at exit with its connection open, and a connection
         # that is not closed leaves the database's -wal and -shm files behind.
         atexit.register(self._stop_at_exit)
@@ -276,15 +277,16 @@ class DataVersionListener(threading.Thread):
                 except Exception as exc:
                     # Never end silently: a failed connection or a failing on_notify is
                     # logged and the thread connects again.
-                    if self.connected.is_set() and time.monotonic() - self._connected_at > 5.0:
-                        backoff = 0.1  # it had been watching a while: a fresh failure, not a string of them
-                    self.connected.clear()
-                    if isinstance(exc, sqlite3.Error):
-                        logger.warning("SQLite wake-up connection failed (%s); reconnecting in %.1fs", exc, backoff)
-                    else:
-                        logger.exception("SQLite wake-up thread failed; reconnecting in %.1fs", backoff)
-                    self._stop_event.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                    backoff = wait_to_reconnect(
+                        exc,
+                        backoff=backoff,
+                        connected=self.connected,
+                        connected_at=self._connected_at,
+                        stop=self._stop_event,
+                        expected=sqlite3.Error,
+                        what="SQLite wake-up",
+                        logger=logger,
+                    )
         finally:
             atexit.unregister(self._stop_at_exit)
             self.connected.clear()
