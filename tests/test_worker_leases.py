@@ -213,3 +213,12 @@ def test_a_run_lost_and_claimed_again_is_held_by_its_new_claim():
     WorkflowRun.objects.filter(id=first.run.id).update(worker_id="w")
     assert first.lease_lost and not again.lease_lost
     assert keeper.lease_valid(again)()
+
+
+def test_a_worker_whose_heartbeat_thread_died_stops_instead_of_running_on_unrenewed(monkeypatch):
+    worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
+    monkeypatch.setattr(worker, "_supervise", lambda: None)  # the thread ends at once, as if it had died
+    give_up = time.monotonic() + 10
+    with pytest.raises(WorkerUnhealthy, match="the heartbeat thread died"):
+        worker.run(until=lambda: time.monotonic() > give_up, install_signal_handlers=False)
+    assert time.monotonic() < give_up  # it stopped by itself, not at the deadline
