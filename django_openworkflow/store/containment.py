@@ -13,14 +13,15 @@ top level) on every database, so a search finds the same runs everywhere:
 
 A pattern compiles to one boolean SQL expression over the input column:
 a type test and a value test per leaf, and an ``EXISTS`` over the array's
-elements per array (SQLite's ``json_each``, MariaDB's and MySQL's
-``JSON_TABLE``). Neither database can index that; PostgreSQL's GIN index
+elements per array. :class:`ContainmentCompiler` walks the pattern; each
+backend that needs it subclasses it with its dialect's JSON functions
+(SQLite's ``json_each`` in ``backends/sqlite.py``, MariaDB's and MySQL's
+``JSON_TABLE`` in ``backends/mysql.py``). Neither database can index that; PostgreSQL's GIN index
 (migration 0008) serves ``@>`` there.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -64,7 +65,7 @@ def check_pattern(pattern: Any) -> dict[str, Any]:
     return pattern
 
 
-class _Compiler:
+class ContainmentCompiler:
     """Turns a pattern into ``(sql, params)``: the pattern's rules, over one dialect's JSON functions."""
 
     def __init__(self, column: str) -> None:
@@ -116,102 +117,3 @@ class _Compiler:
 
     def some_element(self, doc: str, path: Any, item: Any) -> tuple[str, list[Any]]:
         raise NotImplementedError
-
-
-class SQLiteCompiler(_Compiler):
-    """SQLite's JSON1: a path is an SQL expression (a parameter or an element's ``fullkey``) into one document.
-
-    ``json_each`` gives each element's full path (``fullkey``), so nested patterns keep
-    reading the input column itself; ``json_type`` names the JSON type.
-    """
-
-    TYPES = {"number": "IN ('integer', 'real')", "string": "= 'text'"}
-
-    def root(self) -> tuple[str, list[Any]]:
-        return "%s", ["$"]
-
-    def child(self, path: tuple[str, list[Any]], key: str) -> tuple[str, list[Any]]:
-        sql, params = path
-        if sql == "%s":  # a path known in Python: extend it there
-            return "%s", [f'{params[0]}."{key}"']
-        return f"({sql} || %s)", [*params, f'."{key}"']
-
-    def member(self, doc: str, path: tuple[str, list[Any]], key: str, value: Any) -> tuple[str, list[Any]]:
-        if key.isascii() and key.isprintable():
-            return super().member(doc, path, key, value)
-        # A path names a key as the JSON text spells it (an escaped \\u00fc or ü, as written):
-        # look the key up among the object's members by its value, then use their own path.
-        alias = self.alias()
-        where, params = self.match(value, doc, (f"{alias}.fullkey", []))
-        members = f"json_each({doc}, {path[0]}) AS {alias}"
-        return f"EXISTS (SELECT 1 FROM {members} WHERE {alias}.key = %s AND {where})", [*path[1], key, *params]
-
-    def is_type(self, doc: str, path: tuple[str, list[Any]], kind: str) -> tuple[str, list[Any]]:
-        test = self.TYPES.get(kind, f"= '{kind}'")
-        return f"json_type({doc}, {path[0]}) {test}", list(path[1])
-
-    def number_equals(self, doc: str, path: tuple[str, list[Any]], value: float) -> tuple[str, list[Any]]:
-        return self._equals(doc, path, value)
-
-    def string_equals(self, doc: str, path: tuple[str, list[Any]], value: str) -> tuple[str, list[Any]]:
-        return self._equals(doc, path, value)  # the BINARY collation: byte by byte
-
-    @staticmethod
-    def _equals(doc: str, path: tuple[str, list[Any]], value: float | str) -> tuple[str, list[Any]]:
-        return f"json_extract({doc}, {path[0]}) = %s", [*path[1], value]
-
-    def some_element(self, doc: str, path: tuple[str, list[Any]], item: Any) -> tuple[str, list[Any]]:
-        alias = self.alias()
-        where, params = self.match(item, doc, (f"{alias}.fullkey", []))
-        return f"EXISTS (SELECT 1 FROM json_each({doc}, {path[0]}) AS {alias} WHERE {where})", [*path[1], *params]
-
-
-class MySQLCompiler(_Compiler):
-    """MariaDB's and MySQL's JSON functions: a path is a literal; each array element is a document of its own.
-
-    ``JSON_TABLE`` turns an array into rows, one JSON fragment each, which
-    nested patterns then read at ``$``.
-    """
-
-    TYPES = {
-        "object": "= 'OBJECT'",
-        "array": "= 'ARRAY'",
-        "null": "= 'NULL'",
-        "true": "= 'BOOLEAN'",
-        "false": "= 'BOOLEAN'",
-        "number": "IN ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL')",
-        "string": "= 'STRING'",
-    }
-
-    def root(self) -> str:
-        return "$"
-
-    def child(self, path: str, key: str) -> str:
-        return f'{path}."{key}"'
-
-    def member(self, doc: str, path: str, key: str, value: Any) -> tuple[str, list[Any]]:
-        escaped = json.dumps(key)[1:-1]
-        if escaped == key:
-            return super().member(doc, path, key, value)
-        # A path names a key as the JSON text spells it: escaped (\\u00fc, as Django writes JSON) or not.
-        spelled = [self.match(value, doc, self.child(path, spelling)) for spelling in (escaped, key)]
-        return " OR ".join(f"({sql})" for sql, _ in spelled), [param for _, params in spelled for param in params]
-
-    def is_type(self, doc: str, path: str, kind: str) -> tuple[str, list[Any]]:
-        sql, params = f"JSON_TYPE(JSON_EXTRACT({doc}, %s)) {self.TYPES[kind]}", [path]
-        if kind in ("true", "false"):  # both are BOOLEAN: tell them apart by their text
-            sql, params = f"{sql} AND JSON_EXTRACT({doc}, %s) = '{kind}'", [path, path]
-        return sql, params
-
-    def number_equals(self, doc: str, path: str, value: float) -> tuple[str, list[Any]]:
-        return f"CAST(JSON_VALUE({doc}, %s) AS DOUBLE) = %s", [path, float(value)]
-
-    def string_equals(self, doc: str, path: str, value: str) -> tuple[str, list[Any]]:
-        # The column's collation may ignore case and accents; JSON containment does not.
-        return f"JSON_VALUE({doc}, %s) = BINARY %s", [path, value]
-
-    def some_element(self, doc: str, path: str, item: Any) -> tuple[str, list[Any]]:
-        alias = self.alias()
-        where, params = self.match(item, f"{alias}.v", "$")
-        rows = f"JSON_TABLE(JSON_EXTRACT({doc}, %s), '$[*]' COLUMNS (v JSON PATH '$')) AS {alias}"
-        return f"EXISTS (SELECT 1 FROM {rows} WHERE {where})", [path, *params]

@@ -25,7 +25,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 if TYPE_CHECKING:
-    from .containment import _Compiler
+    from .containment import ContainmentCompiler
     from .notify import Listener
 
 
@@ -198,7 +198,7 @@ class BackendCore:
         return queryset.filter(input__contains=pattern)
 
     def _compiled_containment(
-        self, queryset: QuerySet[Any], compiler: type[_Compiler], pattern: dict[str, Any]
+        self, queryset: QuerySet[Any], compiler: type[ContainmentCompiler], pattern: dict[str, Any]
     ) -> QuerySet[Any]:
         """``input_containing`` by a containment compiler: one boolean SQL expression over the input column."""
         quote = self.connection.ops.quote_name

@@ -9,6 +9,7 @@ no LISTEN: workers and ``result()`` poll.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from django.core import checks
 from django.db.models import DateTimeField, Func, QuerySet
 
 from ...models import Gate
-from ..containment import MySQLCompiler
+from ..containment import ContainmentCompiler
 from ..core import contains, gate_name
 from .base import Backend
 
@@ -30,6 +31,57 @@ class UTCNow(Func):
 
     template = "UTC_TIMESTAMP(6)"
     output_field = DateTimeField()
+
+
+class MySQLCompiler(ContainmentCompiler):
+    """MariaDB's and MySQL's JSON functions: a path is a literal; each array element is a document of its own.
+
+    ``JSON_TABLE`` turns an array into rows, one JSON fragment each, which
+    nested patterns then read at ``$``.
+    """
+
+    TYPES = {
+        "object": "= 'OBJECT'",
+        "array": "= 'ARRAY'",
+        "null": "= 'NULL'",
+        "true": "= 'BOOLEAN'",
+        "false": "= 'BOOLEAN'",
+        "number": "IN ('INTEGER', 'UNSIGNED INTEGER', 'DOUBLE', 'DECIMAL')",
+        "string": "= 'STRING'",
+    }
+
+    def root(self) -> str:
+        return "$"
+
+    def child(self, path: str, key: str) -> str:
+        return f'{path}."{key}"'
+
+    def member(self, doc: str, path: str, key: str, value: Any) -> tuple[str, list[Any]]:
+        escaped = json.dumps(key)[1:-1]
+        if escaped == key:
+            return super().member(doc, path, key, value)
+        # A path names a key as the JSON text spells it: escaped (\\u00fc, as Django writes JSON) or not.
+        spelled = [self.match(value, doc, self.child(path, spelling)) for spelling in (escaped, key)]
+        return " OR ".join(f"({sql})" for sql, _ in spelled), [param for _, params in spelled for param in params]
+
+    def is_type(self, doc: str, path: str, kind: str) -> tuple[str, list[Any]]:
+        sql, params = f"JSON_TYPE(JSON_EXTRACT({doc}, %s)) {self.TYPES[kind]}", [path]
+        if kind in ("true", "false"):  # both are BOOLEAN: tell them apart by their text
+            sql, params = f"{sql} AND JSON_EXTRACT({doc}, %s) = '{kind}'", [path, path]
+        return sql, params
+
+    def number_equals(self, doc: str, path: str, value: float) -> tuple[str, list[Any]]:
+        return f"CAST(JSON_VALUE({doc}, %s) AS DOUBLE) = %s", [path, float(value)]
+
+    def string_equals(self, doc: str, path: str, value: str) -> tuple[str, list[Any]]:
+        # The column's collation may ignore case and accents; JSON containment does not.
+        return f"JSON_VALUE({doc}, %s) = BINARY %s", [path, value]
+
+    def some_element(self, doc: str, path: str, item: Any) -> tuple[str, list[Any]]:
+        alias = self.alias()
+        where, params = self.match(item, f"{alias}.v", "$")
+        rows = f"JSON_TABLE(JSON_EXTRACT({doc}, %s), '$[*]' COLUMNS (v JSON PATH '$')) AS {alias}"
+        return f"EXISTS (SELECT 1 FROM {rows} WHERE {where})", [path, *params]
 
 
 class MySQLBackend(Backend):

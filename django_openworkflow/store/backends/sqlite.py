@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from ...models import WorkflowRun
 from ...states import CLAIMABLE_STATUSES
-from ..containment import SQLiteCompiler
+from ..containment import ContainmentCompiler
 from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import CANDIDATE_FIELDS, Candidate
 from .base import Backend
@@ -35,6 +35,54 @@ logger = logging.getLogger(__name__)
 
 _write_locks: dict[str, threading.RLock] = {}
 _write_locks_guard = threading.Lock()
+
+
+class SQLiteCompiler(ContainmentCompiler):
+    """SQLite's JSON1: a path is an SQL expression (a parameter or an element's ``fullkey``) into one document.
+
+    ``json_each`` gives each element's full path (``fullkey``), so nested patterns keep
+    reading the input column itself; ``json_type`` names the JSON type.
+    """
+
+    TYPES = {"number": "IN ('integer', 'real')", "string": "= 'text'"}
+
+    def root(self) -> tuple[str, list[Any]]:
+        return "%s", ["$"]
+
+    def child(self, path: tuple[str, list[Any]], key: str) -> tuple[str, list[Any]]:
+        sql, params = path
+        if sql == "%s":  # a path known in Python: extend it there
+            return "%s", [f'{params[0]}."{key}"']
+        return f"({sql} || %s)", [*params, f'."{key}"']
+
+    def member(self, doc: str, path: tuple[str, list[Any]], key: str, value: Any) -> tuple[str, list[Any]]:
+        if key.isascii() and key.isprintable():
+            return super().member(doc, path, key, value)
+        # A path names a key as the JSON text spells it (an escaped \\u00fc or ü, as written):
+        # look the key up among the object's members by its value, then use their own path.
+        alias = self.alias()
+        where, params = self.match(value, doc, (f"{alias}.fullkey", []))
+        members = f"json_each({doc}, {path[0]}) AS {alias}"
+        return f"EXISTS (SELECT 1 FROM {members} WHERE {alias}.key = %s AND {where})", [*path[1], key, *params]
+
+    def is_type(self, doc: str, path: tuple[str, list[Any]], kind: str) -> tuple[str, list[Any]]:
+        test = self.TYPES.get(kind, f"= '{kind}'")
+        return f"json_type({doc}, {path[0]}) {test}", list(path[1])
+
+    def number_equals(self, doc: str, path: tuple[str, list[Any]], value: float) -> tuple[str, list[Any]]:
+        return self._equals(doc, path, value)
+
+    def string_equals(self, doc: str, path: tuple[str, list[Any]], value: str) -> tuple[str, list[Any]]:
+        return self._equals(doc, path, value)  # the BINARY collation: byte by byte
+
+    @staticmethod
+    def _equals(doc: str, path: tuple[str, list[Any]], value: float | str) -> tuple[str, list[Any]]:
+        return f"json_extract({doc}, {path[0]}) = %s", [*path[1], value]
+
+    def some_element(self, doc: str, path: tuple[str, list[Any]], item: Any) -> tuple[str, list[Any]]:
+        alias = self.alias()
+        where, params = self.match(item, doc, (f"{alias}.fullkey", []))
+        return f"EXISTS (SELECT 1 FROM json_each({doc}, {path[0]}) AS {alias} WHERE {where})", [*path[1], *params]
 
 
 class SQLiteBackend(Backend):
