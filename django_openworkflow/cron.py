@@ -1,22 +1,21 @@
-"""Cron expressions and time zones: checking a :class:`~django_openworkflow.flow.Schedule`, and its ticks.
+"""Cron expressions and time zones: checking a schedule's fields, and its ticks.
 
 Pure arithmetic on croniter, which is imported only when a schedule is
 declared or computed (the optional extra ``[cron]``). What fires the ticks,
 against the database, is ``schedules.py``; this module imports nothing that
-touches the database, so ``flow.py`` can check a declaration with it.
+touches the database, and knows nothing of ``flow.py``'s ``Schedule``:
+it checks the strings a schedule is made of, so ``Schedule()`` can check
+itself with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from .errors import PayloadError, WorkflowRegistrationError
-
-if TYPE_CHECKING:
-    from .flow import Schedule
 
 POLICIES = ("latest", "skip")
 INSTALL_HINT = "pip install 'django-openworkflow[cron]'"
@@ -42,9 +41,11 @@ def _zone(name: Any, what: str) -> ZoneInfo:
         ) from None
 
 
-def check_schedule(schedule: Schedule) -> None:
-    """Raise :class:`WorkflowRegistrationError` unless ``schedule`` can run: called by ``Schedule()`` itself."""
-    cron = schedule.cron
+def check_schedule(cron: Any, timezone: Any, missed: Any, input: Any) -> None:
+    """Raise :class:`WorkflowRegistrationError` unless a schedule of these fields can run.
+
+    Called by ``Schedule()`` itself, with its own fields.
+    """
     if not isinstance(cron, str):
         raise WorkflowRegistrationError(f"a schedule's cron must be a string, got {cron!r:.80}")
     what = f"schedule {cron!r:.80}"
@@ -57,14 +58,14 @@ def check_schedule(schedule: Schedule) -> None:
         croniter(cron, datetime(2000, 1, 1, tzinfo=UTC)).get_next(datetime)
     except ValueError:  # CroniterBadDateError: "0 0 31 2 *"
         raise WorkflowRegistrationError(f"cron expression {cron!r:.80} never fires") from None
-    if schedule.timezone is not None:
-        _zone(schedule.timezone, what)
-    if schedule.missed not in POLICIES:
-        raise WorkflowRegistrationError(f"{what}: missed must be 'latest' or 'skip', got {schedule.missed!r:.80}")
+    if timezone is not None:
+        _zone(timezone, what)
+    if missed not in POLICIES:
+        raise WorkflowRegistrationError(f"{what}: missed must be 'latest' or 'skip', got {missed!r:.80}")
     from .payload import to_json_value
 
     try:
-        to_json_value(schedule.input, f"input of {what}", "input")
+        to_json_value(input, f"input of {what}", "input")
     except PayloadError as exc:
         raise WorkflowRegistrationError(str(exc)) from None
 
@@ -72,11 +73,11 @@ def check_schedule(schedule: Schedule) -> None:
 # -- tick arithmetic ------------------------------------------------------------
 
 
-def zone_name(schedule: Schedule) -> str:
-    """The schedule's time zone, ``settings.TIME_ZONE`` when it names none (read now, not at declaration)."""
+def zone_name(timezone: str | None) -> str:
+    """A schedule's time zone, ``settings.TIME_ZONE`` when it names none (read now, not at declaration)."""
     from django.conf import settings
 
-    return schedule.timezone or settings.TIME_ZONE or "UTC"
+    return timezone or settings.TIME_ZONE or "UTC"
 
 
 def _second_pass(tick: datetime, fixed_hour: bool) -> bool:

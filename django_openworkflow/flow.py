@@ -184,7 +184,7 @@ class Schedule:
     def __post_init__(self) -> None:
         from .cron import check_schedule  # croniter is imported only when schedules are used
 
-        check_schedule(self)
+        check_schedule(self.cron, self.timezone, self.missed, self.input)
 
 
 @dataclass(frozen=True)

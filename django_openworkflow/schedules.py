@@ -60,7 +60,7 @@ def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime |
     """The next ``count`` ticks after ``now`` (default: the database clock), in UTC: what the admin shows."""
     from .flow import Schedule
 
-    zone = zone_name(schedule) if isinstance(schedule, Schedule) else schedule.timezone
+    zone = zone_name(schedule.timezone) if isinstance(schedule, Schedule) else schedule.timezone
     ticks = ticks_after(schedule.cron, zone, _now() if now is None else now)
     return [next(ticks) for _ in range(count)]
 
@@ -94,7 +94,7 @@ def _declared_fields(schedule: Schedule) -> dict[str, Any]:
 
     return {
         "cron": schedule.cron,
-        "timezone": zone_name(schedule),
+        "timezone": zone_name(schedule.timezone),
         "missed": schedule.missed,
         "input": to_json_value(schedule.input, f"input of schedule {schedule.cron!r}", "input"),
     }
