@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -12,7 +11,6 @@ from django.db import models
 from django.db.models import F, Lookup, Q
 from django.utils.translation import gettext_lazy as _
 
-from . import tracing
 from .conf import owf_settings
 from .flow import DEFAULT_QUEUE
 from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
@@ -79,23 +77,6 @@ class WorkflowRunQuerySet(models.QuerySet["WorkflowRun"]):
     def finished(self) -> WorkflowRunQuerySet:
         """Completed, failed or canceled runs."""
         return self.filter(status__in=FINISHED_STATUSES)
-
-    # -- Tracing: every insert of a run goes through one of these two, so each run carries its starter's trace --
-
-    def create(self, **kwargs: Any) -> Any:
-        if "trace_context" not in kwargs:
-            kwargs["trace_context"] = tracing.current_context()  # None with tracing off
-        return super().create(**kwargs)
-
-    def bulk_create(self, objs: Iterable[Any], *args: Any, **kwargs: Any) -> Any:
-        context = tracing.current_context()
-        if context is None:
-            return super().bulk_create(objs, *args, **kwargs)
-        rows = list(objs)
-        for row in rows:
-            if row.trace_context is None:
-                row.trace_context = context
-        return super().bulk_create(rows, *args, **kwargs)
 
 
 class WorkflowDatabaseManager(models.Manager[_M]):

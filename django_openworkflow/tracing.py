@@ -31,12 +31,27 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import hooks
 
-if TYPE_CHECKING:
-    from .store.records import RunRecord
+
+class TracedRun(Protocol):
+    """What a slice's span reads of its run (the store's ``RunRecord`` is one): tracing sits below the store."""
+
+    @property
+    def id(self) -> Any: ...
+    @property
+    def workflow_name(self) -> str: ...
+    @property
+    def version(self) -> str | None: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def trace_context(self) -> dict[str, str] | None: ...
+
 
 INSTRUMENTATION_NAME = "django_openworkflow"
 OTEL_EXTRA = "pip install 'django-openworkflow[otel]'"
@@ -128,7 +143,7 @@ class _TracedSlice:
 
 
 @contextmanager
-def slice_span(run: RunRecord, fresh: bool = False) -> Iterator[_Untraced | _TracedSlice]:
+def slice_span(run: TracedRun, fresh: bool = False) -> Iterator[_Untraced | _TracedSlice]:
     """Around one slice of ``run`` on a worker: a ``workflow.run`` span, current while the slice runs.
 
     Its parent is the trace context stored on the run (the code that

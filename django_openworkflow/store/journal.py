@@ -31,6 +31,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar
 from django.db import DatabaseError, connections, transaction
 from django.db.models import Q
 
+from .. import tracing
 from ..errors import StepUsageError
 from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
@@ -364,6 +365,7 @@ class JournalOps(BackendCore):
             if start_child is not None:
                 assert new_id is not None, "a child starts with the step that waits for it"
                 child = WorkflowRun.objects.create(
+                    trace_context=tracing.current_context(),
                     workflow_name=start_child.workflow_name,
                     version=start_child.version,
                     input=start_child.input,
@@ -588,6 +590,7 @@ class JournalOps(BackendCore):
                 .get()
             )
             successor = WorkflowRun.objects.create(
+                trace_context=tracing.current_context(),
                 workflow_name=name,
                 version=version,
                 input=input,
@@ -679,11 +682,13 @@ class JournalOps(BackendCore):
         if not spawned:
             return
         children = []
+        trace_context = tracing.current_context()  # the parent's slice: its children join its trace
         for new in spawned:
             start = new.child
             assert start is not None
             children.append(
                 WorkflowRun(
+                    trace_context=trace_context,
                     workflow_name=start.workflow_name,
                     version=start.version,
                     input=start.input,
