@@ -1,0 +1,52 @@
+"""The public API: every name in ``django_openworkflow.__all__``, and every import the README shows, works."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+import django_openworkflow
+
+
+@pytest.mark.parametrize("name", django_openworkflow.__all__)
+def test_every_public_name_imports_from_the_top_level(name):
+    module = importlib.import_module("django_openworkflow")
+    assert getattr(module, name) is not None
+    namespace: dict[str, object] = {}
+    exec(f"from django_openworkflow import {name}", namespace)  # as a user's code spells it
+    assert namespace[name] is getattr(module, name)
+
+
+def test_the_public_names_are_the_documented_ones():
+    # A name dropped from __all__ (or added without a thought) shows up here.
+    assert sorted(django_openworkflow.__all__) == sorted(
+        """AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError NonRetryableError OnEvent
+        OpenWorkflowError PayloadError PublishedEvent RateLimit ResultTimeout RetryAfter RetryPolicy RunHandle
+        RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed StepRecord StepTimeout StepUsageError
+        UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed WorkflowRegistrationError WorkflowSpec
+        get_run list_runs publish_event send_event send_signal start_run start_runs workflow""".split()
+    )
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        django_openworkflow.nope  # noqa: B018
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def readme_imports() -> list[str]:
+    """Every one-line ``from django_openworkflow... import ...`` in the README's samples."""
+    lines = (line.strip() for line in README.read_text().splitlines())
+    return sorted({line for line in lines if re.fullmatch(r"from django_openworkflow[\w.]* import [\w, ]+", line)})
+
+
+def test_the_readme_has_imports_to_check():
+    assert len(readme_imports()) >= 10
+
+
+@pytest.mark.parametrize("line", readme_imports())
+def test_every_import_the_readme_shows_works(line):
+    exec(line, {})
