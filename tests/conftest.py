@@ -78,7 +78,7 @@ SKIPPED_WITH_A_WORKFLOW_DATABASE = {
     "tests/test_worker_leases.py::test_worker_whose_heartbeat_cannot_renew_abandons_its_run": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
-    "tests/test_admin.py::test_list_issues_a_constant_number_of_queries": DEFAULT_AS_WORKFLOW_DATABASE,
+    "tests/admin/test_changelist.py::test_list_issues_a_constant_number_of_queries": DEFAULT_AS_WORKFLOW_DATABASE,
     "tests/test_notify.py::test_listener_reconnects_after_its_connection_drops": DEFAULT_AS_WORKFLOW_DATABASE,
 }
 

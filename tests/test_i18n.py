@@ -27,7 +27,7 @@ from django.utils import timezone
 import django_openworkflow
 from django_openworkflow.models import Schedule, Signal, StepAttempt, WorkflowRun
 from django_openworkflow.registry import registry
-from tests.test_admin import action_url, make_attempt, make_run, one_of_each, run_url
+from tests.admin.helpers import action_url, make_attempt, make_run, one_of_each, run_url
 
 LIST_URL = reverse("admin:django_openworkflow_workflowrun_changelist")
 ADD_URL = reverse("admin:django_openworkflow_workflowrun_add")
