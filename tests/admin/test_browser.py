@@ -49,7 +49,7 @@ if REQUIRE_BROWSER:
 else:
     sync_api = pytest.importorskip("playwright.sync_api")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless",
@@ -61,7 +61,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARTIFACTS = ROOT / "tests" / "artifacts"
 DOCS = ROOT / "docs"
 PASSWORD = "browser-test-pw"
 LONG_STEP_LENGTH = 200
@@ -153,7 +153,7 @@ def example_admin(tmp_path: Path) -> Iterator[dict[str, Any]]:
     }
     manage = [sys.executable, str(ROOT / "manage.py")]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, cwd=ROOT, check=True, timeout=120)
-    seed = "from tests.test_admin_browser import seed_example_project as s; s()"
+    seed = "from tests.admin.test_browser import seed_example_project as s; s()"
     subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
 
     port = _free_port()

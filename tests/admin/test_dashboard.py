@@ -1,4 +1,4 @@
-"""The admin's dashboard: its figures from known runs, its page, its permissions."""
+"""The admin's dashboard: its figures from known runs (store/dashboard.py), its page, who may see it."""
 
 from __future__ import annotations
 
