@@ -1,4 +1,7 @@
-"""Cron schedules: bad declarations, one run per tick from many workers, missed ticks, DST, the admin, a real clock."""
+"""Cron schedules: bad declarations, one run per tick from many workers, missed ticks, DST, a real clock.
+
+The schedules' admin (pause, resume) is tested in tests/admin/test_schedules.py.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ from typing import Any
 
 import pytest
 from django.db import connection
-from django.urls import reverse
 
 from django_openworkflow import WorkflowRegistrationError, workflow
 from django_openworkflow.flow import Schedule
@@ -35,7 +37,6 @@ from tests.conftest import ROOT, race, wait_until
 from tests.schedule_workflows import EVERY_MINUTE, EVERY_TWO_SECONDS, EVERY_TWO_SECONDS_CRON, PARIS, SKIPPING
 
 BASE = datetime(2030, 1, 7, 10, 0, 30, tzinfo=UTC)  # half a minute past a tick
-LIST_URL = reverse("admin:django_openworkflow_schedule_changelist")
 
 
 def at(seconds: float) -> datetime:
@@ -260,54 +261,6 @@ def test_scheduler_looks_at_most_once_per_interval(scheduled, django_assert_num_
     with django_assert_num_queries(0):
         clock[0] = 100.9
         assert scheduler.tick() == 0
-
-
-# -- the admin ------------------------------------------------------------------
-
-
-@pytest.mark.django_db
-def test_admin_lists_next_fire_times_and_pauses_and_resumes(scheduled, admin_client):
-    sync_schedules()
-    response = admin_client.get(LIST_URL)
-    assert response.status_code == 200
-    html = response.content.decode()
-    row = ScheduleRow.objects.get(name=PARIS)
-    for tick in next_ticks(row, 3):
-        assert tick.astimezone(schedule_zone(row)).strftime("%Y-%m-%d %H:%M:%S %Z") in html
-    assert "* * * * *" in html and "Europe/Paris" in html
-
-    every = ScheduleRow.objects.get(name=EVERY_MINUTE)
-    response = admin_client.post(LIST_URL, {"action": "pause", "_selected_action": [every.pk]}, follow=True)
-    assert "Paused 1 schedule(s)" in response.content.decode()
-    assert ScheduleRow.objects.get(pk=every.pk).paused
-    fire_due_schedules(now=get_backend().now() + timedelta(minutes=2))
-    assert keys(EVERY_MINUTE) == []
-
-    # A resume does not start the ticks that passed during the pause, even under "latest".
-    ScheduleRow.objects.filter(pk=every.pk).update(next_tick_at=get_backend().now() - timedelta(minutes=3))
-    response = admin_client.post(LIST_URL, {"action": "resume", "_selected_action": [every.pk]}, follow=True)
-    assert "Resumed 1 schedule(s)" in response.content.decode()
-    resumed = ScheduleRow.objects.get(pk=every.pk)
-    assert not resumed.paused and resumed.next_tick_at > get_backend().now()
-    fire_due_schedules()
-    assert keys(EVERY_MINUTE) == []
-
-
-@pytest.mark.django_db
-def test_admin_adds_and_deletes_no_schedule(scheduled, admin_client):
-    sync_schedules()
-    row = ScheduleRow.objects.get(name=EVERY_MINUTE)
-    assert admin_client.get(reverse("admin:django_openworkflow_schedule_add")).status_code == 403
-    assert admin_client.get(reverse("admin:django_openworkflow_schedule_delete", args=[row.pk])).status_code == 403
-    page = admin_client.get(reverse("admin:django_openworkflow_schedule_change", args=[row.pk]))
-    assert page.status_code == 200
-    assert 'name="cron"' not in page.content.decode()  # read-only: declared in code
-
-
-def schedule_zone(row: ScheduleRow) -> Any:
-    from zoneinfo import ZoneInfo
-
-    return ZoneInfo(row.timezone)
 
 
 # -- a real clock, real worker processes --------------------------------------------

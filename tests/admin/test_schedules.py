@@ -1,0 +1,77 @@
+"""The cron schedules' admin (admin/schedules.py): next fire times, pause and resume, nothing added or deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from django_openworkflow.models import Schedule as ScheduleRow
+from django_openworkflow.models import WorkflowRun
+from django_openworkflow.registry import registry
+from django_openworkflow.schedules import fire_due_schedules, next_ticks, sync_schedules
+from django_openworkflow.store import get_backend
+from tests import schedule_workflows
+from tests.schedule_workflows import EVERY_MINUTE, PARIS
+
+LIST_URL = reverse("admin:django_openworkflow_schedule_changelist")
+
+
+def keys(name: str) -> list[str]:
+    return sorted(WorkflowRun.objects.filter(workflow_name=name).values_list("idempotency_key", flat=True))
+
+
+@pytest.fixture
+def scheduled() -> Iterator[list[Any]]:
+    specs = schedule_workflows.declare()
+    yield specs
+    for spec in specs:
+        registry.unregister(spec.name, spec.version)
+
+
+@pytest.mark.django_db
+def test_admin_lists_next_fire_times_and_pauses_and_resumes(scheduled, admin_client):
+    sync_schedules()
+    response = admin_client.get(LIST_URL)
+    assert response.status_code == 200
+    html = response.content.decode()
+    row = ScheduleRow.objects.get(name=PARIS)
+    for tick in next_ticks(row, 3):
+        assert tick.astimezone(schedule_zone(row)).strftime("%Y-%m-%d %H:%M:%S %Z") in html
+    assert "* * * * *" in html and "Europe/Paris" in html
+
+    every = ScheduleRow.objects.get(name=EVERY_MINUTE)
+    response = admin_client.post(LIST_URL, {"action": "pause", "_selected_action": [every.pk]}, follow=True)
+    assert "Paused 1 schedule(s)" in response.content.decode()
+    assert ScheduleRow.objects.get(pk=every.pk).paused
+    fire_due_schedules(now=get_backend().now() + timedelta(minutes=2))
+    assert keys(EVERY_MINUTE) == []
+
+    # A resume does not start the ticks that passed during the pause, even under "latest".
+    ScheduleRow.objects.filter(pk=every.pk).update(next_tick_at=get_backend().now() - timedelta(minutes=3))
+    response = admin_client.post(LIST_URL, {"action": "resume", "_selected_action": [every.pk]}, follow=True)
+    assert "Resumed 1 schedule(s)" in response.content.decode()
+    resumed = ScheduleRow.objects.get(pk=every.pk)
+    assert not resumed.paused and resumed.next_tick_at > get_backend().now()
+    fire_due_schedules()
+    assert keys(EVERY_MINUTE) == []
+
+
+@pytest.mark.django_db
+def test_admin_adds_and_deletes_no_schedule(scheduled, admin_client):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=EVERY_MINUTE)
+    assert admin_client.get(reverse("admin:django_openworkflow_schedule_add")).status_code == 403
+    assert admin_client.get(reverse("admin:django_openworkflow_schedule_delete", args=[row.pk])).status_code == 403
+    page = admin_client.get(reverse("admin:django_openworkflow_schedule_change", args=[row.pk]))
+    assert page.status_code == 200
+    assert 'name="cron"' not in page.content.decode()  # read-only: declared in code
+
+
+def schedule_zone(row: ScheduleRow) -> Any:
+    from zoneinfo import ZoneInfo
+
+    return ZoneInfo(row.timezone)
