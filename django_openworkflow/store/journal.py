@@ -39,10 +39,10 @@ from .core import BackendCore
 from .records import (
     AttemptRecord,
     AttemptUpdate,
+    CancelRequested,
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
-    EngineInterrupt,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -56,13 +56,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 ATTEMPT_RECORD_FIELDS = ("id", "step_name", "kind", "status", "output", "error", "context", "child_workflow_run_id")
-
-
-class CancelRequested(EngineInterrupt):
-    """The run's cancel was requested: the write kept the completions it carried and started nothing.
-
-    The engine then runs the run's compensations and ends it canceled.
-    """
 
 
 def engine_op(method: Callable[P, T]) -> Callable[P, T]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
@@ -13,35 +11,9 @@ from ..errors import RunNotFound, SignalError
 from ..models import Event, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, StepKind, StepStatus
 from .journal import JournalOps
-from .records import StartedRun
+from .records import EVENT_RUN_KEY_PREFIX, EventOutcome, EventStart, StartedRun, event_run_key
 
-EVENT_RUN_KEY_PREFIX = "event:"
-
-
-def event_run_key(event_id: int) -> str:
-    """The idempotency key of the runs an event starts: one run per (workflow, event row)."""
-    return f"{EVENT_RUN_KEY_PREFIX}{event_id}"
-
-
-@dataclass(frozen=True)
-class EventStart:
-    """A run an event starts: the workflow's latest version, the payload as input, its flow columns."""
-
-    workflow_name: str
-    version: str | None
-    input: Any
-    flow: dict[str, Any]
-    debounce: tuple[str, timedelta, timedelta | None] | None = None
-
-
-@dataclass
-class EventOutcome:
-    """What :meth:`MessageOps.publish_event` did: the event row, the runs woken, the runs started."""
-
-    event_id: int
-    woke: int
-    started: list[tuple[StartedRun, bool]] = field(default_factory=list)
-    repeat: bool = False
+__all__ = ["EVENT_RUN_KEY_PREFIX", "EventOutcome", "EventStart", "MessageOps", "event_run_key"]
 
 
 class MessageOps(JournalOps):

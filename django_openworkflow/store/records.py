@@ -30,6 +30,13 @@ class LeaseLapsed(LeaseLost):
     """This worker could not renew the run's lease in time: it starts nothing more and hands the run back."""
 
 
+class CancelRequested(EngineInterrupt):
+    """The run's cancel was requested: the write kept the completions it carried and started nothing.
+
+    The engine then runs the run's compensations and ends it canceled.
+    """
+
+
 class StoreUnavailable(EngineInterrupt):
     """The journal could not be read or written; the slice is abandoned.
 
@@ -174,6 +181,35 @@ class ChildStart:
     input: Any
     flow: dict[str, Any] = field(default_factory=dict)
     """The child's queue, priority and limits (``WorkflowSpec.flow_fields``)."""
+
+
+EVENT_RUN_KEY_PREFIX = "event:"
+
+
+def event_run_key(event_id: int) -> str:
+    """The idempotency key of the runs an event starts: one run per (workflow, event row)."""
+    return f"{EVENT_RUN_KEY_PREFIX}{event_id}"
+
+
+@dataclass(frozen=True)
+class EventStart:
+    """A run an event starts: the workflow's latest version, the payload as input, its flow columns."""
+
+    workflow_name: str
+    version: str | None
+    input: Any
+    flow: dict[str, Any]
+    debounce: tuple[str, timedelta, timedelta | None] | None = None
+
+
+@dataclass
+class EventOutcome:
+    """What ``publish_event`` did: the event row, the runs woken, the runs started."""
+
+    event_id: int
+    woke: int
+    started: list[tuple[StartedRun, bool]] = field(default_factory=list)
+    repeat: bool = False
 
 
 Pending = list[AttemptUpdate | NewAttempt]
