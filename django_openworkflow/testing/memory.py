@@ -166,8 +166,8 @@ class AttemptRow:
         return AttemptRecord(
             self.id,
             self.step_name,
-            self.kind,
-            self.status,
+            str(self.kind),  # plain strings, as a database gives them back (rows may hold the enums)
+            str(self.status),
             _read(self.output),
             _read(self.error),
             _read(self.context),
@@ -472,7 +472,7 @@ class InMemoryBackend:
                 return None
             parent = self.runs.get(self._parent_id(run))
             return RunState(
-                run.status,
+                str(run.status),
                 run.worker_id,
                 run.available_at,
                 parent.id if parent else None,
@@ -728,7 +728,7 @@ class InMemoryBackend:
 
     @staticmethod
     def _outcome(run: RunRow) -> RunOutcome:
-        return RunOutcome(run.status, _read(run.output), _read(run.error), run.finished_at)
+        return RunOutcome(str(run.status), _read(run.output), _read(run.error), run.finished_at)
 
     def successor_id(self, run_id: Any) -> Any:
         """The id of the run this one continued as, or None."""
@@ -780,7 +780,7 @@ class InMemoryBackend:
         """The run's current status (None if it is gone)."""
         with self.lock:
             run = self.runs.get(run_id)
-            return None if run is None else run.status
+            return None if run is None else str(run.status)
 
     # -- the fence and its building blocks (all called with the lock held) --
 
