@@ -16,6 +16,7 @@ class SimpleOpenWorkflowConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers system checks)
+        from .client import start_run  # noqa: F401  (the client hands itself to the registry: spec.run() needs it)
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from .errors import (
 )
 from .models import WorkflowRun
 from .payload import check_text, to_json_value
-from .registry import WorkflowSpec, registry
+from .registry import WorkflowSpec, install_client, registry
 from .states import RunStatus
 from .store import get_backend
 from .store.core import contains
@@ -461,3 +462,7 @@ def get_run(run_id: uuid.UUID | str) -> RunHandle:
         raise RunNotFound(f"{run_id!r} is not a workflow run id") from None
     handle.fetch()
     return handle
+
+
+# spec.run() starts runs through this module: the registry below cannot import it.
+install_client(sys.modules[__name__])

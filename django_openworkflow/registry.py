@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+from django.core.exceptions import ImproperlyConfigured
 
 from .durations import Duration, parse_duration
 from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
@@ -31,6 +33,37 @@ if TYPE_CHECKING:
     from .engine.context import WorkflowContext
 
 WorkflowFunction = Callable[["WorkflowContext"], Any]
+
+
+class RunStarter(Protocol):
+    """What starts runs for ``spec.run()`` and ``spec.run_many()``: the client module, which hands itself in.
+
+    The client looks workflows up here, so the registry does not import the
+    client back: ``client.py`` calls :func:`install_client` when it is
+    imported, and the app's ``ready()`` imports it.
+    """
+
+    start_run: Callable[..., RunHandle]
+    start_runs: Callable[..., list[RunHandle]]
+
+
+# Written once, by the client module's import (under the import lock), then only read.
+_installed_client: RunStarter | None = None
+
+
+def install_client(client: RunStarter) -> None:
+    """Let ``spec.run()`` start runs through ``client`` (the client module, as it is imported)."""
+    global _installed_client
+    _installed_client = client
+
+
+def _client() -> RunStarter:
+    if _installed_client is None:
+        raise ImproperlyConfigured(
+            "spec.run() needs the django_openworkflow app: add 'django_openworkflow' to INSTALLED_APPS "
+            "(its ready() loads the client that starts runs)"
+        )
+    return _installed_client
 
 
 def _where(fn: Callable[..., Any]) -> str:
@@ -87,9 +120,7 @@ class WorkflowSpec:
         ``concurrency_key`` and ``debounce_key`` give the key instead of the
         declared key function.
         """
-        from .client import start_run
-
-        return start_run(
+        return _client().start_run(
             self.name,
             input,
             version=self.version if version is None else version,
@@ -115,9 +146,7 @@ class WorkflowSpec:
         retention: Duration | None = None,
     ) -> list[RunHandle]:
         """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``)."""
-        from .client import start_runs
-
-        return start_runs(
+        return _client().start_runs(
             self.name,
             inputs,
             version=self.version,

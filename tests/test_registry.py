@@ -128,3 +128,16 @@ def test_sqlite_without_wal_and_immediate_transactions_warns(monkeypatch):
     assert not [m for m in check_settings() if m.level >= checks.WARNING]
     monkeypatch.setitem(connection.settings_dict, "OPTIONS", {})
     assert [m.id for m in check_settings()] == ["openworkflow.W001"]
+
+
+def test_spec_run_without_the_client_loaded_says_to_install_the_app(monkeypatch):
+    # The app's ready() imports the client, which hands itself to the registry; without
+    # that (the app missing from INSTALLED_APPS) spec.run() says what to do.
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_openworkflow import registry as registry_module
+
+    monkeypatch.setattr(registry_module, "_installed_client", None)
+    spec = WorkflowSpec(name="not-started", version=None, fn=lambda ctx: None)
+    with pytest.raises(ImproperlyConfigured, match="add 'django_openworkflow' to INSTALLED_APPS"):
+        spec.run()
