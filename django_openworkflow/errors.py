@@ -3,7 +3,7 @@
 Everything a user may want to catch derives from :class:`OpenWorkflowError`.
 The engine's own control flow (suspending a run, losing a lease) uses
 exceptions that derive from ``BaseException`` and live in
-``engine/context.py``: user code's ``except Exception`` cannot swallow them.
+``engine/interrupts.py``: user code's ``except Exception`` cannot swallow them.
 """
 
 from __future__ import annotations

@@ -31,8 +31,12 @@ from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
 from .attempt import StepAttemptInfo, reset_attempt, set_attempt
-from .context import ChildRun, Slice, StepApi, Suspend, WorkflowContext, current_step
+from .children import ChildRun
+from .context import WorkflowContext
+from .interrupts import Suspend
 from .retry import RetryPolicy
+from .slice import Slice, current_step
+from .steps import StepApi
 from .threads import Ended, count_abandoned
 
 if TYPE_CHECKING:

@@ -18,18 +18,11 @@ from ..payload import to_json_value
 from ..registry import registry
 from ..store import get_backend
 from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
-from .context import (
-    CancelRun,
-    ContinueAsNew,
-    FailRun,
-    Slice,
-    StepApi,
-    Suspend,
-    WorkflowContext,
-    engine_error,
-    error_from_exception,
-)
+from .context import WorkflowContext
+from .interrupts import CancelRun, ContinueAsNew, FailRun, Suspend, engine_error, error_from_exception
 from .retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
+from .slice import Slice
+from .steps import StepApi
 from .watchdog import watchdog
 
 logger = logging.getLogger("django_openworkflow.engine")

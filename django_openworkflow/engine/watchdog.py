@@ -20,7 +20,7 @@ from ..store import get_backend
 from ..store.records import EngineInterrupt
 
 if TYPE_CHECKING:
-    from .context import Slice
+    from .slice import Slice
 
 logger = logging.getLogger("django_openworkflow.engine")
 
