@@ -172,7 +172,7 @@ class SliceRunner:
         run = claimed.run
         started = time.monotonic()
         try:
-            result = execute_slice(claimed, lease_valid)
+            result = execute_slice(self.store, claimed, lease_valid)
         except DatabaseError as exc:
             with self._lock:
                 count = self._releases[run.id] = self._releases.get(run.id, 0) + 1

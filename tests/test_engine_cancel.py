@@ -131,7 +131,7 @@ def test_a_plain_cancel_during_a_step_ends_the_run_at_once_and_nothing_after_the
     (claimed,) = get_backend().claim("worker-a", 1, timedelta(seconds=30))
     canceler = cancel_during_the_step(handle)
     # The step that ran finishes; the write of its completion is refused, and nothing after it runs.
-    assert execute_slice(claimed).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claimed).outcome == Outcome.LEASE_LOST
     canceler.join()
     assert handle.status() == "canceled"
     assert events == ["a", "b"]

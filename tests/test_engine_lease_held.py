@@ -57,7 +57,7 @@ def checks_its_lease(ctx):
 
 def test_the_lease_is_held_during_a_normal_step():
     handle = checks_its_lease.run()
-    assert execute_slice(claim(), lambda: True).outcome == Outcome.COMPLETED
+    assert execute_slice(get_backend(), claim(), lambda: True).outcome == Outcome.COMPLETED
     assert seen == [("before", True, True), ("after", True, True, True)]
     assert handle.result() == 1
 
@@ -66,7 +66,7 @@ def test_a_lease_taken_over_by_another_worker_is_not_held_and_the_local_check_re
     checks_its_lease.run()
     during_step.append(take_over)
     # The local check cannot know before anything tells this worker: it asks the database.
-    assert execute_slice(claim(), lambda: True).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claim(), lambda: True).outcome == Outcome.LEASE_LOST
     assert seen == [("before", True, True), ("after", True, False, False)]
 
 
@@ -77,7 +77,7 @@ def test_a_lease_that_ran_out_in_the_database_is_not_held_even_before_anyone_tak
         WorkflowRun.objects.filter(id=handle.id).update(available_at=timezone.now() - timedelta(seconds=1))
 
     during_step.append(expire)
-    execute_slice(claim(), lambda: True)
+    execute_slice(get_backend(), claim(), lambda: True)
     assert seen[1][:3] == ("after", True, False)
 
 
@@ -85,7 +85,7 @@ def test_the_local_check_says_no_once_the_heartbeats_could_not_renew_the_lease()
     checks_its_lease.run()
     renewed = [True]
     during_step.append(lambda: renewed.append(False))  # a freeze: the worker's clock ran past its lease
-    execute_slice(claim(), lambda: renewed[-1])
+    execute_slice(get_backend(), claim(), lambda: renewed[-1])
     assert seen[1][:2] == ("after", False)
 
 
@@ -122,9 +122,9 @@ def test_an_attempt_run_again_before_its_end_was_recorded_keeps_its_id():
     handle = attempt_ids.run({})
     claimed = claim()
     during_step.append(lambda: get_backend().release(claimed, timedelta(0)))
-    assert execute_slice(claimed).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claimed).outcome == Outcome.LEASE_LOST
     during_step.clear()
-    assert execute_slice(claim("worker-b")).outcome == Outcome.COMPLETED
+    assert execute_slice(get_backend(), claim("worker-b")).outcome == Outcome.COMPLETED
     assert [attempt.id for attempt in seen] == [f"{handle.id}:charge#1"] * 2
     assert handle.result() == f"{handle.id}:charge#1"
 
@@ -133,9 +133,9 @@ def test_a_worker_that_lost_its_lease_mid_step_and_its_successor_have_different_
     handle = attempt_ids.run({})
     taken: list[Any] = []
     during_step.append(lambda: taken.append(take_over()))
-    assert execute_slice(claim()).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claim()).outcome == Outcome.LEASE_LOST
     during_step.clear()
-    assert execute_slice(taken[0]).outcome == Outcome.COMPLETED
+    assert execute_slice(get_backend(), taken[0]).outcome == Outcome.COMPLETED
     frozen, successor = seen
     assert (frozen.number, successor.number) == (1, 2)  # the lost attempt is charged as failed
     assert frozen.idempotency_key == successor.idempotency_key == f"{handle.id}:charge"
@@ -157,7 +157,7 @@ def attempt_everywhere(ctx):
 
 def test_step_code_on_threads_of_its_own_sees_its_own_attempt_and_the_workflow_body_none():
     handle = attempt_everywhere.run()
-    assert execute_slice(claim()).outcome == Outcome.COMPLETED
+    assert execute_slice(get_backend(), claim()).outcome == Outcome.COMPLETED
     assert handle.result() == ["timed#1", "p1#1", "p2#1", "refused"]
 
 
@@ -175,5 +175,5 @@ async def attempt_async(ctx):
 
 def test_async_steps_see_their_own_attempt():
     handle = attempt_async.run()
-    assert execute_slice(claim()).outcome == Outcome.COMPLETED
+    assert execute_slice(get_backend(), claim()).outcome == Outcome.COMPLETED
     assert handle.result() == ["loop", ["thread", True]]

@@ -117,7 +117,7 @@ def test_bad_retry_policy_is_a_clear_error(kwargs, message):
 
 def test_failed_step_parks_the_run_then_retries_it(run_worker):
     handle = flaky_step.run({"fail": 2})
-    assert execute_slice(claim_one()).outcome == Outcome.PARKED
+    assert execute_slice(get_backend(), claim_one()).outcome == Outcome.PARKED
     run = handle.fetch()
     attempt = StepAttempt.objects.get(workflow_run_id=handle.id)
     assert run.worker_id is None and run.status == "running"
@@ -142,7 +142,7 @@ def test_spent_budget_fails_the_run_naming_the_step(run_worker):
 
 def test_retry_after_waits_exactly_that_long():
     handle = retry_after.run()
-    execute_slice(claim_one())
+    execute_slice(get_backend(), claim_one())
     run = handle.fetch()
     attempt = StepAttempt.objects.get(workflow_run_id=handle.id)
     assert attempt.error["type"] == "django_openworkflow.errors.RetryAfter"
@@ -214,7 +214,7 @@ def test_cancel_parked_run_is_never_resumed(run_worker):
 def test_is_canceled_is_visible_inside_a_step():
     seen_inside_the_step.clear()
     handle = cancel_aware.run()
-    assert execute_slice(claim_one()).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claim_one()).outcome == Outcome.LEASE_LOST
     assert seen_inside_the_step == [False, True]
     assert handle.status() == "canceled"
 

@@ -46,7 +46,7 @@ def test_failed_journal_write_aborts_the_slice_even_inside_except_exception():
         # Transient (the connection or a lock: SQLite, MariaDB) is raised for the
         # worker to release the run; anything else (PostgreSQL's read-only error)
         # is the engine's to handle: the run is handed back with a note.
-        outcome = execute_slice(claimed).outcome
+        outcome = execute_slice(get_backend(), claimed).outcome
     except DatabaseError as exc:
         assert get_backend().is_transient(exc)
     else:

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_openworkflow import workflow
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
@@ -45,7 +46,7 @@ def test_worker_that_lost_its_lease_writes_nothing_more():
     stolen = []
     during_step.append(lambda: stolen.append(expire_and_claim_by("worker-b")))
 
-    result = execute_slice(claimed_a)
+    result = execute_slice(get_backend(), claimed_a)
 
     assert result.outcome == Outcome.LEASE_LOST
     run = handle.fetch()
@@ -54,7 +55,7 @@ def test_worker_that_lost_its_lease_writes_nothing_more():
     assert not StepAttempt.objects.exists()
 
     # B charges A's death to the step A was in, then runs it again.
-    result_b = execute_slice(stolen[0])
+    result_b = execute_slice(get_backend(), stolen[0])
     assert result_b.outcome == Outcome.COMPLETED
     assert handle.result() == 2
     assert list(StepAttempt.objects.order_by("id").values_list("step_name", "status")) == [
@@ -72,7 +73,7 @@ def test_stale_worker_cannot_finish_the_run():
         get_backend().complete_run(handle.id, "worker-a", timezone.now(), [], "stale", None)
     run = handle.fetch()
     assert run.status == "running" and run.output is None and run.worker_id == "worker-b"
-    assert execute_slice(claimed_a).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claimed_a).outcome == Outcome.LEASE_LOST
     assert StepAttempt.objects.count() == 0
 
 
@@ -80,7 +81,7 @@ def test_cancel_during_a_step_stops_the_worker_and_stays_canceled():
     handle = takeover.run()
     (claimed,) = get_backend().claim("worker-a", 10, LEASE)
     during_step.append(handle.cancel)
-    assert execute_slice(claimed).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claimed).outcome == Outcome.LEASE_LOST
     run = handle.fetch()
     assert run.status == "canceled" and run.output is None
     assert not StepAttempt.objects.exists()
@@ -103,3 +104,28 @@ def test_claim_takes_due_runs_oldest_first_in_one_batch():
     assert [c.run.id for c in claimed] == [h.id for h in handles[:3]]
     assert get_backend().claim("worker-b", 10, LEASE)[0].run.id == handles[3].id
     assert WorkflowRun.objects.filter(worker_id="worker-a").count() == 3
+
+
+def test_the_engine_reads_and_writes_through_the_store_it_is_given():
+    # A second backend of the workflow alias that notes what it is asked: the slice must
+    # use it, not look up the shared one (get_backend()).
+    class Noting(type(get_backend())):  # type: ignore[misc]
+        def __init__(self, alias):
+            super().__init__(alias)
+            self.calls = []
+
+        def load_history(self, run_id):
+            self.calls.append("load_history")
+            return super().load_history(run_id)
+
+        def complete_run(self, run_id, *args, **options):
+            self.calls.append("complete_run")
+            return super().complete_run(run_id, *args, **options)
+
+    handle = takeover.run()
+    store = Noting(owf_settings.database)
+    (claimed,) = store.claim("worker-a", 10, LEASE)
+    assert execute_slice(store, claimed).outcome == Outcome.COMPLETED
+    assert handle.result() == 2
+    # A fresh run has no history to load; its end is written through the store given.
+    assert store.calls == ["complete_run"]

@@ -82,7 +82,7 @@ def test_run_row_deleted_while_a_worker_executes_it():
     handle = deleted_mid_step.run()
     claimed = claim_one()
     during_step.append(lambda: WorkflowRun.objects.filter(id=handle.id).delete())
-    assert execute_slice(claimed).outcome == Outcome.LEASE_LOST
+    assert execute_slice(get_backend(), claimed).outcome == Outcome.LEASE_LOST
     assert not WorkflowRun.objects.exists() and not StepAttempt.objects.exists()
 
 

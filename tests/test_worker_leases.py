@@ -36,7 +36,7 @@ def test_slice_stops_before_the_next_step_when_the_lease_is_not_valid():
         checks.append(1)
         return len(checks) < 2  # valid for the first step only
 
-    result = execute_slice(claimed, lease_valid)
+    result = execute_slice(get_backend(), claimed, lease_valid)
     assert result.outcome == Outcome.LEASE_LOST
     assert result.detail == "the lease could not be renewed in time; handed back"
     assert SideEffect.objects.filter(run_id=handle.id).count() == 1

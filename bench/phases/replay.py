@@ -43,7 +43,7 @@ def measure(bench: Bench, reps_small: int, reps_big: int) -> None:
         if claimed is None:
             raise PhaseError(f"could not claim run {run_id}")
         t0 = time.perf_counter()
-        res = execute_slice(claimed)
+        res = execute_slice(get_backend(), claimed)
         dt = time.perf_counter() - t0
         if res.outcome != Outcome.COMPLETED:
             raise PhaseError(f"replay run ended {res.outcome}: {res.detail}")

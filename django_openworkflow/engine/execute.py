@@ -11,12 +11,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import PayloadError, StepFailed
 from ..payload import to_json_value
 from ..registry import registry
-from ..store import get_backend
 from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import WorkflowContext
 from .interrupts import CancelRun, ContinueAsNew, FailRun, Suspend, engine_error, error_from_exception
@@ -24,6 +23,9 @@ from .retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
 from .slice import Slice
 from .steps import StepApi
 from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from ..store.backends.base import Backend
 
 logger = logging.getLogger("django_openworkflow.engine")
 
@@ -88,8 +90,10 @@ class SliceResult:
         )
 
 
-def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
+def execute_slice(store: Backend, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
     """Run the claimed run's workflow function from the top, replaying its journal.
+
+    ``store`` is the backend the run was claimed from; every read and write goes to it.
 
     Every write is fenced on this worker still holding the run; when it does
     not, the slice ends with ``LEASE_LOST`` having written nothing more.
@@ -98,10 +102,9 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
     """
     started = time.monotonic()
     run = claimed.run
-    store = get_backend()
     slices: list[Slice] = []
     try:
-        outcome, detail, wake_at = _execute(claimed, lease_valid, slices)
+        outcome, detail, wake_at = _execute(store, claimed, lease_valid, slices)
     except LeaseLapsed:
         # The caller could not renew the lease: hand the run back now (fenced: a no-op if it was taken
         # over) rather than leave it to wait out a lease nobody renews.
@@ -115,15 +118,15 @@ def execute_slice(claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = 
             # The connection or a lock: the caller releases the run, to be retried with backoff.
             assert exc.__cause__ is not None
             raise exc.__cause__ from None
-        outcome, detail, wake_at = _engine_failure(claimed, exc.__cause__ or exc, slices)
+        outcome, detail, wake_at = _engine_failure(store, claimed, exc.__cause__ or exc, slices)
     except Exception as exc:  # the engine's own failure: user code's exceptions are handled inside
-        outcome, detail, wake_at = _engine_failure(claimed, exc, slices)
+        outcome, detail, wake_at = _engine_failure(store, claimed, exc, slices)
     spawned = bool(slices) and slices[0].spawned
     return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at, spawned=spawned)
 
 
 def _engine_failure(
-    claimed: ClaimedRun, exc: BaseException, slices: list[Slice]
+    store: Backend, claimed: ClaimedRun, exc: BaseException, slices: list[Slice]
 ) -> tuple[Outcome, str, datetime | None]:
     """Anything but a transient database error went wrong in the engine: release the run, or fail it.
 
@@ -144,7 +147,6 @@ def _engine_failure(
         error["step"] = step
     logger.error("run %s (%s): engine error %d of %d: %s", run.id, run.workflow_name, occurrences, ENGINE_ERROR_LIMIT,
                  error["message"], exc_info=exc)  # fmt: skip
-    store = get_backend()
     try:
         if occurrences >= ENGINE_ERROR_LIMIT:
             error["message"] += f" ({occurrences} slices in a row ended in an engine error: the run is failed)"
@@ -159,19 +161,19 @@ def _engine_failure(
 
 
 def _execute(
-    claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
+    store: Backend, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
 ) -> tuple[Outcome, str, datetime | None]:
     run = claimed.run
     if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
         # Checked before the registry: a run past its deadline fails even on a
         # worker that does not have its workflow.
         error = engine_error("DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} has passed")
-        get_backend().fail_run(run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id)
+        store.fail_run(run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id)
         return Outcome.FAILED, error["message"], None
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
-        return _reschedule_unknown(claimed)
-    slice_ = Slice(claimed, spec, lease_valid)
+        return _reschedule_unknown(store, claimed)
+    slice_ = Slice(store, claimed, spec, lease_valid)
     slices.append(slice_)
     watchdog.watch(slice_)
     try:
@@ -304,7 +306,7 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:
+def _reschedule_unknown(store: Backend, claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:
     """A rolling deploy: leave the run for a worker that has its name and version."""
     run = claimed.run
     previous = run.error or {}
@@ -318,5 +320,5 @@ def _reschedule_unknown(claimed: ClaimedRun) -> tuple[Outcome, str, datetime | N
     error = engine_error("UnknownWorkflow", message)
     error["reschedules"] = count
     now = claimed.claimed_at
-    get_backend().reschedule_run(run.id, claimed.worker_id, now, [], now + delay, error)
+    store.reschedule_run(run.id, claimed.worker_id, now, [], now + delay, error)
     return Outcome.UNKNOWN_WORKFLOW, message, now + delay

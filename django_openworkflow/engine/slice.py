@@ -14,7 +14,6 @@ from ..durations import Duration, parse_duration
 from ..errors import STEP_LIMIT_EXCEEDED, DeterminismError, StepUsageError
 from ..payload import check_text
 from ..states import StepKind, StepStatus
-from ..store import get_backend
 from ..store.journal import CancelRequested
 from ..store.records import (
     AttemptRecord,
@@ -33,6 +32,7 @@ from .running_step import RunningStep, RunningStepTracking
 
 if TYPE_CHECKING:
     from ..registry import WorkflowSpec
+    from ..store.backends.base import Backend
 
 T = TypeVar("T")
 
@@ -51,9 +51,15 @@ class Slice(RunningStepTracking):
     transaction.
     """
 
-    def __init__(self, claimed: ClaimedRun, spec: WorkflowSpec, lease_valid: Callable[[], bool] | None = None) -> None:
+    def __init__(
+        self,
+        store: Backend,
+        claimed: ClaimedRun,
+        spec: WorkflowSpec,
+        lease_valid: Callable[[], bool] | None = None,
+    ) -> None:
         self.run = claimed.run
-        self.store = get_backend()
+        self.store = store  # the backend of the worker that claimed the run
         self.lease_valid = lease_valid
         self.spec = spec
         self.worker_id = claimed.worker_id

@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ..store import get_backend
 from ..store.records import EngineInterrupt
 
 if TYPE_CHECKING:
+    from ..store.backends.base import Backend
     from .slice import Slice
 
 logger = logging.getLogger("django_openworkflow.engine")
@@ -79,18 +79,20 @@ class Watchdog:
     def _look(self) -> None:
         with self._lock:
             slices = list(self._slices)
-        wrote = False
+        wrote: list[Backend] = []  # the stores written to (each slice carries its worker's)
         for slice_ in slices:
             try:
-                wrote = slice_.record_slow_step(SLOW_STEP) or wrote
+                if not slice_.record_slow_step(SLOW_STEP):
+                    continue
             except EngineInterrupt:
-                wrote = True  # the run is gone or the database is away: the slice finds out itself
+                pass  # the run is gone or the database is away: the slice finds out itself
             except Exception:
-                wrote = True
                 logger.exception("could not record the start of a slow step of run %s", slice_.run.id)
-        if wrote:
+            if not any(store is slice_.store for store in wrote):
+                wrote.append(slice_.store)
+        for store in wrote:
             # Writes from here are rare: keep no connection open between them.
-            get_backend().close_connection()
+            store.close_connection()
 
 
 watchdog = Watchdog()
