@@ -30,9 +30,14 @@ from .retention import parse_retention, resolve_retention
 
 if TYPE_CHECKING:
     from .client import RunHandle
-    from .engine.context import WorkflowContext
 
-WorkflowFunction = Callable[["WorkflowContext"], Any]
+WorkflowFunction = Callable[[Any], Any]
+"""A workflow function: called with the run's context, it returns the run's output.
+
+The context is the engine's ``WorkflowContext`` (``AsyncWorkflowContext`` for
+an ``async def``); the registry holds the function and never calls it, so it
+names no engine type.
+"""
 
 
 class RunStarter(Protocol):
