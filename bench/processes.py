@@ -282,8 +282,8 @@ def produce(args: argparse.Namespace) -> None:
     django.setup()
     from django.db import connections, transaction
 
+    from django_openworkflow.definitions.registry import registry
     from django_openworkflow.models import WorkflowRun
-    from django_openworkflow.registry import registry
 
     spec = registry.latest(args.workflow)
     WorkflowRun.objects.exists()  # connect and warm up before the clock starts

@@ -4,8 +4,10 @@ The public API: declare with :func:`workflow`, start with ``spec.run()``,
 follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`.
 """
 
+from .definitions.flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
+from .definitions.registry import WorkflowSpec, workflow
+from .definitions.retry import RetryPolicy
 from .engine.attempt import StepAttemptInfo
-from .engine.retry import RetryPolicy
 from .errors import (
     DeterminismError,
     NonRetryableError,
@@ -23,8 +25,6 @@ from .errors import (
     WorkflowFailed,
     WorkflowRegistrationError,
 )
-from .flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
-from .registry import WorkflowSpec, workflow
 
 __all__ = [
     "AsyncWorkflowContext",
@@ -83,17 +83,23 @@ def __getattr__(name: str) -> object:
         "publish_event",
         "PublishedEvent",
     ):
-        from . import client
+        from .client import runs
 
-        return getattr(client, name)
+        return getattr(runs, name)
     if name in ("WorkflowContext", "ChildRun"):
         from .engine import context
 
         return getattr(context, name)
     if name in ("list_runs", "RunPage", "StepRecord"):
-        from . import listing
+        from .client import listing
 
         return getattr(listing, name)
+    if name == "operations":
+        # Cancel, retry and re-run (the README's "Operating on runs"): a module of the client
+        # since the package was regrouped, still reachable as ``from django_openworkflow import operations``.
+        from .client import operations
+
+        return operations
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

@@ -16,18 +16,36 @@ class SimpleOpenWorkflowConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers system checks)
-        from .client import start_run  # noqa: F401  (the client hands itself to the registry: spec.run() needs it)
+        from .client.runs import start_run  # noqa: F401  (the client hands itself to the registry: spec.run() needs it)
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
-        from . import telemetry
-
-        telemetry.setup()  # metrics and tracing, when the settings turn them on (registers their checks)
+        _enable_telemetry()  # metrics and tracing, when the settings turn them on
         if _tasks_backend_configured():
             # Django Tasks: every process that may execute a task needs the built-in workflow.
             from .tasks import register_task_workflow
 
             register_task_workflow()
+
+
+def _enable_telemetry() -> None:
+    """Enable metrics and tracing in this process as ``OPENWORKFLOW["METRICS"]`` and ``["TRACING"]`` say.
+
+    An extra that is missing does not stop the process (a web server runs no
+    system checks): it is logged here, reported by the checks (E070, E071),
+    and ``/metrics`` answers 501 naming the extra.
+    """
+    import logging
+
+    from . import metrics, tracing
+    from .conf import owf_settings
+
+    for wanted, enable in ((owf_settings.metrics, metrics.enable), (owf_settings.tracing, tracing.enable)):
+        if wanted:
+            try:
+                enable()
+            except ImportError as exc:
+                logging.getLogger("django_openworkflow.telemetry").error("%s", exc)
 
 
 def _tasks_backend_configured() -> bool:
@@ -51,7 +69,7 @@ class OpenWorkflowConfig(SimpleOpenWorkflowConfig):
     def ready(self) -> None:
         super().ready()
         from .conf import owf_settings
-        from .registry import registry
+        from .definitions.registry import registry
 
         # register_to makes a failing module roll back what it registered, so
         # one broken workflows.py gives one clear error.

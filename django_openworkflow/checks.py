@@ -18,6 +18,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
+from . import metrics, tracing
 from .conf import DEFAULTS, owf_settings
 from .models import WorkflowRun
 from .routers import APP_LABEL
@@ -28,7 +29,7 @@ ROUTER_PATH = "django_openworkflow.routers.WorkflowRouter"
 
 def check_retention_settings() -> list[checks.CheckMessage]:
     """RETENTION, MAX_RETENTION, PRUNE_INTERVAL and PRUNE_BATCH_SIZE (retention.py)."""
-    from .retention import _setting, prune_interval
+    from .definitions.retention import _setting, prune_interval
 
     messages: list[checks.CheckMessage] = []
     reads = (
@@ -307,3 +308,32 @@ def install_migrate_hint() -> None:
 
 # The app's ready() imports this module in every process (web, runworkflows, Celery workers).
 install_migrate_hint()
+
+
+# -- metrics and tracing (enabled at startup by apps.py) --
+
+
+@checks.register(checks.Tags.compatibility)
+def check_telemetry(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    if owf_settings.metrics and not metrics.available():
+        messages.append(
+            checks.Error(
+                "OPENWORKFLOW['METRICS'] is on but prometheus-client is not installed",
+                hint=metrics.PROMETHEUS_EXTRA,
+                id="openworkflow.E070",
+            )
+        )
+    if owf_settings.tracing and not tracing.available():
+        messages.append(
+            checks.Error(
+                "OPENWORKFLOW['TRACING'] is on but opentelemetry-api is not installed",
+                hint=tracing.OTEL_EXTRA,
+                id="openworkflow.E071",
+            )
+        )
+    try:
+        owf_settings.metrics_token  # noqa: B018  (read to validate)
+    except ValueError as exc:
+        messages.append(checks.Error(str(exc), id="openworkflow.E072"))
+    return messages

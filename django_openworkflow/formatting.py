@@ -24,9 +24,9 @@ from django.utils import timezone
 from django.utils.functional import Promise
 from django.utils.translation import gettext, gettext_lazy, ngettext, pgettext_lazy
 
-from .flow import BLOCKED_UNTIL
+from .definitions.flow import BLOCKED_UNTIL
+from .definitions.payload import MAX_DEPTH
 from .models import StepAttempt, WorkflowRun
-from .payload import MAX_DEPTH
 from .states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
 
 # C0 and C1 controls, DEL, the bidirectional embeddings, overrides and isolates, lone surrogates.

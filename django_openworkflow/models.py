@@ -12,7 +12,7 @@ from django.db.models import F, Lookup, Q
 from django.utils.translation import gettext_lazy as _
 
 from .conf import owf_settings
-from .flow import DEFAULT_QUEUE
+from .definitions.flow import DEFAULT_QUEUE
 from .states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 
 __all__ = [

@@ -32,10 +32,10 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from . import hooks
-from .engine.retry import RetryPolicy
+from .definitions.flow import QUEUE_NAME, check_queue
+from .definitions.registry import WorkflowSpec, registry, workflow
+from .definitions.retry import RetryPolicy
 from .errors import InvalidArgument, NonRetryableError, OpenWorkflowError, WorkflowCanceled
-from .flow import QUEUE_NAME, check_queue
-from .registry import WorkflowSpec, registry, workflow
 from .states import RunStatus, StepStatus
 
 if TYPE_CHECKING:

@@ -224,7 +224,7 @@ def is_parked(handle: object) -> bool:
 @pytest.fixture
 def run_worker() -> Callable[..., None]:
     """Run an in-process Worker until ``until()`` is true (or burst work is done)."""
-    from django_openworkflow.worker import Worker
+    from django_openworkflow.worker.loop import Worker
 
     def run(until: Callable[[], bool] | None = None, timeout: float = 30.0, **options: object) -> Worker:
         options.setdefault("poll_interval", "10ms")

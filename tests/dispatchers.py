@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core import checks
 
-from django_openworkflow.dispatch import Dispatcher
+from django_openworkflow.client.dispatcher import Dispatcher
 
 started: list[Any] = []
 

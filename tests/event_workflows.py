@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_openworkflow.dispatch import Dispatcher
+from django_openworkflow.client.dispatcher import Dispatcher
 
 
 def echo(ctx: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_openworkflow import workflow
-from django_openworkflow.flow import BLOCKED_UNTIL, Concurrency, RateLimit
+from django_openworkflow.definitions.flow import BLOCKED_UNTIL, Concurrency, RateLimit
 
 
 def blocked_run_fields(**fields: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import os
 import sys
 
 from django_openworkflow import WorkflowSpec, workflow
-from django_openworkflow.flow import Schedule
+from django_openworkflow.definitions.flow import Schedule
 
 EVERY_MINUTE = "sched-every-minute"
 SKIPPING = "sched-skip"

@@ -15,7 +15,7 @@ from django.test import Client
 from django.urls import URLPattern
 
 from django_openworkflow.api import urls as api_urls
-from django_openworkflow.listing import run_json
+from django_openworkflow.client.listing import run_json
 from django_openworkflow.models import Event, Signal, StepAttempt, WorkflowRun
 from tests.testapp.workflows import three_steps
 

@@ -9,8 +9,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_openworkflow import PayloadError, start_runs, workflow
+from django_openworkflow.definitions.flow import Debounce
 from django_openworkflow.errors import InvalidArgument
-from django_openworkflow.flow import Debounce
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
 from tests.conftest import race

@@ -338,7 +338,7 @@ import django
 django.setup()
 from django.core import checks
 from django.test.utils import override_settings
-import django_openworkflow.admin, django_openworkflow.client, django_openworkflow.worker
+import django_openworkflow.admin, django_openworkflow.client.runs, django_openworkflow.worker.loop
 from django_openworkflow.dispatch import checks as dispatch_checks
 with override_settings(OPENWORKFLOW={"DISPATCH": "celery"}):
     dispatch_checks.load_dispatcher()

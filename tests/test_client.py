@@ -177,7 +177,7 @@ def test_argument_errors_name_their_argument(options, argument):
 
 
 def test_operations_refuse_with_a_reason_or_say_the_run_is_missing(run_worker):
-    from django_openworkflow import operations
+    from django_openworkflow.client import operations
     from django_openworkflow.errors import OperationRefused
 
     handle = three_steps.run()

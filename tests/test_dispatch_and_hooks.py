@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from django_openworkflow import hooks
-from django_openworkflow.dispatch import WorkerDispatcher, get_dispatcher
+from django_openworkflow.client.dispatcher import WorkerDispatcher, get_dispatcher
 from django_openworkflow.dispatch.checks import check_dispatch
 from tests import dispatchers
 from tests.testapp.workflows import always_fails, sleeper, three_steps

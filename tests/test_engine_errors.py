@@ -11,11 +11,11 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from django_openworkflow import worker as worker_module
 from django_openworkflow.engine.execute import ENGINE_ERROR_LIMIT
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.states import StepKind, StepStatus
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker import loop as worker_module
+from django_openworkflow.worker.loop import Worker
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import (

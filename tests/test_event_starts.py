@@ -15,9 +15,9 @@ from django_openworkflow import (
     send_event,
     workflow,
 )
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import Event, WorkflowRun
-from django_openworkflow.registry import registry
 from tests import event_workflows
 from tests.conftest import race
 from tests.event_workflows import echo, echo_again

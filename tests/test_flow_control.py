@@ -12,11 +12,12 @@ from datetime import timedelta
 
 import pytest
 
-from django_openworkflow import operations, workflow
+from django_openworkflow import workflow
+from django_openworkflow.client import operations
+from django_openworkflow.definitions.flow import BLOCKED_UNTIL, PROBE_INTERVAL, Concurrency, Debounce, RateLimit
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationError
-from django_openworkflow.flow import BLOCKED_UNTIL, PROBE_INTERVAL, Concurrency, Debounce, RateLimit
 from django_openworkflow.models import WorkflowRun
-from django_openworkflow.registry import registry
 from django_openworkflow.store import get_backend
 from tests.conftest import race
 

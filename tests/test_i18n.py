@@ -25,8 +25,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 import django_openworkflow
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import Schedule, Signal, StepAttempt, WorkflowRun
-from django_openworkflow.registry import registry
 from tests.admin.helpers import action_url, make_attempt, make_run, one_of_each, run_url
 
 LIST_URL = reverse("admin:django_openworkflow_workflowrun_changelist")

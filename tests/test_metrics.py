@@ -19,10 +19,9 @@ from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_openworkflow import metrics, send_signal
-from django_openworkflow.checks import check_settings
+from django_openworkflow.checks import check_settings, check_telemetry
 from django_openworkflow.metrics import labels
 from django_openworkflow.store import get_backend
-from django_openworkflow.telemetry import check_telemetry
 from tests.conftest import wait_until
 from tests.telemetry_workflows import (
     telemetry_dynamic,

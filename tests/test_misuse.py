@@ -12,7 +12,7 @@ from django_openworkflow import PayloadError, StepUsageError, get_run, send_even
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker.loop import Worker
 from tests.testapp.workflows import approval, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -20,7 +20,7 @@ from django_openworkflow import ResultTimeout, workflow
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.notify import DUE_CHANNEL
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker.loop import Worker
 from tests.conftest import is_parked, wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import executions, record, sleeper, three_steps

@@ -7,10 +7,10 @@ import json
 import pytest
 from django.db.models import Count
 
+from django_openworkflow.definitions.payload import MAX_DEPTH, check_text, storable_text, to_json_value
 from django_openworkflow.engine.interrupts import error_from_exception
 from django_openworkflow.errors import PayloadError
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from django_openworkflow.payload import MAX_DEPTH, check_text, storable_text, to_json_value
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import poison_payloads
 

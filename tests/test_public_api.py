@@ -50,3 +50,12 @@ def test_the_readme_has_imports_to_check():
 @pytest.mark.parametrize("line", readme_imports())
 def test_every_import_the_readme_shows_works(line):
     exec(line, {})
+
+
+def test_the_operations_module_still_imports_from_the_top_level():
+    # The README showed ``from django_openworkflow import operations`` before the module moved into client/.
+    from django_openworkflow import operations
+    from django_openworkflow.client import operations as moved
+
+    assert operations is moved
+    assert callable(operations.cancel)

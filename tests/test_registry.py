@@ -12,7 +12,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from django_openworkflow import WorkflowRegistrationError, workflow
 from django_openworkflow.checks import check_settings
-from django_openworkflow.registry import WorkflowRegistry, WorkflowSpec, registry
+from django_openworkflow.definitions.registry import WorkflowRegistry, WorkflowSpec, registry
 
 
 def make():
@@ -135,7 +135,7 @@ def test_spec_run_without_the_client_loaded_says_to_install_the_app(monkeypatch)
     # that (the app missing from INSTALLED_APPS) spec.run() says what to do.
     from django.core.exceptions import ImproperlyConfigured
 
-    from django_openworkflow import registry as registry_module
+    from django_openworkflow.definitions import registry as registry_module
 
     monkeypatch.setattr(registry_module, "_installed_client", None)
     spec = WorkflowSpec(name="not-started", version=None, fn=lambda ctx: None)

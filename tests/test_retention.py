@@ -19,11 +19,11 @@ from django.dispatch import receiver
 from django.test import override_settings
 
 from django_openworkflow import hooks, workflow
-from django_openworkflow.client import start_run, start_runs
+from django_openworkflow.client.runs import start_run, start_runs
 from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationError
 from django_openworkflow.models import Event, Gate, Signal, StepAttempt, WorkflowRun
-from django_openworkflow.retention import PRUNE_TURN_PREFIX, prune, take_prune_turn
 from django_openworkflow.store import get_backend
+from django_openworkflow.worker.prune import PRUNE_TURN_PREFIX, prune, take_prune_turn
 from tests.conftest import race, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,8 +117,8 @@ def test_children_get_their_own_retention_and_a_successor_keeps_its_predecessors
 
 
 def test_event_starts_and_reruns_get_a_retention_too():
-    from django_openworkflow import operations
-    from django_openworkflow.client import send_event
+    from django_openworkflow.client import operations
+    from django_openworkflow.client.runs import send_event
 
     send_event("ret-paid", {"order": 1})
     assert WorkflowRun.objects.get(workflow_name="ret-on-event").retention == 4 * DAY

@@ -18,11 +18,12 @@ import pytest
 from django.db import connection
 
 from django_openworkflow import WorkflowRegistrationError, workflow
-from django_openworkflow.flow import Schedule
+from django_openworkflow.definitions.flow import Schedule
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import Schedule as ScheduleRow
 from django_openworkflow.models import WorkflowRun
-from django_openworkflow.registry import registry
-from django_openworkflow.schedules import (
+from django_openworkflow.store import get_backend
+from django_openworkflow.worker.schedules import (
     Scheduler,
     fire_due_schedules,
     latest_tick,
@@ -31,7 +32,6 @@ from django_openworkflow.schedules import (
     tick_key,
     ticks_after,
 )
-from django_openworkflow.store import get_backend
 from tests import schedule_workflows
 from tests.conftest import ROOT, race, wait_until
 from tests.schedule_workflows import EVERY_MINUTE, EVERY_TWO_SECONDS, EVERY_TWO_SECONDS_CRON, PARIS, SKIPPING

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from django_openworkflow import RunNotFound, SignalError, send_event, send_signal
 from django_openworkflow.models import Event, Signal, StepAttempt
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker.loop import Worker
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import approval, await_payment, three_steps

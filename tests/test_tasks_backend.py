@@ -29,10 +29,11 @@ except ImportError:  # Django 5.2: the backport, if installed
     from django_tasks.exceptions import TaskResultDoesNotExist
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
-from django_openworkflow import RetryPolicy, operations, start_run
+from django_openworkflow import RetryPolicy, start_run
+from django_openworkflow.client import operations
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.errors import OpenWorkflowError
 from django_openworkflow.models import WorkflowRun
-from django_openworkflow.registry import registry
 from django_openworkflow.store import get_backend
 from django_openworkflow.tasks import TASK_WORKFLOW, WorkflowBackend
 

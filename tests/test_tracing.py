@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from django_openworkflow import send_signal, tracing
+from django_openworkflow.checks import check_telemetry
 from django_openworkflow.models import WorkflowRun
-from django_openworkflow.telemetry import check_telemetry
 from tests.telemetry_workflows import telemetry_async, telemetry_child, telemetry_fails, telemetry_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)

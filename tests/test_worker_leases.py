@@ -17,9 +17,9 @@ from django.utils import timezone
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from django_openworkflow.runner import LeaseKeeper
 from django_openworkflow.store import get_backend
-from django_openworkflow.worker import Worker, WorkerUnhealthy
+from django_openworkflow.worker.loop import Worker, WorkerUnhealthy
+from django_openworkflow.worker.runner import LeaseKeeper
 from tests.conftest import wait_until
 from tests.testapp.models import SideEffect
 from tests.testapp.workflows import slow_steps

@@ -20,7 +20,8 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from django_openworkflow import RetryPolicy, StepUsageError, operations, workflow
+from django_openworkflow import RetryPolicy, StepUsageError, workflow
+from django_openworkflow.client import operations
 from django_openworkflow.errors import OperationRefused, WorkflowRegistrationError
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from tests.conftest import is_parked, wait_until

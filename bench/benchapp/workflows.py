@@ -5,7 +5,7 @@ benchmarks in ../shared/bench-peers).
 """
 
 from django_openworkflow import workflow
-from django_openworkflow.flow import Concurrency
+from django_openworkflow.definitions.flow import Concurrency
 
 
 @workflow(name="bench-1")

@@ -153,7 +153,7 @@ def measure_blocked(bench: Bench, blocked: int, runnable: int, reps: int, batch:
     """
     from django.db import connection, connections
 
-    from django_openworkflow.flow import BLOCKED_UNTIL
+    from django_openworkflow.definitions.flow import BLOCKED_UNTIL
     from django_openworkflow.models import WorkflowRun
     from django_openworkflow.store import get_backend
 

@@ -37,8 +37,8 @@ def measure(bench: Bench, n: int, conc: int = 20) -> dict:
     """One fan-out of ``n`` children; returns the RESULT fields."""
     from django.db import connections
 
+    from django_openworkflow.definitions.registry import registry
     from django_openworkflow.models import WorkflowRun
-    from django_openworkflow.registry import registry
 
     procs = bench.procs
     bench.reset_tables()

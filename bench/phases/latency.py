@@ -39,8 +39,8 @@ def measure(bench: Bench, samples: int, gap_ms: int, conc: int = 20) -> tuple[li
     """-> (start -> finished_at, start -> result() returned, both in ms; the gap), for the RESULT line."""
     from django.db import connections
 
+    from django_openworkflow.definitions.registry import registry
     from django_openworkflow.models import WorkflowRun
-    from django_openworkflow.registry import registry
 
     bench.reset_tables()
     worker = bench.procs.start_worker(bench.effective_concurrency(conc), "latency")

@@ -71,8 +71,8 @@ class ClaimLoop(threading.Thread):
     def run(self) -> None:
         from django.db import connections
 
+        from django_openworkflow.definitions.registry import registry
         from django_openworkflow.models import WorkflowRun
-        from django_openworkflow.registry import registry
         from django_openworkflow.store import get_backend
 
         spec = registry.latest("bench-3")
@@ -107,7 +107,7 @@ def measure(bench: Bench, count: int, baseline_s: float) -> dict:
     from django.db import connections
 
     from django_openworkflow.models import StepAttempt, WorkflowRun
-    from django_openworkflow.retention import prune
+    from django_openworkflow.worker.prune import prune
 
     bench.reset_tables()
     t0 = time.perf_counter()

@@ -28,9 +28,9 @@ def measure(bench: Bench, reps_small: int, reps_big: int) -> None:
     from django.db import connections
     from django.utils import timezone
 
+    from django_openworkflow.definitions.registry import registry
     from django_openworkflow.engine.execute import Outcome, execute_slice
     from django_openworkflow.models import WorkflowRun
-    from django_openworkflow.registry import registry
     from django_openworkflow.store import get_backend
 
     bench.reset_tables()

@@ -26,8 +26,8 @@ def run(bench: Bench) -> dict:
 def measure(bench: Bench, single: int, bulk: int) -> dict:
     from django.db import connections
 
+    from django_openworkflow.definitions.registry import registry
     from django_openworkflow.models import WorkflowRun
-    from django_openworkflow.registry import registry
 
     spec = registry.latest("bench-3")
     figures: dict = {}

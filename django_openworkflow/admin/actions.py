@@ -20,7 +20,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from .. import operations
+from ..client import operations
 from ..formatting import runs_text, short_id
 from ..models import WorkflowRun
 from ..store.queries import PAYLOAD_FIELDS

@@ -21,11 +21,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .. import formatting as fmt
+from ..definitions.flow import QUEUE_NAME
+from ..definitions.payload import check_text
+from ..definitions.registry import registry
 from ..errors import PayloadError
-from ..flow import QUEUE_NAME
 from ..models import WorkflowRun
-from ..payload import check_text
-from ..registry import registry
 from ..store import get_backend, queries
 from ..store.containment import check_pattern
 from . import markup

@@ -14,11 +14,11 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from ..client import start_run
+from ..client.runs import start_run
+from ..definitions.payload import check_text
+from ..definitions.registry import registry
 from ..errors import InvalidArgument, OpenWorkflowError, PayloadError, UnknownWorkflowError
 from ..formatting import read_json
-from ..payload import check_text
-from ..registry import registry
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrPromise

@@ -15,8 +15,8 @@ from typing import Any
 from django.utils.translation import gettext
 
 from .. import formatting as fmt
+from ..definitions.retention import expires_at
 from ..models import Signal, WorkflowRun
-from ..retention import expires_at
 from ..states import RunStatus
 from ..store import get_backend, queries
 from .journal import journal_rows

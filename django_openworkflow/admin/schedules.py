@@ -26,8 +26,8 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..models import Schedule
-from ..schedules import declared_schedules, next_ticks, ticks_after
 from ..store import get_backend
+from ..worker.schedules import declared_schedules, next_ticks, ticks_after
 
 FIRE_TIMES_SHOWN = 3
 _next_fire_times_title = lazy(lambda: gettext("Next %(count)d fire times") % {"count": FIRE_TIMES_SHOWN}, str)

@@ -29,11 +29,11 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from ..client.listing import MAX_PAGE
+from ..definitions.flow import PRIORITY_RANGE, QUEUE_CHARACTERS, QUEUE_NAME
+from ..definitions.payload import check_text
 from ..durations import parse_duration
-from ..flow import PRIORITY_RANGE, QUEUE_CHARACTERS, QUEUE_NAME
 from ..formatting import json_text
-from ..listing import MAX_PAGE
-from ..payload import check_text
 from ..store.queries import DISPLAY_STATUSES
 
 

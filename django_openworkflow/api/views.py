@@ -31,9 +31,11 @@ from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
-from .. import operations
-from ..client import RunHandle, publish_event, send_signal, start_run
+from ..client import operations
+from ..client.listing import attempt_json, list_runs, run_json
+from ..client.runs import RunHandle, publish_event, send_signal, start_run
 from ..conf import owf_settings
+from ..definitions.registry import registry
 from ..errors import (
     InvalidArgument,
     OperationRefused,
@@ -44,8 +46,6 @@ from ..errors import (
     UnknownWorkflowError,
 )
 from ..formatting import numbered, read_json
-from ..listing import attempt_json, list_runs, run_json
-from ..registry import registry
 from ..store import queries
 from . import fields
 from .fields import ApiError, json_response

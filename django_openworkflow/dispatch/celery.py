@@ -29,14 +29,14 @@ from celery import Task, shared_task
 from django.core import checks
 from django.db import DatabaseError, connections, transaction
 
+from ..client.dispatcher import Dispatcher
 from ..conf import owf_settings
+from ..definitions.flow import DEFAULT_QUEUE
 from ..engine.execute import Outcome, SliceResult
-from ..flow import DEFAULT_QUEUE
-from ..runner import LeaseKeeper, SliceRunner, recycle_connections
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
 from ..store.records import ClaimedRun
-from . import Dispatcher
+from ..worker.runner import LeaseKeeper, SliceRunner, recycle_connections
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -196,7 +196,7 @@ def sweep_task(limit: int = 1000) -> int:
 @functools.cache
 def _beat_scheduler() -> Any:
     """One per process: it syncs the schedule rows once; beat's period paces it (no interval of its own)."""
-    from ..schedules import Scheduler
+    from ..worker.schedules import Scheduler
 
     return Scheduler(interval=0)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from django.core import checks
 
+from ..client.dispatcher import SHORT_NAMES, dispatcher_path, get_dispatcher
 from ..conf import owf_settings
-from . import SHORT_NAMES, dispatcher_path, get_dispatcher
 
 
 def load_dispatcher() -> None:

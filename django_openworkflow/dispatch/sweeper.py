@@ -10,9 +10,9 @@ from types import FrameType
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
 
-from ..runner import recycle_connections
-from ..schedules import Scheduler
-from . import get_dispatcher
+from ..client.dispatcher import get_dispatcher
+from ..worker.runner import recycle_connections
+from ..worker.schedules import Scheduler
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -38,7 +38,8 @@ class SweepLoop:
         self.batch = batch
         self._stop = threading.Event()
         self.scheduler = Scheduler()  # cron schedules start here too: no runworkflows worker runs under Celery
-        from ..retention import PruneSweeper, prune_interval
+        from ..definitions.retention import prune_interval
+        from ..worker.prune import PruneSweeper
 
         every = prune_interval()  # retention's sweep too, on a thread of its own
         self.pruner = PruneSweeper(every) if every is not None else None

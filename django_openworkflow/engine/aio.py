@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..definitions.retry import RetryPolicy
 from ..durations import Duration
 from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
@@ -34,13 +35,12 @@ from .attempt import StepAttemptInfo, reset_attempt, set_attempt
 from .children import ChildRun
 from .context import WorkflowContext
 from .interrupts import Suspend
-from .retry import RetryPolicy
 from .slice import Slice, current_step
 from .steps import StepApi
 from .threads import Ended, count_abandoned
 
 if TYPE_CHECKING:
-    from ..registry import WorkflowSpec
+    from ..definitions.registry import WorkflowSpec
 
 T = TypeVar("T")
 

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
 
+from ..definitions.payload import to_json_value
 from ..durations import Duration, parse_duration
 from ..errors import StepFailed, StepUsageError
-from ..payload import to_json_value
 from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from ..store.records import AttemptUpdate, ChildStart, NewAttempt, RunOutcome
 from .interrupts import Suspend, engine_error
 
 if TYPE_CHECKING:
-    from ..registry import WorkflowSpec
+    from ..definitions.registry import WorkflowSpec
     from .slice import Slice
 
 CHILD_WAIT = timedelta(days=365)
@@ -80,7 +80,7 @@ class ChildRun:
 
 
 def _child_spec(workflow: Any, api: str) -> WorkflowSpec:
-    from ..registry import WorkflowSpec, registry
+    from ..definitions.registry import WorkflowSpec, registry
 
     if isinstance(workflow, WorkflowSpec):
         return workflow

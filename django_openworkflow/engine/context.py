@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from ..definitions.payload import to_json_value
 from ..errors import StepUsageError
-from ..payload import to_json_value
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
 from .attempt import StepAttemptInfo, current_attempt
@@ -93,7 +93,7 @@ class WorkflowContext:
         chain (``handle.result()`` follows it). ``version`` defaults to this
         run's. Does not return.
         """
-        from ..registry import registry
+        from ..definitions.registry import registry
 
         s = self._slice
         s.check_thread("continue_as_new")

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..definitions.payload import to_json_value
+from ..definitions.registry import registry
+from ..definitions.retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
 from ..errors import PayloadError, StepFailed
-from ..payload import to_json_value
-from ..registry import registry
 from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import WorkflowContext
 from .interrupts import CancelRun, ContinueAsNew, FailRun, Suspend, engine_error, error_from_exception
-from .retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
 from .slice import Slice
 from .steps import StepApi
 from .watchdog import watchdog

@@ -6,8 +6,8 @@ import traceback
 from datetime import datetime, timedelta
 from typing import Any
 
+from ..definitions.payload import storable_text
 from ..errors import NonRetryableError, RetryAfter, StepUsageError
-from ..payload import storable_text
 from ..store.records import ChildStart, EngineInterrupt, NewAttempt
 
 

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from django.utils.dateparse import parse_datetime
 
+from ..definitions.payload import to_json_value
+from ..definitions.retry import RetryPolicy
 from ..durations import Duration, parse_duration
 from ..errors import PayloadError, StepFailed, StepTimeout, StepUsageError
-from ..payload import to_json_value
 from ..states import StepKind, StepStatus
 from ..store.records import AttemptRecord, AttemptUpdate, EngineInterrupt, NewAttempt
 from .attempt import in_attempt
 from .interrupts import Suspend, error_from_exception, retry_decision
-from .retry import RetryPolicy
 from .threads import Ended, run_on_threads
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import hooks
 from ..conf import owf_settings
+from ..definitions.payload import check_text
 from ..durations import Duration, parse_duration
 from ..errors import STEP_LIMIT_EXCEEDED, DeterminismError, StepUsageError
-from ..payload import check_text
 from ..states import StepKind, StepStatus
 from ..store.journal import CancelRequested
 from ..store.records import (
@@ -31,7 +31,7 @@ from .interrupts import CancelRun, ContinueAsNew, FailRun, Suspend, engine_error
 from .running_step import RunningStep, RunningStepTracking
 
 if TYPE_CHECKING:
-    from ..registry import WorkflowSpec
+    from ..definitions.registry import WorkflowSpec
     from ..store.backends.base import Backend
 
 T = TypeVar("T")
@@ -347,7 +347,7 @@ class Slice(RunningStepTracking):
     def continue_as_new(self, handover: ContinueAsNew) -> Any:
         """End the run as continued and start its successor; returns the successor's id."""
         spec = self.spec if handover.version == self.run.version else None
-        from ..registry import registry
+        from ..definitions.registry import registry
 
         spec = spec or registry.get(self.run.workflow_name, handover.version)
         assert spec is not None

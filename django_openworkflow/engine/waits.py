@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
 
+from ..definitions.payload import check_text, to_json_value
 from ..durations import Duration, parse_duration
 from ..errors import StepUsageError
-from ..payload import check_text, to_json_value
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
 from .interrupts import Suspend

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..flow import DEFAULT_QUEUE
-from ..registry import registry
+from ..definitions.flow import DEFAULT_QUEUE
+from ..definitions.registry import registry
 from ..store import get_backend
-from ..store.telemetry import QueueDepth, due_by_queue, held_by_workflow
+from ..store.gauges import QueueDepth, due_by_queue, held_by_workflow
 from .labels import queue_label, workflow_label
 
 

@@ -20,8 +20,8 @@ import re
 import threading
 from collections.abc import Callable
 
-from ..flow import DEFAULT_QUEUE
-from ..registry import registry
+from ..definitions.flow import DEFAULT_QUEUE
+from ..definitions.registry import registry
 
 OTHER = "_other"
 """The label value of everything beyond a cap."""

@@ -18,7 +18,7 @@ from django.db.models.functions import Trunc
 
 from ..models import WorkflowRun
 from ..states import RunStatus
-from .telemetry import QueueDepth, due_by_queue, held_by_workflow
+from .gauges import QueueDepth, due_by_queue, held_by_workflow
 
 OUTCOMES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
 """How runs end, in the order the charts stack them."""

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
 
-from ..flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
+from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore

@@ -14,7 +14,7 @@ from django.db.models.constants import OnConflict
 from django.utils import timezone
 
 from .. import tracing
-from ..flow import DEFAULT_QUEUE, PROBE_INTERVAL
+from ..definitions.flow import DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepKind, StepStatus
 from .journal import JournalOps

@@ -52,15 +52,15 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..dispatch import Dispatcher
+from ..client.dispatcher import Dispatcher
+from ..definitions.flow import DEFAULT_QUEUE
 from ..durations import Duration, parse_duration
-from ..flow import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from ..engine.execute import SliceResult
-    from ..runner import SliceRunner
     from ..store.backends.base import Backend
     from ..store.records import ClaimedRun
+    from ..worker.runner import SliceRunner
 
 __all__ = [
     "DrainError",
@@ -175,7 +175,7 @@ class WorkflowRunner:
         return done
 
     def _execute(self, claimed: ClaimedRun) -> SliceResult:
-        from ..runner import SliceRunner
+        from ..worker.runner import SliceRunner
 
         if self._runner is None:
             self._runner = SliceRunner(self.store, logger)

@@ -44,8 +44,8 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .. import tracing
+from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..errors import RunNotFound, SignalError
-from ..flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from ..store.core import contains
 from ..store.records import (

@@ -98,7 +98,7 @@ def seed_example_project() -> None:
     from django.contrib.auth import get_user_model
 
     from django_openworkflow import RetryPolicy, workflow
-    from django_openworkflow.worker import Worker
+    from django_openworkflow.worker.loop import Worker
     from example_project.demo.workflows import expense_approval, onboard_user
 
     get_user_model().objects.create_superuser("admin", "admin@example.com", PASSWORD)

@@ -208,7 +208,7 @@ def test_list_shows_the_queue_and_priority_and_filters_by_queue(admin_client: An
 
 @pytest.mark.django_db
 def test_queue_filter_is_hidden_while_there_is_one_queue(admin_client: Any) -> None:
-    from django_openworkflow.registry import registry
+    from django_openworkflow.definitions.registry import registry
 
     make_run()
     response = admin_client.get(LIST_URL)

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import Schedule as ScheduleRow
 from django_openworkflow.models import WorkflowRun
-from django_openworkflow.registry import registry
-from django_openworkflow.schedules import fire_due_schedules, next_ticks, sync_schedules
 from django_openworkflow.store import get_backend
+from django_openworkflow.worker.schedules import fire_due_schedules, next_ticks, sync_schedules
 from tests import schedule_workflows
 from tests.schedule_workflows import EVERY_MINUTE, PARIS
 

@@ -12,7 +12,7 @@ import uuid
 from django.db import connection, transaction
 
 from django_openworkflow import workflow
-from django_openworkflow.flow import Concurrency, Debounce, RateLimit
+from django_openworkflow.definitions.flow import Concurrency, Debounce, RateLimit
 
 from .models import Ledger
 

@@ -13,11 +13,11 @@ from django.db import DatabaseError, OperationalError, connections
 
 from ...checks import workflow_tables_problem
 from ...conf import owf_settings
+from ...definitions.flow import DEFAULT_QUEUE
+from ...definitions.registry import registry
 from ...durations import parse_duration
-from ...flow import DEFAULT_QUEUE
-from ...registry import registry
-from ...runner import backoff
-from ...worker import Worker, WorkerUnhealthy
+from ...worker.loop import Worker, WorkerUnhealthy
+from ...worker.runner import backoff
 
 if TYPE_CHECKING:
     from ...dispatch.sweeper import SweepLoop

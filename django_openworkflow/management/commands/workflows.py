@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from ... import cli
+from ...cli import workflows as cli
 
 
 class Command(BaseCommand):

@@ -26,7 +26,7 @@ import psycopg
 from django.db import connections
 from django.db.models import Field, Model
 
-from ...flow import DEFAULT_QUEUE
+from ...definitions.flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
 from ..notify import RECONNECT_BACKOFF, wait_to_reconnect

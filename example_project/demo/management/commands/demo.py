@@ -21,7 +21,7 @@ from django_openworkflow.formatting import (
     printable,
 )
 from django_openworkflow.models import FINISHED_STATUSES, RunStatus, StepAttempt, WorkflowRun
-from django_openworkflow.worker import Worker
+from django_openworkflow.worker.loop import Worker
 
 from ...workflows import onboard_user
 

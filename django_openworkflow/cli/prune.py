@@ -9,9 +9,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
-from .durations import parse_duration
-from .formatting import format_table, plural, printable
-from .retention import prune
+from ..durations import parse_duration
+from ..formatting import format_table, plural, printable
+from ..worker.prune import prune
 
 
 def _duration(value: str) -> timedelta:

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from .durations import Duration, parse_duration
-from .errors import InvalidArgument, PayloadError, WorkflowRegistrationError
+from ..durations import Duration, parse_duration
+from ..errors import InvalidArgument, PayloadError, WorkflowRegistrationError
 from .payload import check_text, to_json_value
 
 DEFAULT_QUEUE = "default"

@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .durations import Duration, parse_duration
-from .engine.retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
-from .errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
+from ..durations import Duration, parse_duration
+from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 from .flow import (
     DEFAULT_QUEUE,
     Concurrency,
@@ -27,9 +26,10 @@ from .flow import (
     resolve_key,
 )
 from .retention import parse_retention, resolve_retention
+from .retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
-    from .client import RunHandle
+    from ..client.runs import RunHandle
 
 WorkflowFunction = Callable[[Any], Any]
 """A workflow function: called with the run's context, it returns the run's output.

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
-from . import hooks
-from .dispatch import get_dispatcher
-from .durations import Duration, parse_duration
-from .errors import (
+from .. import hooks
+from ..definitions.payload import check_text, to_json_value
+from ..definitions.registry import WorkflowSpec, install_client, registry
+from ..durations import Duration, parse_duration
+from ..errors import (
     InvalidArgument,
     OperationRefused,
     ResultTimeout,
@@ -27,14 +28,13 @@ from .errors import (
     WorkflowCanceled,
     WorkflowFailed,
 )
-from .models import WorkflowRun
-from .payload import check_text, to_json_value
-from .registry import WorkflowSpec, install_client, registry
-from .states import RunStatus
-from .store import get_backend
-from .store.core import contains
-from .store.messages import EventStart
-from .store.notify import run_waiters
+from ..models import WorkflowRun
+from ..states import RunStatus
+from ..store import get_backend
+from ..store.core import contains
+from ..store.messages import EventStart
+from ..store.notify import run_waiters
+from .dispatcher import get_dispatcher
 
 if TYPE_CHECKING:
     from .listing import StepRecord

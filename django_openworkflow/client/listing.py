@@ -18,14 +18,14 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from .errors import InvalidArgument, RunNotFound
-from .flow import BLOCKED_UNTIL
-from .formatting import numbered
-from .models import StepAttempt, WorkflowRun
-from .payload import check_text
-from .retention import expires_at
-from .store import queries
-from .store.containment import check_pattern
+from ..definitions.flow import BLOCKED_UNTIL
+from ..definitions.payload import check_text
+from ..definitions.retention import expires_at
+from ..errors import InvalidArgument, RunNotFound
+from ..formatting import numbered
+from ..models import StepAttempt, WorkflowRun
+from ..store import queries
+from ..store.containment import check_pattern
 
 MAX_PAGE = 500
 """The most runs one page holds."""

@@ -29,13 +29,13 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from .conf import owf_settings
-from .durations import Duration, parse_duration
-from .flow import DEFAULT_QUEUE, check_queue
+from ..conf import owf_settings
+from ..definitions.flow import DEFAULT_QUEUE, check_queue
+from ..durations import Duration, parse_duration
+from ..store import get_backend
+from ..store.notify import DUE_CHANNEL
+from ..store.records import ClaimedRun
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
-from .store import get_backend
-from .store.notify import DUE_CHANNEL
-from .store.records import ClaimedRun
 
 logger = logging.getLogger("django_openworkflow.worker")
 
@@ -100,7 +100,8 @@ class Worker:
 
         self.scheduler = Scheduler()  # cron schedules: every worker looks, the tick's key picks one run
         # Retention's sweep (retention.py): on a thread of its own, one worker per interval (runworkflows turns it on).
-        from .retention import PruneSweeper, prune_interval
+        from ..definitions.retention import prune_interval
+        from .prune import PruneSweeper
 
         interval = prune_interval() if prune else None
         self.pruner = PruneSweeper(interval) if interval is not None else None

@@ -18,15 +18,15 @@ from typing import Any
 
 from django.utils import timezone
 
-from . import hooks
-from .dispatch import get_dispatcher
-from .errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
-from .flow import FLOW_COLUMNS
-from .models import StepAttempt, WorkflowRun
-from .registry import registry
-from .states import FINISHED_STATUSES, RunStatus
-from .store import get_backend
-from .store.queries import PAYLOAD_FIELDS, display_status, open_waits
+from .. import hooks
+from ..definitions.flow import FLOW_COLUMNS
+from ..definitions.registry import registry
+from ..errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
+from ..models import StepAttempt, WorkflowRun
+from ..states import FINISHED_STATUSES, RunStatus
+from ..store import get_backend
+from ..store.queries import PAYLOAD_FIELDS, display_status, open_waits
+from .dispatcher import get_dispatcher
 
 CHUNK = 500
 """Runs per read and write in the bulk operations."""

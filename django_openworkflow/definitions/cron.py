@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from .errors import PayloadError, WorkflowRegistrationError
+from ..errors import PayloadError, WorkflowRegistrationError
 
 POLICIES = ("latest", "skip")
 INSTALL_HINT = "pip install 'django-openworkflow[cron]'"

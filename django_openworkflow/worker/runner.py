@@ -18,10 +18,10 @@ from typing import Any
 
 from django.db import DatabaseError, connections
 
-from . import hooks, tracing
-from .engine.execute import Outcome, SliceResult, execute_slice
-from .store.backends.base import Backend
-from .store.records import ClaimedRun
+from .. import hooks, tracing
+from ..engine.execute import Outcome, SliceResult, execute_slice
+from ..store.backends.base import Backend
+from ..store.records import ClaimedRun
 
 TRANSIENT_BACKOFF = (0.1, 5.0)
 """Seconds before a run released after a transient database error is due again: first, and at most."""

@@ -1,12 +1,7 @@
-"""Retention: how long a finished run is kept, fixed on the run when it starts.
+"""Deleting expired runs: ``manage.py workflows prune``, and the workers' sweep every ``PRUNE_INTERVAL``.
 
-A run's retention is decided once, at start, and written on its row
-(``WorkflowRun.retention``): the start's own ``retention=`` if given, else
-the workflow's ``@workflow(retention=...)``, else ``OPENWORKFLOW["RETENTION"]``
-(default None: kept until deleted by hand). ``OPENWORKFLOW["MAX_RETENTION"]``,
-if set, caps it (a run that would be kept forever gets the ceiling). A run
-expires ``retention`` after it finished; ``manage.py workflows prune`` and the
-workers' sweep (:class:`PruneSweeper`) delete expired runs.
+What a run's retention is, and when it expires, is ``definitions/retention.py``;
+the SQL is ``store/prune.py``.
 """
 
 from __future__ import annotations
@@ -17,80 +12,16 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
 
-from .conf import owf_settings
-from .durations import Duration, parse_duration
+from ..conf import owf_settings
+from ..definitions.retention import global_retention
 
 logger = logging.getLogger("django_openworkflow.retention")
 
-__all__ = [
-    "PruneSweeper",
-    "Pruned",
-    "expires_at",
-    "parse_retention",
-    "prune",
-    "resolve_retention",
-    "take_prune_turn",
-]
-
-
-def parse_retention(value: Duration | None, what: str) -> timedelta | None:
-    """``value`` as a positive ``timedelta`` (None stays None); ``ValueError`` names ``what`` and the value."""
-    if value is None:
-        return None
-    try:
-        duration = parse_duration(value)
-    except ValueError as exc:
-        raise ValueError(f"{what} {value!r:.60} is not a valid retention: {exc}") from None
-    if duration <= timedelta(0):
-        raise ValueError(f"{what} {value!r:.60} is not a valid retention: it must be longer than zero")
-    return duration
-
-
-def _setting(key: str) -> timedelta | None:
-    return parse_retention(owf_settings.raw(key), f"OPENWORKFLOW[{key!r}]")
-
-
-def resolve_retention(override: timedelta | None, declared: timedelta | None) -> timedelta | None:
-    """The retention a run gets: the start's, else the workflow's, else the global default; capped by the ceiling.
-
-    Both arguments are already parsed (:func:`parse_retention`).
-    """
-    retention = override if override is not None else declared if declared is not None else _setting("RETENTION")
-    ceiling = _setting("MAX_RETENTION")
-    if ceiling is not None and (retention is None or retention > ceiling):
-        return ceiling
-    return retention
-
-
-def global_retention() -> timedelta | None:
-    """``OPENWORKFLOW["RETENTION"]``, parsed (also how long events are kept)."""
-    return _setting("RETENTION")
-
-
-def expires_at(finished_at: datetime | None, retention: timedelta | None) -> datetime | None:
-    """When a finished run becomes prunable; None if it is kept until deleted by hand or not finished yet."""
-    if finished_at is None or retention is None:
-        return None
-    return finished_at + retention
-
-
-def prune_interval() -> timedelta | None:
-    """``OPENWORKFLOW["PRUNE_INTERVAL"]``; None when the workers' sweep is off (None or 0)."""
-    value = owf_settings.raw("PRUNE_INTERVAL")
-    if value is None or value == 0:
-        return None
-    try:
-        interval = parse_duration(value)
-    except ValueError as exc:
-        raise ValueError(f"OPENWORKFLOW['PRUNE_INTERVAL'] {value!r:.60} is not a valid interval: {exc}") from None
-    return interval if interval > timedelta(0) else None
-
-
-# -- pruning ------------------------------------------------------------------
+__all__ = ["PruneSweeper", "Pruned", "prune", "take_prune_turn"]
 
 
 @dataclass
@@ -115,9 +46,9 @@ def prune(
     have none). ``hooks.runs_pruned`` is sent after each committed batch.
     ``dry_run`` only counts. ``stop`` is asked between batches.
     """
-    from . import hooks
-    from .store import get_backend
-    from .store import prune as store
+    from .. import hooks
+    from ..store import get_backend
+    from ..store import prune as store
 
     backend = get_backend()
     limit = owf_settings.prune_batch_size if batch_size is None else batch_size
@@ -156,8 +87,8 @@ def take_prune_turn(interval: timedelta) -> bool:
     so two workers never sweep the same interval. Earlier turns' rows are
     deleted as the next one is taken.
     """
-    from .models import Gate
-    from .store import get_backend
+    from ..models import Gate
+    from ..store import get_backend
 
     backend = get_backend()
     now = backend.now()

@@ -19,10 +19,13 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
-from . import operations
-from .cli_prune import add_prune_parser, prune_command
-from .client import RunHandle, send_signal, start_run
-from .errors import (
+from ..client import operations
+from ..client.listing import attempt_json, run_filter, run_json
+from ..client.runs import RunHandle, send_signal, start_run
+from ..definitions.flow import DEFAULT_QUEUE, QUEUE_NAME
+from ..definitions.payload import check_text
+from ..definitions.retention import expires_at
+from ..errors import (
     InvalidArgument,
     OpenWorkflowError,
     OperationRefused,
@@ -32,8 +35,7 @@ from .errors import (
     WorkflowCanceled,
     WorkflowFailed,
 )
-from .flow import DEFAULT_QUEUE, QUEUE_NAME
-from .formatting import (
+from ..formatting import (
     LINES,
     attempt_result,
     blocked_line,
@@ -55,11 +57,9 @@ from .formatting import (
     read_json,
     wake_hint,
 )
-from .listing import attempt_json, run_filter, run_json
-from .models import RunStatus, WorkflowRun
-from .payload import check_text
-from .retention import expires_at
-from .store import queries
+from ..models import RunStatus, WorkflowRun
+from ..store import queries
+from .prune import add_prune_parser, prune_command
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 

@@ -42,11 +42,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from .cron import latest_tick, ticks_after, zone_name
+from ..definitions.cron import latest_tick, ticks_after, zone_name
 
 if TYPE_CHECKING:
-    from .flow import Schedule
-    from .models import Schedule as ScheduleRow
+    from ..definitions.flow import Schedule
+    from ..models import Schedule as ScheduleRow
 
 logger = logging.getLogger("django_openworkflow.schedules")
 
@@ -58,7 +58,7 @@ KEY_PREFIX = "schedule:"
 
 def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime | None = None) -> list[datetime]:
     """The next ``count`` ticks after ``now`` (default: the database clock), in UTC: what the admin shows."""
-    from .flow import Schedule
+    from ..definitions.flow import Schedule
 
     zone = zone_name(schedule.timezone) if isinstance(schedule, Schedule) else schedule.timezone
     ticks = ticks_after(schedule.cron, zone, _now() if now is None else now)
@@ -71,7 +71,7 @@ def tick_key(tick: datetime) -> str:
 
 
 def _now() -> datetime:
-    from .store import get_backend
+    from ..store import get_backend
 
     return get_backend().now()
 
@@ -81,7 +81,7 @@ def _now() -> datetime:
 
 def declared_schedules() -> dict[str, Schedule]:
     """The schedule of each workflow name whose latest version declares one, in this process."""
-    from .registry import registry
+    from ..definitions.registry import registry
 
     latest: dict[str, Any] = {}
     for spec in registry.all():  # sorted by name, then version: the last one of a name wins
@@ -90,7 +90,7 @@ def declared_schedules() -> dict[str, Schedule]:
 
 
 def _declared_fields(schedule: Schedule) -> dict[str, Any]:
-    from .payload import to_json_value
+    from ..definitions.payload import to_json_value
 
     return {
         "cron": schedule.cron,
@@ -109,7 +109,7 @@ def sync_schedules(now: datetime | None = None) -> None:
     left it. Rows of workflows that no longer declare a schedule stay (with
     their pause state) but start nothing: only declared names fire.
     """
-    from .models import Schedule as ScheduleRow
+    from ..models import Schedule as ScheduleRow
 
     declared = declared_schedules()
     if not declared:
@@ -135,7 +135,7 @@ def fire_due_schedules(now: datetime | None = None) -> int:
     pass their own. A schedule whose row cannot be worked out (a time zone
     this machine does not know) is logged and left for the others.
     """
-    from .models import Schedule as ScheduleRow
+    from ..models import Schedule as ScheduleRow
 
     declared = declared_schedules()
     if not declared:
@@ -152,8 +152,8 @@ def fire_due_schedules(now: datetime | None = None) -> int:
 
 
 def _fire(row: ScheduleRow, now: datetime) -> int:
-    from .client import start_run
-    from .models import Schedule as ScheduleRow
+    from ..client.runs import start_run
+    from ..models import Schedule as ScheduleRow
 
     due_at = row.next_tick_at
     if due_at is None:  # not synced yet

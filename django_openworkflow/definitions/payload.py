@@ -24,8 +24,8 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from .conf import owf_settings
-from .errors import PayloadError, PayloadTooLarge
+from ..conf import owf_settings
+from ..errors import PayloadError, PayloadTooLarge
 
 MAX_DEPTH = 30
 """How many levels of objects and arrays a payload may nest."""

@@ -1,0 +1,1 @@
+"""The command line: ``manage.py workflows`` and its subcommands (``runworkflows`` is in ``management/``)."""
