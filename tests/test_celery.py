@@ -222,7 +222,15 @@ def test_sigkill_mid_run_then_a_new_worker_and_the_sweep_complete_every_run(cele
     wait_until(lambda: SideEffect.objects.filter(run_id__in=hung, step="two").count() == 4, timeout=20)
     # ...and parked runs whose delayed messages the worker holds when it dies.
     parked = [sleepy.run({"n": i, "nap": "2s"}).id for i in range(5)]
-    wait_until(lambda: WorkflowRun.objects.filter(id__in=parked, worker_id=None, attempts=0).count() == 5, timeout=20)
+    # Parked after their first slice: step "one" ran and no worker holds them (before their
+    # first claim no worker holds them either, and a kill mid-step would run "one" again).
+    wait_until(
+        lambda: (
+            SideEffect.objects.filter(run_id__in=parked, step="one").count() == 5
+            and WorkflowRun.objects.filter(id__in=parked, worker_id=None, attempts=0).count() == 5
+        ),
+        timeout=20,
+    )
     celery_workers.kill(first)
     # Those messages are unacknowledged in Redis until its visibility timeout (an hour): lost,
     # as far as this test is concerned. The sweep finds the runs once their leases or naps run out.
