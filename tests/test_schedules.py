@@ -104,7 +104,7 @@ def test_without_croniter_the_package_imports_and_workers_run():
         "import sys; sys.modules['croniter'] = None\n"
         "import django; django.setup()\n"
         "import django_openworkflow.admin, django_openworkflow.worker, django_openworkflow.dispatch.sweeper\n"
-        "from django_openworkflow.schedules import Scheduler\n"
+        "from django_openworkflow.worker.schedules import Scheduler\n"
         "print(Scheduler().tick())\n"
     )
     done = subprocess.run(

@@ -3,7 +3,7 @@
 ``options`` holds the ModelAdmin (its URLs and views) and wires the rest:
 ``changelist`` (the run list), ``run_page``, ``journal`` and ``timeline``
 (a run's page), ``forms`` (start a run, send a signal), ``actions`` (cancel,
-retry, re-run, on :mod:`django_openworkflow.operations`), ``responses`` and
+retry, re-run, on :mod:`django_openworkflow.client.operations`), ``responses`` and
 ``markup`` (what every page shares). Importing this package registers the
 ModelAdmin, which is what Django's admin autodiscovery does.
 """

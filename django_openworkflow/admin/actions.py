@@ -1,4 +1,4 @@
-"""The run actions the list and the run page offer, on :mod:`django_openworkflow.operations`.
+"""The run actions the list and the run page offer, on :mod:`django_openworkflow.client.operations`.
 
 Cancel, retry now, retry from the failed step and re-run: each is one bulk
 operation that refuses runs in the wrong state with a reason, which the
@@ -31,7 +31,7 @@ CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the res
 
 @dataclass(frozen=True)
 class RunAction:
-    """A run operation offered on the run list and the run page (see ``operations.py``)."""
+    """A run operation offered on the run list and the run page (see ``client/operations.py``)."""
 
     name: str
     operation: str  # the name in operations.REFUSALS

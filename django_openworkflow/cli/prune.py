@@ -1,4 +1,4 @@
-"""``manage.py workflows prune``: delete finished runs past their retention (see ``retention.py``)."""
+"""``manage.py workflows prune``: delete finished runs past their retention (see ``worker/prune.py``)."""
 
 from __future__ import annotations
 

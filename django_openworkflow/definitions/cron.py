@@ -2,7 +2,7 @@
 
 Pure arithmetic on croniter, which is imported only when a schedule is
 declared or computed (the optional extra ``[cron]``). What fires the ticks,
-against the database, is ``schedules.py``; this module imports nothing that
+against the database, is ``worker/schedules.py``; this module imports nothing that
 touches the database, and knows nothing of ``flow.py``'s ``Schedule``:
 it checks the strings a schedule is made of, so ``Schedule()`` can check
 itself with it.

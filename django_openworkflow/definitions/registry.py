@@ -44,7 +44,7 @@ class RunStarter(Protocol):
     """What starts runs for ``spec.run()`` and ``spec.run_many()``: the client module, which hands itself in.
 
     The client looks workflows up here, so the registry does not import the
-    client back: ``client.py`` calls :func:`install_client` when it is
+    client back: ``client/runs.py`` calls :func:`install_client` when it is
     imported, and the app's ``ready()`` imports it.
     """
 
@@ -317,7 +317,7 @@ def workflow(
 
     The function takes one argument, the :class:`WorkflowContext`, and returns
     a JSON-serializable value. ``name`` defaults to the function's name.
-    Flow control (see :mod:`django_openworkflow.flow`): ``queue`` names the
+    Flow control (see :mod:`django_openworkflow.definitions.flow`): ``queue`` names the
     queue its runs wait in, ``priority`` orders them within it (higher
     first), ``concurrency`` (a :class:`Concurrency` or a plain limit) caps
     how many hold a worker at once, ``rate_limit`` how many start per

@@ -1,4 +1,4 @@
-"""``manage.py workflows``: look at and act on workflow runs from a terminal (see ``cli.py``)."""
+"""``manage.py workflows``: look at and act on workflow runs from a terminal (see ``cli/workflows.py``)."""
 
 from __future__ import annotations
 
