@@ -45,41 +45,47 @@ def pytest_configure(config: pytest.Config) -> None:
 STARTS_COMMIT_ON_THEIR_OWN = "a transaction on 'default' does not hold the workflow tables' writes (W030)"
 DEFAULT_AS_WORKFLOW_DATABASE = "uses the 'default' connection for the workflow tables"
 SKIPPED_WITH_A_WORKFLOW_DATABASE = {
-    "tests/test_client.py::test_run_started_in_a_rolled_back_transaction_does_not_exist": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_signals.py::test_signal_in_a_rolled_back_transaction_is_never_sent": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_event_starts.py::test_a_rolled_back_send_starts_nothing": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_tasks_backend.py::test_enqueue_inside_a_rolled_back_transaction_leaves_nothing": (
+    "tests/client/test_runs.py::test_run_started_in_a_rolled_back_transaction_does_not_exist": (
         STARTS_COMMIT_ON_THEIR_OWN
     ),
-    "tests/test_celery.py::test_message_is_sent_when_the_start_commits_and_not_on_rollback": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_testing_helpers.py::test_eager_mode_executes_a_run_when_its_start_commits": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_testing_helpers.py::test_eager_mode_executes_nothing_when_the_start_rolls_back": (
+    "tests/engine/test_waits.py::test_signal_in_a_rolled_back_transaction_is_never_sent": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/client/test_event_starts.py::test_a_rolled_back_send_starts_nothing": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/test_tasks.py::test_enqueue_inside_a_rolled_back_transaction_leaves_nothing": (STARTS_COMMIT_ON_THEIR_OWN),
+    "tests/dispatch/test_celery.py::test_message_is_sent_when_the_start_commits_and_not_on_rollback": (
         STARTS_COMMIT_ON_THEIR_OWN
     ),
-    "tests/test_testing_helpers.py::test_eager_mode_in_the_test_transaction_needs_the_commit_callbacks": (
+    "tests/testing/test_testing.py::test_eager_mode_executes_a_run_when_its_start_commits": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/testing/test_testing.py::test_eager_mode_executes_nothing_when_the_start_rolls_back": (
         STARTS_COMMIT_ON_THEIR_OWN
     ),
-    "tests/test_testing_helpers.py::DrainInsideTestCase::test_eager_mode_in_a_testcase": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_atomic_steps.py::test_failed_atomic_step_rolls_its_writes_back": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_atomic_steps.py::test_killed_worker_inside_an_atomic_step_leaves_no_write": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_backend_conformance.py::test_check_reports_database_settings_that_would_misbehave": (
+    "tests/testing/test_testing.py::test_eager_mode_in_the_test_transaction_needs_the_commit_callbacks": (
+        STARTS_COMMIT_ON_THEIR_OWN
+    ),
+    "tests/testing/test_testing.py::DrainInsideTestCase::test_eager_mode_in_a_testcase": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/engine/test_atomic_steps.py::test_failed_atomic_step_rolls_its_writes_back": STARTS_COMMIT_ON_THEIR_OWN,
+    "tests/engine/test_atomic_steps.py::test_killed_worker_inside_an_atomic_step_leaves_no_write": (
+        STARTS_COMMIT_ON_THEIR_OWN
+    ),
+    "tests/store/test_conformance.py::test_check_reports_database_settings_that_would_misbehave": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
-    "tests/test_backend_conformance.py::test_get_backend_is_the_class_for_the_database_made_once": (
+    "tests/store/test_conformance.py::test_get_backend_is_the_class_for_the_database_made_once": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
-    "tests/test_registry.py::test_sqlite_without_wal_and_immediate_transactions_warns": DEFAULT_AS_WORKFLOW_DATABASE,
-    "tests/test_engine_errors.py::test_a_write_the_database_refuses_fails_the_run_after_a_bounded_number_of_tries": (
+    "tests/definitions/test_registry.py::test_sqlite_without_wal_and_immediate_transactions_warns": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
-    "tests/test_engine_store_errors.py::test_failed_journal_write_aborts_the_slice_even_inside_except_exception": (
+    "tests/engine/test_errors.py::test_a_write_the_database_refuses_fails_the_run_after_a_bounded_number_of_tries": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
-    "tests/test_worker_leases.py::test_worker_whose_heartbeat_cannot_renew_abandons_its_run": (
+    "tests/engine/test_store_errors.py::test_failed_journal_write_aborts_the_slice_even_inside_except_exception": (
+        DEFAULT_AS_WORKFLOW_DATABASE
+    ),
+    "tests/worker/test_runner.py::test_worker_whose_heartbeat_cannot_renew_abandons_its_run": (
         DEFAULT_AS_WORKFLOW_DATABASE
     ),
     "tests/admin/test_changelist.py::test_list_issues_a_constant_number_of_queries": DEFAULT_AS_WORKFLOW_DATABASE,
-    "tests/test_notify.py::test_listener_reconnects_after_its_connection_drops": DEFAULT_AS_WORKFLOW_DATABASE,
+    "tests/store/test_notify.py::test_listener_reconnects_after_its_connection_drops": DEFAULT_AS_WORKFLOW_DATABASE,
 }
 
 

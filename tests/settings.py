@@ -25,9 +25,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_openworkflow",
-    "tests.testapp",
-    "tests.flowapp",
-    "tests.languageapp",
+    "tests.fixtures.testapp",
+    "tests.fixtures.flowapp",
+    "tests.fixtures.languageapp",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -36,7 +36,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
-# The live server (tests/test_api.py's real HTTP test) serves static files under this prefix.
+# The live server (tests/api/test_views.py's real HTTP test) serves static files under this prefix.
 STATIC_URL = "/static/"
 TEMPLATES = [
     {
@@ -113,10 +113,10 @@ if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["other"]["NAME"] = _other_name(os.environ["OWF_TEST_DB_NAME"])
 
 OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms"}
-# Worker subprocesses of tests/test_retention.py sweep often.
+# Worker subprocesses of tests/worker/test_prune.py sweep often.
 if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
     OPENWORKFLOW["PRUNE_INTERVAL"] = os.environ["OWF_TEST_PRUNE_INTERVAL"]
-# tests/test_metrics.py's worker subprocesses count what they do (the in-process tests enable it themselves).
+# tests/metrics/test_metrics.py's worker subprocesses count what they do (the in-process tests enable it themselves).
 if os.environ.get("OWF_TEST_METRICS"):
     OPENWORKFLOW["METRICS"] = True
 
@@ -128,7 +128,7 @@ if WORKFLOW_DATABASE:
         raise ValueError(f"OWF_TEST_WORKFLOW_DATABASE={WORKFLOW_DATABASE!r} is not an alias of tests/settings.py")
     OPENWORKFLOW["DATABASE"] = WORKFLOW_DATABASE
     DATABASE_ROUTERS = ["django_openworkflow.routers.WorkflowRouter"]
-    # Read and understood (tests/test_second_database.py tests it): not printed by every command.
+    # Read and understood (tests/test_routers.py tests it): not printed by every command.
     SILENCED_SYSTEM_CHECKS = ["openworkflow.W030"]
 
 LOGGING = {

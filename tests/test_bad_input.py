@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from django_openworkflow import PayloadError, send_event, send_signal, start_run
 from django_openworkflow.models import Event, Signal, WorkflowRun
-from tests.testapp.workflows import three_steps
+from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = pytest.mark.django_db
 LIMIT = 1000  # MAX_PAYLOAD_BYTES in these tests

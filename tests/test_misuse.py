@@ -13,7 +13,7 @@ from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.loop import Worker
-from tests.testapp.workflows import approval, three_steps
+from tests.fixtures.testapp.workflows import approval, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 kept_contexts: list = []

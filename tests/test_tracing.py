@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 from django_openworkflow import send_signal, tracing
 from django_openworkflow.checks import check_telemetry
 from django_openworkflow.models import WorkflowRun
-from tests.telemetry_workflows import telemetry_async, telemetry_child, telemetry_fails, telemetry_steps
+from tests.fixtures.telemetry_workflows import telemetry_async, telemetry_child, telemetry_fails, telemetry_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,7 +56,10 @@ def spans(name: str, **attributes: Any) -> list[ReadableSpan]:
 
 def test_a_run_started_in_a_traced_view_continues_that_trace_on_the_worker(client, tracing_on, run_worker):
     tracer = trace.get_tracer("tests")
-    with override_settings(ROOT_URLCONF="tests.telemetry_urls"), tracer.start_as_current_span("POST /start") as view:
+    with (
+        override_settings(ROOT_URLCONF="tests.fixtures.telemetry_urls"),
+        tracer.start_as_current_span("POST /start") as view,
+    ):
         run_id = client.post("/start").json()["id"]
     request = view.get_span_context()
     stored = WorkflowRun.objects.get(id=run_id).trace_context

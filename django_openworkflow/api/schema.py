@@ -1,6 +1,6 @@
 """The OpenAPI 3.1 description of the JSON HTTP API (served at ``api/openapi.json``).
 
-Written by hand next to the views it describes; ``tests/test_api.py``
+Written by hand next to the views it describes; ``tests/api/test_views.py``
 checks that every route is described and that answers carry the fields
 the schemas name.
 """

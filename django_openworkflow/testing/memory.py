@@ -4,7 +4,7 @@ What it is for: the engine's unit tests, and other fast tests that need a
 store but not a database. :class:`InMemoryBackend` has the public operations
 of :class:`~django_openworkflow.store.backends.base.Backend` that the engine,
 the slice runner, the worker loop, the client and the backend conformance
-suite (``tests/test_backend_conformance.py``) call -- claims and leases,
+suite (``tests/store/test_conformance.py``) call -- claims and leases,
 fenced journal writes, history, children, idempotent starts, signals,
 events, the clock -- and returns the same records (``store/records.py``).
 The conformance suite runs every test on it as well as on the database, so

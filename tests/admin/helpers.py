@@ -110,7 +110,7 @@ def waiting_for_signal(name: str = "approval", **fields: Any) -> tuple[WorkflowR
 
 
 def blocked_run(**fields: Any) -> WorkflowRun:
-    from tests.flow_display_workflows import blocked_run_fields
+    from tests.fixtures.flow_display_workflows import blocked_run_fields
 
     return make_run(**blocked_run_fields(**fields))
 

@@ -25,7 +25,7 @@ from tests.admin.helpers import (
     waiting_for_signal,
 )
 from tests.conftest import wait_until
-from tests.testapp.workflows import always_fails, sleeper, three_steps
+from tests.fixtures.testapp.workflows import always_fails, sleeper, three_steps
 
 
 @pytest.mark.django_db
@@ -237,7 +237,7 @@ def test_run_page_of_a_run_given_a_place_again_shows_when_it_is_available(admin_
 
 @pytest.mark.django_db
 def test_run_page_shows_the_queue_priority_and_limits(admin_client: Any) -> None:
-    from tests.flow_display_workflows import charge
+    from tests.fixtures.flow_display_workflows import charge
 
     run = charge.run({"customer": 42}).fetch()
     html = admin_client.get(run_url(run)).content.decode()

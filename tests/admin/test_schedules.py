@@ -14,8 +14,8 @@ from django_openworkflow.models import Schedule as ScheduleRow
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.schedules import fire_due_schedules, next_ticks, sync_schedules
-from tests import schedule_workflows
-from tests.schedule_workflows import EVERY_MINUTE, PARIS
+from tests.fixtures import schedule_workflows
+from tests.fixtures.schedule_workflows import EVERY_MINUTE, PARIS
 
 LIST_URL = reverse("admin:django_openworkflow_schedule_changelist")
 

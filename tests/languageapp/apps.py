@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class LanguageAppConfig(AppConfig):
-    name = "tests.languageapp"
-    label = "languageapp"

@@ -1,0 +1,224 @@
+"""No step starts without a lease: a worker whose heartbeats cannot land stops its runs."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from django_openworkflow.conf import owf_settings
+from django_openworkflow.engine.execute import Outcome, execute_slice
+from django_openworkflow.models import StepAttempt, WorkflowRun
+from django_openworkflow.store import get_backend
+from django_openworkflow.worker.loop import Worker, WorkerUnhealthy
+from django_openworkflow.worker.runner import LeaseKeeper
+from tests.conftest import wait_until
+from tests.fixtures.testapp.models import SideEffect
+from tests.fixtures.testapp.workflows import slow_steps
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_slice_stops_before_the_next_step_when_the_lease_is_not_valid():
+    handle = slow_steps.run({"steps": 3, "pause": 0})
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    checks = []
+
+    def lease_valid():
+        checks.append(1)
+        return len(checks) < 2  # valid for the first step only
+
+    result = execute_slice(get_backend(), claimed, lease_valid)
+    assert result.outcome == Outcome.LEASE_LOST
+    assert result.detail == "the lease could not be renewed in time; handed back"
+    assert SideEffect.objects.filter(run_id=handle.id).count() == 1
+    assert not StepAttempt.objects.exists()  # nothing was written without a lease
+    # Handed back at once, not left to wait out a lease nobody renews.
+    run = WorkflowRun.objects.get(id=handle.id)
+    assert run.worker_id is None and run.available_at <= timezone.now()
+
+
+def lock_everything_for(run_id, seconds, locked):
+    """From another connection to the workflow tables' database, block every write to the run for ``seconds``."""
+    conn = connections.create_connection(owf_settings.database)
+    try:
+        conn.set_autocommit(False)
+        with conn.cursor() as cursor:
+            if conn.vendor == "postgresql":
+                cursor.execute("SELECT 1 FROM openworkflow_run WHERE id = %s FOR UPDATE", [run_id])
+            else:
+                cursor.execute("UPDATE openworkflow_run SET updated_at = updated_at WHERE id = %s", [run_id.hex])
+            locked.set()
+            time.sleep(seconds)
+        conn.rollback()
+    finally:
+        conn.close()
+
+
+def test_worker_whose_heartbeat_cannot_renew_stops_and_a_new_one_finishes_the_run(caplog, run_worker):
+    handle = slow_steps.run({"steps": 2, "pause": 1.5})
+    worker = Worker(concurrency=1, lease="1s", poll_interval="20ms")
+    raised: list[WorkerUnhealthy] = []
+
+    def run() -> None:
+        try:
+            worker.run(install_signal_handlers=False)
+        except WorkerUnhealthy as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    with caplog.at_level("WARNING", logger="django_openworkflow.worker"):
+        thread.start()
+        try:
+            wait_until(lambda: SideEffect.objects.filter(run_id=handle.id).exists())
+            locked = threading.Event()
+            blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 2.5, locked))
+            blocker.start()
+            locked.wait(5)
+            thread.join(30)  # it stops by itself: nobody calls stop()
+            assert not thread.is_alive()
+            blocker.join()
+        finally:
+            worker.stop()
+            thread.join(30)
+    assert len(raised) == 1 and "could not renew the leases" in str(raised[0])
+    assert WorkflowRun.objects.get(id=handle.id).worker_id is None  # handed back, not left leased
+    # It gave up instead of starting step two without a lease.
+    assert "lease-lost" in caplog.text
+    # What a process manager does next: a new worker, which finishes the run.
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result(timeout=0) == "done"
+
+
+def test_runworkflows_that_cannot_renew_exits_non_zero(workers):
+    handle = slow_steps.run({"steps": 2, "pause": 1.5})
+    proc = workers.start("--lease", "1s", "--poll", "20ms", stderr=subprocess.PIPE)
+    wait_until(lambda: SideEffect.objects.filter(run_id=handle.id).exists())
+    locked = threading.Event()
+    blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 3.0, locked))
+    blocker.start()
+    try:
+        _, stderr = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()  # and close its pipe: a pipe left open warns in a later test
+        raise
+    finally:
+        blocker.join()
+    assert proc.returncode != 0
+    assert b"could not renew the leases" in stderr
+    assert b"stopping this worker" in stderr
+
+
+def test_lease_keeper_renews_while_slots_register_runs():
+    """The race that killed the heartbeat: slot threads add to the held runs while it renews.
+
+    A tiny switch interval makes the threads interleave inside ``renew``, as
+    minutes of load at full concurrency did.
+    """
+    slow_steps.run({"steps": 1})
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    keeper = LeaseKeeper(get_backend(), "w", timedelta(seconds=30))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    renewals = 0
+
+    def register() -> None:
+        while not stop.is_set():
+            other = dataclasses.replace(claimed, run=dataclasses.replace(claimed.run, id=uuid.uuid4()))
+            assert keeper.lease_valid(other)()
+
+    def renew() -> None:
+        nonlocal renewals
+        try:
+            while not stop.is_set():
+                assert keeper.renew([claimed]) == 1
+                renewals += 1
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    threads = [threading.Thread(target=register) for _ in range(8)] + [threading.Thread(target=renew)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        sys.setswitchinterval(previous)
+    assert errors == []
+    assert renewals > 0
+
+
+def test_supervisor_survives_a_round_that_raises(caplog, monkeypatch):
+    """Whatever one heartbeat round raises, the next renews: a step longer than the lease runs once."""
+    # A lease of 3 s leaves a loaded machine seconds, not milliseconds, between the failed round and the next.
+    handle = slow_steps.run({"steps": 1, "pause": 4.5})
+    worker = Worker(concurrency=1, lease="3s", poll_interval="20ms", burst=True)
+    renew = worker.leases.renew
+    calls = []
+
+    def renew_failing_once(claimed_runs):  # an unexpected bug in one round, not a database error
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("injected")
+        return renew(claimed_runs)
+
+    monkeypatch.setattr(worker.leases, "renew", renew_failing_once)
+    with caplog.at_level("ERROR", logger="django_openworkflow.worker"):
+        worker.run(install_signal_handlers=False)
+    assert "heartbeat round failed" in caplog.text
+    assert handle.status() == "completed"
+    assert SideEffect.objects.filter(run_id=handle.id).count() == 1
+    assert worker.leases.renewals >= 2
+
+
+def test_a_renewal_that_finds_the_run_taken_over_says_the_lease_is_lost():
+    """After a freeze the heartbeat works again, but a run taken over meanwhile stays lost."""
+    handle = slow_steps.run({"steps": 1})
+    (claimed,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    keeper = LeaseKeeper(get_backend(), "w", timedelta(seconds=30))
+    valid = keeper.lease_valid(claimed)
+    assert valid()
+    # Another worker claims it, as after a freeze longer than the lease.
+    WorkflowRun.objects.filter(id=handle.id).update(available_at=timezone.now() - timedelta(seconds=1))
+    assert get_backend().claim("another-worker", 1, timedelta(seconds=30))
+    assert keeper.renew([claimed]) == 0
+    assert not valid()
+    assert not keeper.lapsed(claimed)  # the heartbeat itself works: the worker stays healthy
+
+
+def test_a_run_lost_and_claimed_again_is_held_by_its_new_claim():
+    """The heartbeat flags the claim it renewed, not whatever holds the run's id by the time it answers."""
+    slow_steps.run({"steps": 1})
+    (first,) = get_backend().claim("w", 1, timedelta(seconds=30))
+    keeper = LeaseKeeper(get_backend(), "w", timedelta(seconds=30))
+    get_backend().release(first, timedelta(0))  # the slice parked or let go of it ...
+    (again,) = get_backend().claim("w", 1, timedelta(seconds=30))  # ... and the claim loop took it back
+    WorkflowRun.objects.filter(id=first.run.id).update(worker_id="someone-else")  # gone again by the renewal
+    assert keeper.renew([first]) == 0
+    WorkflowRun.objects.filter(id=first.run.id).update(worker_id="w")
+    assert first.lease_lost and not again.lease_lost
+    assert keeper.lease_valid(again)()
+
+
+def test_a_worker_whose_heartbeat_thread_died_stops_instead_of_running_on_unrenewed(monkeypatch):
+    worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
+    monkeypatch.setattr(worker, "_supervise", lambda: None)  # the thread ends at once, as if it had died
+    give_up = time.monotonic() + 10
+    with pytest.raises(WorkerUnhealthy, match="the heartbeat thread died"):
+        worker.run(until=lambda: time.monotonic() > give_up, install_signal_handlers=False)
+    assert time.monotonic() < give_up  # it stopped by itself, not at the deadline
