@@ -25,7 +25,7 @@ from .steps import StepApi
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    from ..store.backends.base import Backend
+    from ..store.interface import EngineStore
 
 logger = logging.getLogger("django_openworkflow.engine")
 
@@ -90,10 +90,13 @@ class SliceResult:
         )
 
 
-def execute_slice(store: Backend, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None) -> SliceResult:
+def execute_slice(
+    store: EngineStore, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None = None
+) -> SliceResult:
     """Run the claimed run's workflow function from the top, replaying its journal.
 
-    ``store`` is the backend the run was claimed from; every read and write goes to it.
+    ``store`` is the backend the run was claimed from (any :class:`~django_openworkflow.store.interface.EngineStore`:
+    a database backend, or the in-memory one); every read and write goes to it.
 
     Every write is fenced on this worker still holding the run; when it does
     not, the slice ends with ``LEASE_LOST`` having written nothing more.
@@ -126,7 +129,7 @@ def execute_slice(store: Backend, claimed: ClaimedRun, lease_valid: Callable[[],
 
 
 def _engine_failure(
-    store: Backend, claimed: ClaimedRun, exc: BaseException, slices: list[Slice]
+    store: EngineStore, claimed: ClaimedRun, exc: BaseException, slices: list[Slice]
 ) -> tuple[Outcome, str, datetime | None]:
     """Anything but a transient database error went wrong in the engine: release the run, or fail it.
 
@@ -161,7 +164,7 @@ def _engine_failure(
 
 
 def _execute(
-    store: Backend, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
+    store: EngineStore, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
 ) -> tuple[Outcome, str, datetime | None]:
     run = claimed.run
     if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
@@ -306,7 +309,7 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _reschedule_unknown(store: Backend, claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:
+def _reschedule_unknown(store: EngineStore, claimed: ClaimedRun) -> tuple[Outcome, str, datetime | None]:
     """A rolling deploy: leave the run for a worker that has its name and version."""
     run = claimed.run
     previous = run.error or {}

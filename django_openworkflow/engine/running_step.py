@@ -12,7 +12,7 @@ from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt, RunRecord
 
 if TYPE_CHECKING:
-    from ..store.backends.base import Backend
+    from ..store.interface import EngineStore
     from .history import History
 
 
@@ -35,7 +35,7 @@ class RunningStepTracking:
     """
 
     run: RunRecord
-    store: Backend
+    store: EngineStore
     worker_id: str
     history: History
     in_step: str | None

@@ -32,7 +32,7 @@ from .running_step import RunningStep, RunningStepTracking
 
 if TYPE_CHECKING:
     from ..definitions.registry import WorkflowSpec
-    from ..store.backends.base import Backend
+    from ..store.interface import EngineStore
 
 T = TypeVar("T")
 
@@ -53,7 +53,7 @@ class Slice(RunningStepTracking):
 
     def __init__(
         self,
-        store: Backend,
+        store: EngineStore,
         claimed: ClaimedRun,
         spec: WorkflowSpec,
         lease_valid: Callable[[], bool] | None = None,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ..store.records import EngineInterrupt
 
 if TYPE_CHECKING:
-    from ..store.backends.base import Backend
+    from ..store.interface import EngineStore
     from .slice import Slice
 
 logger = logging.getLogger("django_openworkflow.engine")
@@ -79,7 +79,7 @@ class Watchdog:
     def _look(self) -> None:
         with self._lock:
             slices = list(self._slices)
-        wrote: list[Backend] = []  # the stores written to (each slice carries its worker's)
+        wrote: list[EngineStore] = []  # the stores written to (each slice carries its worker's)
         for slice_ in slices:
             try:
                 if not slice_.record_slow_step(SLOW_STEP):

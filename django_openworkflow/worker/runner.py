@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections
 
 from .. import hooks, tracing
 from ..engine.execute import Outcome, SliceResult, execute_slice
-from ..store.backends.base import Backend
+from ..store.interface import WorkerStore
 from ..store.records import ClaimedRun
 
 TRANSIENT_BACKOFF = (0.1, 5.0)
@@ -66,7 +66,7 @@ class LeaseKeeper:
     thread only (rebinding an attribute is atomic).
     """
 
-    def __init__(self, store: Backend, worker_id: str, lease: timedelta) -> None:
+    def __init__(self, store: WorkerStore, worker_id: str, lease: timedelta) -> None:
         self.store = store
         self.worker_id = worker_id
         self.lease = lease
@@ -127,7 +127,7 @@ class SliceRunner:
     doubles with each such release in a row.
     """
 
-    def __init__(self, store: Backend, logger: logging.Logger) -> None:
+    def __init__(self, store: WorkerStore, logger: logging.Logger) -> None:
         self.store = store
         self.logger = logger
         # One SliceRunner serves every slot thread (and every Celery task of a process).

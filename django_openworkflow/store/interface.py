@@ -1,0 +1,203 @@
+"""What the engine and the slice runner need of a store: two protocols, met by every backend.
+
+The engine is handed its store (``execute_slice(store, claimed)``), and so
+are the :class:`~django_openworkflow.worker.runner.SliceRunner` and the
+:class:`~django_openworkflow.worker.runner.LeaseKeeper`. They are typed
+with these protocols rather than with
+:class:`~django_openworkflow.store.backends.base.Backend`, so that any
+store with these operations will do: the database backends (subclasses of
+``Backend``) and :class:`~django_openworkflow.testing.memory.InMemoryBackend`,
+which keeps its rows in dicts and subclasses nothing. Each operation is
+described where the database backends write it (``journal.py``,
+``queue.py``, ``runs.py``, ``core.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from .records import (
+    AttemptRecord,
+    ChildStart,
+    ClaimedRun,
+    DeliveredSignal,
+    NewAttempt,
+    Pending,
+    RunOutcome,
+)
+
+__all__ = ["EngineStore", "WorkerStore"]
+
+
+class EngineStore(Protocol):
+    """The operations the engine calls while it executes a slice of a run it holds.
+
+    Every write takes the run's id, the worker id that claimed it, the
+    engine's clock and the buffered attempt changes (``pending``), and is
+    fenced: it raises :class:`~.records.LeaseLost` and writes nothing when
+    the worker no longer holds the run.
+    """
+
+    # -- the connection (no-ops for a store without one) --
+
+    def close_connection(self) -> None: ...
+
+    def close_thread_connections(self) -> None: ...
+
+    def is_transient(self, error: BaseException | None) -> bool: ...
+
+    # -- reading --
+
+    def load_history(self, run_id: Any) -> list[AttemptRecord]: ...
+
+    def holds_lease(self, run_id: Any, worker_id: str) -> bool: ...
+
+    def is_canceled(self, run_id: Any) -> bool: ...
+
+    def run_outcome(self, run_id: Any) -> RunOutcome | None: ...
+
+    def run_outcomes(self, run_ids: list[Any]) -> dict[Any, RunOutcome]: ...
+
+    def successor_id(self, run_id: Any) -> Any: ...
+
+    # -- fenced writes --
+
+    def record_step(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        attempt: NewAttempt,
+        *,
+        unless_canceling: bool = False,
+    ) -> int: ...
+
+    def record_steps(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        attempts: list[NewAttempt],
+        *,
+        unless_canceling: bool = False,
+    ) -> list[int]: ...
+
+    def flush(
+        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, unless_canceling: bool = False
+    ) -> None: ...
+
+    def park(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        until: datetime,
+        *,
+        attempt: NewAttempt | None = None,
+        child: ChildStart | None = None,
+        wake_if_child_done: list[Any] | None = None,
+        wake_on_attempt: int | None = None,
+        unless_canceling: bool = False,
+    ) -> None: ...
+
+    def complete_run(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        output: Any,
+        parent_step_id: int | None,
+        *,
+        unless_canceling: bool = False,
+    ) -> None: ...
+
+    def fail_run(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        error: dict[str, Any],
+        parent_step_id: int | None,
+        attempts: int | None = None,
+    ) -> None: ...
+
+    def cancel_held(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        error: dict[str, Any],
+        parent_step_id: int | None,
+    ) -> None: ...
+
+    def reschedule_run(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        until: datetime,
+        error: dict[str, Any],
+        attempts: int | None = None,
+        *,
+        unless_canceling: bool = False,
+    ) -> None: ...
+
+    def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None: ...
+
+    def release(self, claimed: ClaimedRun, retry_in: timedelta = ..., error: dict[str, Any] | None = None) -> bool: ...
+
+    def wait_for_delivery(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        park_until: datetime,
+        insert: NewAttempt | None = None,
+        waiting_attempt_id: int | None = None,
+        signal_name: str | None = None,
+        event_type: str | None = None,
+        unless_canceling: bool = False,
+    ) -> tuple[int | None, DeliveredSignal | None]: ...
+
+    def expire_wait(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, attempt_id: int) -> Any: ...
+
+    def atomic_step(
+        self, run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: Pending
+    ) -> AbstractContextManager[Callable[[NewAttempt], None]]: ...
+
+    def continue_as_new(
+        self,
+        run_id: Any,
+        worker_id: str,
+        now: datetime,
+        pending: Pending,
+        *,
+        input: Any,
+        version: str | None,
+        flow: dict[str, Any],
+        unless_canceling: bool = False,
+    ) -> Any: ...
+
+
+class WorkerStore(EngineStore, Protocol):
+    """The engine's operations, and those the slice runner and the lease keeper add around a slice."""
+
+    def extend_leases(self, worker_id: str, lease: timedelta, run_ids: list[Any]) -> int: ...
+
+    def held_among(self, worker_id: str, run_ids: list[Any]) -> set[Any]: ...
+
+    def cancel_requested_among(self, run_ids: list[Any]) -> set[Any]: ...
+
+    def free_place(self, concurrency_key: str, *, skip_if_quiet: bool = False) -> tuple[Any, str] | None: ...
