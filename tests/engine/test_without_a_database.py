@@ -438,6 +438,12 @@ def test_a_sleep_parks_the_run_until_the_clock_reaches_its_end(backend, clock):
     assert journal(backend, run_id) == [("before", "run", "completed"), ("nap", "sleep", "running")]
     clock.advance("59m")
     assert drain(backend) == []
+    # Claimed before its end (made due by something else), it replays to the sleep and parks again.
+    with backend.lock:
+        backend.runs[run_id].available_at = backend.now()
+    (again,) = drain(backend)
+    assert again.outcome == Outcome.PARKED and again.wake_at == parked.wake_at
+    assert calls() == ["before"]
     clock.advance("1m")
     assert outcomes(drain(backend)) == ["completed"]
     assert journal(backend, run_id)[1:] == [("nap", "sleep", "completed"), ("after", "run", "completed")]
