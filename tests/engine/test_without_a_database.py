@@ -55,11 +55,11 @@ def calls() -> list[str]:
         return list(_calls)
 
 
-def fails_until(name: str, times: int, exc=None):
+def fails_until(name: str, times: int):
     """Step code that fails its first ``times`` executions, then returns ``name``."""
     called(name)
     if calls().count(name) <= times:
-        raise exc or RuntimeError(f"{name} is flaky")
+        raise RuntimeError(f"{name} is flaky")
     return name
 
 
