@@ -370,7 +370,7 @@ def test_a_worker_prunes_on_its_own(workers, monkeypatch):
 
 def test_the_run_page_says_when_a_run_expires_in_english_and_french(admin_client, settings):
     from tests.admin.helpers import run_url
-    from tests.test_i18n import left_in_english
+    from tests.admin.test_i18n import left_in_english
 
     middleware = list(settings.MIDDLEWARE)  # LocaleMiddleware, as tests/admin/test_i18n.py's "localized" adds it
     middleware.insert(middleware.index("django.contrib.sessions.middleware.SessionMiddleware") + 1,
