@@ -154,7 +154,7 @@ class RefuseWorkflowMigrations:
 
 
 @ON_OTHER
-@override_settings(DATABASE_ROUTERS=["tests.test_second_database.RefuseWorkflowMigrations", ROUTER])
+@override_settings(DATABASE_ROUTERS=["tests.test_routers.RefuseWorkflowMigrations", ROUTER])
 def test_routers_that_keep_the_migrations_off_the_workflow_alias_are_an_error():
     assert check_ids() == ["openworkflow.W030", "openworkflow.E030"]
     error = check_workflow_database("other")[1]
