@@ -143,6 +143,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.django_db(**kwargs), append=False)
 
 
+def worker_suffix(name: str, worker: str) -> str:
+    """A test database name made the xdist worker's: ``/tmp/x.sqlite3`` -> ``/tmp/x-gw0.sqlite3``, ``x`` -> ``x_gw0``"""
+    if name.endswith(".sqlite3"):
+        return name.removesuffix(".sqlite3") + f"-{worker}.sqlite3"
+    return f"{name}_{worker}"
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings_xdist_suffix(request: pytest.FixtureRequest) -> None:
+    """Each pytest-xdist worker gets test databases of its own, named so that subprocesses find them.
+
+    Replaces pytest-django's fixture of this name, which appends ``_gw0`` to every alias's
+    test database name: the "other" alias's would become ``test_x_other_gw0``, while a worker
+    subprocess, given only the default alias's name (OWF_TEST_DB_NAME), looks for
+    ``test_x_gw0_other`` (tests/settings.py's ``_other_name``). Here the default alias's
+    name gets the suffix and the other alias's is made from it by that same rule.
+    """
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    if not worker:
+        return
+    from django.conf import settings
+
+    from tests.settings import _other_name
+
+    default = settings.DATABASES["default"]
+    test_name = default.get("TEST", {}).get("NAME") or f"test_{default['NAME']}"
+    default.setdefault("TEST", {})["NAME"] = worker_suffix(test_name, worker)
+    settings.DATABASES["other"].setdefault("TEST", {})["NAME"] = _other_name(default["TEST"]["NAME"])
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _test_database(django_db_setup: None, django_db_blocker: object) -> Iterator[None]:
     if os.environ.get("OPENWORKFLOW_REQUIRE_POSTGRES") and connection.vendor != "postgresql":
@@ -151,6 +181,15 @@ def _test_database(django_db_setup: None, django_db_blocker: object) -> Iterator
     # need a connection, and a selection without database tests creates no test database.
     if os.environ.get("OPENWORKFLOW_REQUIRE_MARIADB") and connection.vendor != "mysql":
         pytest.exit("OPENWORKFLOW_REQUIRE_MARIADB is set but the tests are not running on MariaDB", 2)
+    # Worker subprocesses are told the default alias's test database (OWF_TEST_DB_NAME) and
+    # make the other alias's name from it: it must be the one this process created.
+    from tests.settings import _other_name
+
+    default, other = (connections[alias].settings_dict for alias in ("default", "other"))
+    default_test_name = default["TEST"].get("NAME") or f"test_{default['NAME']}"
+    expected = _other_name(default_test_name)
+    found = other["TEST"]["NAME"]
+    assert found == expected, f"worker subprocesses would look for the other alias's {expected}, not {found}"
     yield
     # result()'s LISTEN connection must close before the test database is dropped.
     from django_openworkflow.store.notify import run_waiters

@@ -265,7 +265,7 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str, str]] = [
     ("get", "/runs", {"stauts": "failed"}, 400, "unknown_parameter", "unknown parameter 'stauts'"),
     ("post", "/runs/{run}/signals", {"data": 1}, 400, "missing_field", "'name' is required"),
     ("post", "/runs/{run}/signals", {"name": ""}, 400, "invalid", "name must be 1 to 255 characters"),
-    ("post", f"/runs/{uuid.uuid4()}/signals", {"name": "go"}, 404, "not_found", "no workflow run"),
+    ("post", "/runs/00000000-0000-4000-8000-000000000000/signals", {"name": "go"}, 404, "not_found", "no workflow run"),
     ("post", "/events", {"event": "order.paid", "payload": float("inf")}, 400, "bad_payload", "NaN or Infinity"),
     ("post", "/events", {}, 400, "missing_field", "'event' is required"),
     ("get", "/nothing-here", None, 404, "no_such_endpoint", "no API endpoint"),

@@ -11,7 +11,7 @@ from django.db import transaction
 from django_openworkflow import RunNotFound, SignalError, send_event, send_signal
 from django_openworkflow.models import Event, Signal, StepAttempt
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import wait_until
+from tests.conftest import is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import approval, await_payment, three_steps
 
@@ -67,6 +67,9 @@ def test_timeout_returns_none_and_a_late_signal_stays_buffered(worker):
     handle = approval.run({"timeout": "150ms", "hold": True})
     wait_until(lambda: SideEffect.objects.filter(run_id=handle.id, step="use").exists())
     assert handle.signal("approval", "too late") is False
+    # "use" recorded its side effect as it began: its attempt is written by the time
+    # the run parks on "hold" (on a busy machine, not yet when the side effect shows).
+    wait_until(lambda: is_parked(handle))
     late = Signal.objects.get(workflow_run_id=handle.id)
     assert late.consumed_by is None
     wait = StepAttempt.objects.get(workflow_run_id=handle.id, kind="signal")
