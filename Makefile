@@ -21,6 +21,10 @@ STAMP  := $(VENV)/.installed
 # The demo's own, smaller install: Django and the example project's theme, no test or lint tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 PYTEST_ARGS ?=
+# pytest-xdist processes per pytest run (one per core; PYTEST_WORKERS=0 runs in one process).
+# conftest.py gives each its own test databases and Redis database.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS)
 TOX_ARGS ?=
 
 # $(call require,FLAG,URL,example): fail when the environment requires a database (FLAG) but names none (URL).
@@ -78,10 +82,10 @@ test: $(STAMP)
 	@status=0; \
 	echo "==> pytest on SQLite"; \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
-		$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+		$(PYTEST) $(PYTEST_ARGS) || status=1; \
 	if [ -n "$$DATABASE_URL" ]; then \
 		echo "==> pytest on PostgreSQL: $$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; \
-		env -u OPENWORKFLOW_REQUIRE_MARIADB $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB $(PYTEST) $(PYTEST_ARGS) || status=1; \
 	else \
 		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
 	fi; \
@@ -91,7 +95,7 @@ test: $(STAMP)
 			echo "==> installing the [mysql] extra (mysqlclient needs pkg-config and libmariadb-dev)"; \
 			$(BIN)/python -m pip install -q -e ".[mysql]"; }; then \
 			env -u OPENWORKFLOW_REQUIRE_POSTGRES DATABASE_URL="$$MARIADB_URL" \
-				$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+				$(PYTEST) $(PYTEST_ARGS) || status=1; \
 		else \
 			echo "error: could not install mysqlclient: the MariaDB run did not run" >&2; status=1; \
 		fi; \
@@ -107,12 +111,12 @@ test-second-db: $(STAMP)
 	@status=0; \
 	echo "==> pytest on SQLite, the workflow tables on the alias \"other\""; \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
-		OWF_TEST_WORKFLOW_DATABASE=other $(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+		OWF_TEST_WORKFLOW_DATABASE=other $(PYTEST) $(PYTEST_ARGS) || status=1; \
 	if [ -n "$$DATABASE_URL" ]; then \
 		echo "==> pytest on PostgreSQL, the workflow tables on the alias \"other\":" \
 		     "$$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; \
 		env -u OPENWORKFLOW_REQUIRE_MARIADB OWF_TEST_WORKFLOW_DATABASE=other \
-			$(BIN)/pytest $(PYTEST_ARGS) || status=1; \
+			$(PYTEST) $(PYTEST_ARGS) || status=1; \
 	else \
 		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
 	fi; \
