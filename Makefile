@@ -7,7 +7,8 @@
 #   make messages          recompile the translations (needs GNU gettext's msgfmt; the .mo files are committed)
 #   make screenshots       refresh the README's pictures (docs/*.png) from the browser test's themed admin
 #   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
-#                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra)
+#                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra);
+#                          each in PYTEST_WORKERS processes (default: one per core; 0: one process)
 #   make test-second-db    pytest with the workflow tables on a database alias of their own
 #                          ("other", with the shipped router): SQLite, then PostgreSQL if DATABASE_URL is set
 #   make lint              ruff, mypy and the import contracts (.importlinter)
@@ -21,10 +22,11 @@ STAMP  := $(VENV)/.installed
 # The demo's own, smaller install: Django and the example project's theme, no test or lint tools.
 DEMO_STAMP := $(VENV)/.installed-demo
 PYTEST_ARGS ?=
-# pytest-xdist processes per pytest run (one per core; PYTEST_WORKERS=0 runs in one process).
+# pytest-xdist processes per pytest run (one per core; PYTEST_WORKERS=0 runs in one process);
+# worksteal: an idle process takes queued tests from a busy one (a few tests take 5-15 s).
 # conftest.py gives each its own test databases and Redis database.
 PYTEST_WORKERS ?= auto
-PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS)
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
 TOX_ARGS ?=
 
 # $(call require,FLAG,URL,example): fail when the environment requires a database (FLAG) but names none (URL).
