@@ -222,6 +222,11 @@ class Worker:
             if free <= 0:
                 self._wake.wait(poll)
                 continue
+            # Burst mode stops when a claim finds nothing and no slot was busy BEFORE it: a slot
+            # that finishes during the claim may have parked its run for now (a sleep of 0),
+            # after the claim looked, so it is looked for once more.
+            with self._lock:
+                idle = not self._in_flight
             try:
                 claimed = self.store.claim(self.worker_id, free, self.lease, self.queues)
                 errors = 0
@@ -239,11 +244,8 @@ class Worker:
                 self._slots.put(item)
             if len(claimed) == free:
                 continue
-            if self.burst and not claimed:
-                with self._lock:
-                    idle = not self._in_flight
-                if idle:
-                    return
+            if self.burst and not claimed and idle:
+                return
             self._wake.wait(poll)
 
     # -- slots --
