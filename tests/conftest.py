@@ -186,10 +186,9 @@ def _test_database(django_db_setup: None, django_db_blocker: object) -> Iterator
     from tests.settings import _other_name
 
     default, other = (connections[alias].settings_dict for alias in ("default", "other"))
-    default_test_name = default["TEST"].get("NAME") or f"test_{default['NAME']}"
-    expected = _other_name(default_test_name)
-    found = other["TEST"]["NAME"]
-    assert found == expected, f"worker subprocesses would look for the other alias's {expected}, not {found}"
+    if other["NAME"] == other["TEST"]["NAME"]:  # this session made (and uses) the other alias's test database
+        expected = _other_name(str(default["NAME"]))
+        assert other["NAME"] == expected, f"worker subprocesses would use {expected}, not {other['NAME']}"
     yield
     # result()'s LISTEN connection must close before the test database is dropped.
     from django_openworkflow.store.notify import run_waiters

@@ -12,7 +12,7 @@ from django_openworkflow import RetryAfter, RetryPolicy, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
-from tests.conftest import is_parked
+from tests.conftest import is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import record, sleeper, three_steps
 
@@ -203,9 +203,13 @@ def test_deadline_is_checked_before_each_step(run_worker):
 
 
 def test_cancel_parked_run_is_never_resumed(run_worker):
-    handle = sleeper.run({"duration": "50ms"})
+    # Long enough to be seen parked on a busy machine (50 ms could end unseen); the
+    # second worker starts once the sleep is due, when a run that was not canceled resumes.
+    handle = sleeper.run({"duration": "1s"})
     run_worker(until=lambda: is_parked(handle))
+    due = handle.fetch().available_at
     assert handle.cancel() is True
+    wait_until(lambda: get_backend().now() > due, timeout=10)
     run_worker()
     assert handle.status() == "canceled"
     assert not SideEffect.objects.filter(run_id=handle.id, step="after").exists()
