@@ -243,6 +243,10 @@ async def async_gather(ctx):
 
 @pytest.fixture(autouse=True, scope="module")
 def _unregister() -> Iterator[None]:
+    # Registered again on each set-up: under xdist's worksteal this module's tests can
+    # come in several groups on one process, each with its own set-up and teardown.
+    for spec in DECLARED:
+        registry.register(spec)
     yield
     for spec in DECLARED:
         registry.unregister(spec.name, spec.version)
