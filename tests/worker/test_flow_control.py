@@ -87,7 +87,9 @@ def assert_each_run_worked_once(run_ids: list[Any]) -> None:
 
 def test_concurrency_limit_holds_across_three_worker_processes(workers):
     """200 runs over 5 keys, Concurrency(2) per key, 3 processes of 4 slots (12 slots, 10 places)."""
-    run_ids = start_limited(200, 5)
+    # Each step works 0.2 s, so that two runs of a key overlap even on a busy machine
+    # (at 0.03 s a slow machine could run them one after another: the limit never reached).
+    run_ids = start_limited(200, 5, pause=0.2)
     for _ in range(3):
         workers.start("--concurrency", "4", *FAST)
     wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
