@@ -94,7 +94,7 @@ class MessageOps(JournalOps):
                 ).order_by("workflow_name")
                 started = [(StartedRun(run_id, queue), False) for run_id, queue in earlier.values_list("id", "queue")]
                 return EventOutcome(first.id, int(first.woke), started, repeat=True)
-            started = [self._start_for_event(event.id, start) for start in starts]
+            started = [self.insert_run(**start.run_fields(event.id)) for start in starts]
             waiting = StepAttempt.objects.filter(
                 kind=StepKind.EVENT, status=StepStatus.RUNNING, context__event=event_type
             ).order_by("id")
@@ -110,19 +110,6 @@ class MessageOps(JournalOps):
             delivered = sum(self._deliver(attempt, output, now) for attempt in matching)
             Event.objects.filter(id=event.id).update(woke=delivered)
             return EventOutcome(event.id, delivered, started)
-
-    def _start_for_event(self, event_id: int, start: EventStart) -> tuple[StartedRun, bool]:
-        """Insert the run an event starts: keyed by the event, or folded into a debounced run."""
-        return self.insert_run(
-            workflow_name=start.workflow_name,
-            version=start.version,
-            input=start.input,
-            available_at=None,
-            deadline_at=None,
-            idempotency_key=None if start.debounce is not None else event_run_key(event_id),
-            flow=start.flow,
-            debounce=start.debounce,
-        )
 
     def _deliver(self, attempt: StepAttempt, output: dict[str, Any], now: Any) -> bool:
         """Complete a still-open waiting attempt with ``output`` and wake its run if it is parked."""

@@ -201,6 +201,19 @@ class EventStart:
     flow: dict[str, Any]
     debounce: tuple[str, timedelta, timedelta | None] | None = None
 
+    def run_fields(self, event_id: int) -> dict[str, Any]:
+        """``insert_run``'s arguments for the run event ``event_id`` starts: keyed by the event, or debounced."""
+        return {
+            "workflow_name": self.workflow_name,
+            "version": self.version,
+            "input": self.input,
+            "available_at": None,
+            "deadline_at": None,
+            "idempotency_key": None if self.debounce is not None else event_run_key(event_id),
+            "flow": self.flow,
+            "debounce": self.debounce,
+        }
+
 
 @dataclass
 class EventOutcome:

@@ -1204,7 +1204,7 @@ class InMemoryBackend:
             now = self.now()
             event = EventRow(next(self._event_ids), event_type, _stored(payload), idempotency_key, 0, now)
             self.events[event.id] = event
-            started = [self._start_for_event(event.id, start) for start in starts]
+            started = [self.insert_run(**start.run_fields(event.id)) for start in starts]
             waiting = [
                 a
                 for a in self.attempts.values()
@@ -1219,18 +1219,6 @@ class InMemoryBackend:
     def event_waits(self, waits: Iterable[AttemptRow], payload: Any) -> list[AttemptRow]:
         """The open event waits among ``waits`` whose ``context["match"]`` the payload contains."""
         return [a for a in waits if contains(payload, (a.context or {}).get("match"))]
-
-    def _start_for_event(self, event_id: int, start: EventStart) -> tuple[StartedRun, bool]:
-        return self.insert_run(
-            workflow_name=start.workflow_name,
-            version=start.version,
-            input=start.input,
-            available_at=None,
-            deadline_at=None,
-            idempotency_key=None if start.debounce is not None else event_run_key(event_id),
-            flow=start.flow,
-            debounce=start.debounce,
-        )
 
     def _deliver(self, attempt: AttemptRow, output: dict[str, Any], now: datetime) -> bool:
         """Complete a still-open waiting attempt with ``output`` and wake its run if it is parked."""
