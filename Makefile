@@ -12,6 +12,7 @@
 #   make test-second-db    pytest with the workflow tables on a database alias of their own
 #                          ("other", with the shipped router): SQLite, then PostgreSQL if DATABASE_URL is set
 #   make lint              ruff, mypy and the import contracts (.importlinter)
+#   make docs              the docs site (Sphinx, warnings are errors) in docs/_build/html
 #   make migrations-check  fail if models and migrations disagree
 #   make tox TOX_ARGS="-e py312-django60-sqlite"
 
@@ -36,7 +37,7 @@ require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
-.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint migrations-check tox clean distclean
+.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint docs migrations-check tox clean distclean
 
 help:
 	@awk '/^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -124,6 +125,10 @@ test-second-db: $(STAMP)
 	fi; \
 	exit $$status
 
+docs: $(STAMP)
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+	@echo "==> docs/_build/html/index.html"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy django_openworkflow
@@ -136,7 +141,7 @@ tox: $(STAMP)
 	$(BIN)/tox $(TOX_ARGS)
 
 clean:
-	rm -rf .tox build dist .ruff_cache .mypy_cache .pytest_cache
+	rm -rf .tox build dist docs/_build .ruff_cache .mypy_cache .pytest_cache
 	rm -f example_project/db.sqlite3 example_project/db.sqlite3-*
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
