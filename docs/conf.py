@@ -56,4 +56,3 @@ autodoc_default_options = {"members": True, "show-inheritance": False}
 
 html_theme = "furo"
 html_title = f"django-openworkflow {release}"
-html_static_path = ["_static"]
