@@ -1,9 +1,10 @@
-"""A user's own test suite, written as the README's "Testing your workflows" says, passes on the suite's database.
+"""A user's own test suite, written as the docs' "Test your workflows" page says, passes on the suite's database.
 
 A project made with ``django-admin startproject`` and ``startapp`` installs
-the package, declares two workflows and a view, and carries the README's
-``myapp/tests.py`` verbatim (read from README.md, so the sample cannot drift)
-plus a test that waits for a result, which starts ``result()``'s listener.
+the package and carries the page's ``myapp/workflows.py``, ``myapp/views.py``,
+``mysite/urls.py`` and ``myapp/tests.py`` verbatim (read from
+docs/howto/testing.md, so the samples cannot drift), plus a test that waits
+for a result, which starts ``result()``'s listener.
 ``manage.py test`` and ``pytest`` (pytest-django and the package's plugin)
 run it in a subprocess, on the same kind of database as this suite (a
 database name of its own). Both must pass and leave no test database
@@ -30,61 +31,7 @@ import django_openworkflow
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_ROOT = Path(django_openworkflow.__file__).resolve().parent.parent
 
-WORKFLOWS = """
-from django.contrib.auth.models import User
-
-from django_openworkflow import workflow
-
-
-def create_account(email):
-    user = User.objects.create(username=email, email=email)
-    return {"id": user.pk, "email": email}
-
-
-def send_mail(email, template):
-    return template
-
-
-@workflow(name="onboard-user", version="v1")
-def onboard_user(ctx):
-    user = ctx.step.run("create-account", lambda: create_account(ctx.input["email"]))
-    ctx.step.run("send-welcome", lambda: send_mail(user["email"], "welcome"))
-    ctx.step.sleep("tips-delay", "3d")
-    ctx.step.run("send-tips", lambda: send_mail(user["email"], "tips"))
-    return {"user": user["id"]}
-
-
-@workflow(name="expense-approval")
-def expense_approval(ctx):
-    claim = ctx.step.run("file-claim", lambda: dict(ctx.input))
-    decision = ctx.step.wait_for_signal("manager-decision", timeout="7d")
-    if decision is None:
-        return ctx.step.run("escalate", lambda: {**claim, "escalated_to": "finance"})
-    return ctx.step.run("apply", lambda: {**claim, "decision": decision})
-"""
-
-VIEWS = """
-from django.http import JsonResponse
-from django.views.decorators.http import require_POST
-
-from .workflows import onboard_user
-
-
-@require_POST
-def signup(request):
-    handle = onboard_user.run({"email": request.POST["email"]})
-    return JsonResponse({"run_id": str(handle.id)})
-"""
-
-URLS = """
-from django.urls import path
-
-from myapp.views import signup
-
-urlpatterns = [path("signup/", signup)]
-"""
-
-# Beyond the README: a result() that waits, so the listener runs (where the database
+# Beyond the page: a result() that waits, so the listener runs (where the database
 # has one) when the test database is dropped. Run by both runners; pytest also runs
 # the functions, with the plugin's workflow_runner fixture.
 WAITING_TESTS = """
@@ -136,11 +83,13 @@ DATABASES = {"default": json.loads(os.environ["OWF_USER_PROJECT_DATABASE"])}
 """
 
 
-def readme_tests() -> str:
-    """The README's ``myapp/tests.py`` sample, as it is printed."""
-    section = (ROOT / "README.md").read_text().split("## Testing your workflows", 1)[1]
-    match = re.search(r"```python\n(# myapp/tests\.py\n.*?)```", section, re.S)
-    assert match, "the README's Testing section has no myapp/tests.py sample"
+TESTING_PAGE = ROOT / "docs" / "howto" / "testing.md"
+
+
+def docs_sample(path: str) -> str:
+    """The ```python sample of the docs' testing page that starts with ``# <path>``, as it is printed."""
+    match = re.search(rf"```python\n(# {re.escape(path)}\n.*?)```", TESTING_PAGE.read_text(), re.S)
+    assert match, f"docs/howto/testing.md has no {path} sample"
     return match.group(1)
 
 
@@ -148,7 +97,7 @@ def user_database(tmp: Path) -> dict[str, Any]:
     """A database of the suite's kind, named after the suite's test database so that parallel suites do not clash."""
     settings = connection.settings_dict
     if connection.vendor == "sqlite":
-        # The README's SQLite options, and a file, not Django's in-memory default, for the
+        # The suite's SQLite options, and a file, not Django's in-memory default, for the
         # test database, so that SQLite's listener runs too.
         return {
             "ENGINE": settings["ENGINE"],
@@ -205,10 +154,8 @@ def user_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     subprocess.run([sys.executable, "manage.py", "startapp", "myapp"], cwd=project, env=env, check=True)
     with open(project / "mysite" / "settings.py", "a") as settings:
         settings.write(SETTINGS)
-    (project / "mysite" / "urls.py").write_text(URLS)
-    (project / "myapp" / "workflows.py").write_text(WORKFLOWS)
-    (project / "myapp" / "views.py").write_text(VIEWS)
-    (project / "myapp" / "tests.py").write_text(readme_tests())
+    for path in ("mysite/urls.py", "myapp/workflows.py", "myapp/views.py", "myapp/tests.py"):
+        (project / path).write_text(docs_sample(path))
     (project / "myapp" / "test_waiting.py").write_text(WAITING_TESTS)
     return project
 
