@@ -45,7 +45,7 @@ extensions = [
     "sphinx.ext.viewcode",
 ]
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "conftest.py", "**/conftest.py"]
+exclude_patterns = ["_build"]
 
 myst_enable_extensions = ["colon_fence", "deflist", "fieldlist"]
 myst_heading_anchors = 3
