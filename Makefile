@@ -5,7 +5,7 @@
 #   make demo-admin        the demo's runs in the example project's admin: creates a superuser
 #                          (asks once) and serves http://127.0.0.1:8000/admin/
 #   make messages          recompile the translations (needs GNU gettext's msgfmt; the .mo files are committed)
-#   make screenshots       refresh the README's pictures (docs/*.png) from the browser test's themed admin
+#   make screenshots       refresh the docs' pictures (docs/*.png) from the browser test's themed admin
 #   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
 #                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra);
 #                          each in PYTEST_WORKERS processes (default: one per core; 0: one process)
@@ -68,7 +68,7 @@ demo-admin: $(DEMO_STAMP)
 	@echo "==> the demo's runs: http://127.0.0.1:8000/admin/django_openworkflow/workflowrun/"
 	$(BIN)/python manage.py runserver 127.0.0.1:8000
 
-# The browser test (Debian's chromium, the example project's themed admin) copies its README pictures to docs/.
+# The browser test (Debian's chromium, the example project's themed admin) copies the docs' pictures to docs/.
 screenshots: $(STAMP)
 	OPENWORKFLOW_SCREENSHOTS=docs $(BIN)/pytest -q tests/admin/test_browser.py
 

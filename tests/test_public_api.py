@@ -1,4 +1,4 @@
-"""The public API: every name in ``django_openworkflow.__all__``, and every import the README shows, works."""
+"""The public API: every name in ``django_openworkflow.__all__``, and every import the README and docs show, works."""
 
 import importlib
 import re
@@ -34,21 +34,23 @@ def test_an_unknown_name_is_an_attribute_error():
         django_openworkflow.nope  # noqa: B018
 
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
-def readme_imports() -> list[str]:
-    """Every one-line ``from django_openworkflow... import ...`` in the README's samples."""
-    lines = (line.strip() for line in README.read_text().splitlines())
+def shown_imports(*pages: Path) -> list[str]:
+    """Every one-line ``from django_openworkflow... import ...`` in these pages' samples (hidden set-up included)."""
+    lines = (line.strip().removeprefix("% ") for page in pages for line in page.read_text().splitlines())
     return sorted({line for line in lines if re.fullmatch(r"from django_openworkflow[\w.]* import [\w, ]+", line)})
 
 
-def test_the_readme_has_imports_to_check():
-    assert len(readme_imports()) >= 10
+def test_the_readme_and_the_docs_have_imports_to_check():
+    assert shown_imports(ROOT / "README.md")
+    assert len(shown_imports(*PAGES)) >= 20
 
 
-@pytest.mark.parametrize("line", readme_imports())
-def test_every_import_the_readme_shows_works(line):
+@pytest.mark.parametrize("line", shown_imports(*PAGES))
+def test_every_import_the_readme_and_the_docs_show_works(line):
     exec(line, {})
 
 

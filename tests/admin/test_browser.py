@@ -18,7 +18,7 @@ the page at 1400 px with the sidebar open, no column's text clipped at
 action buttons' text at WCAG AA contrast (4.5:1) in both schemes.
 
 Screenshots go to ``tests/artifacts/`` (git-ignored); with
-OPENWORKFLOW_SCREENSHOTS=docs (``make screenshots``) the README's pictures
+OPENWORKFLOW_SCREENSHOTS=docs (``make screenshots``) the docs' pictures
 in ``docs/`` are refreshed too. Skipped only when Playwright or
 ``/usr/bin/chromium`` is missing, unless OPENWORKFLOW_REQUIRE_BROWSER is set
 (CI sets it and installs both). Never downloads a browser.
@@ -421,7 +421,7 @@ def _look(page: Any, base: str, scheme: str) -> None:
         page.locator(".owf-action > summary").nth(index).click()
     assert problems == [], f"{scheme}: action buttons under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
 
-    # The completed onboarding: the README's picture, retries, the sleep, the child run.
+    # The completed onboarding: the docs' picture, retries, the sleep, the child run.
     _open_run(page, base, "onboard-user", "completed")
     assert page.locator(".owf-tl-bar.owf-bar-sleep").count() == 1
     assert page.locator(".owf-journal tbody tr").count() >= 5
@@ -456,7 +456,7 @@ def _look(page: Any, base: str, scheme: str) -> None:
 
 
 def _readme_picture(page: Any, name: str) -> None:
-    """The README's pictures: the page at 1280 px, without the app sidebar."""
+    """The docs' pictures: the page at 1280 px, without the app sidebar."""
     was_open = _sidebar_open(page)
     if was_open:
         page.click("#toggle-nav-sidebar")
