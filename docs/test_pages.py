@@ -3,8 +3,9 @@
 Each page is one test (``docs/test_pages.py``), so a page's blocks run top to
 bottom in one process and share names, like a module, even when pytest-xdist
 spreads the suite over several processes. A page runs in the test's database
-transaction (rolled back at its end), with the workflow registry restored
-after it, so pages do not see each other's runs or workflows. A block that
+transaction (rolled back at its end) and with a workflow registry of its
+own (emptied before the page, restored after it), so a page sees no other
+page's or test's runs and workflows. A block that
 cannot run here (a file of a project we do not have) is marked on the page
 with ``% skip: next`` and a reason.
 
@@ -37,6 +38,7 @@ PAGES = sorted(path.relative_to(DOCS) for path in DOCS.rglob("*.md") if "_build"
 def test_the_samples_of(page: Path) -> None:
     document = SAMPLES.parse(DOCS / page)
     saved = dict(registry._registry)
+    registry._registry.clear()  # the page's own workflows only, whatever the suite registered before
     try:
         for example in document.examples():
             try:
