@@ -726,3 +726,13 @@ def test_stats_by_queue_without_unfinished_runs() -> None:
     make_run(status="completed")
     assert workflows("stats", "--by-queue").strip() == "No unfinished runs."
     assert as_json("stats", "--by-queue") == []
+
+
+# -- help --------------------------------------------------------------------------
+
+
+def test_runworkflows_help_says_what_reload_does() -> None:
+    from django_openworkflow.management.commands.runworkflows import Command
+
+    text = " ".join(Command().create_parser("manage.py", "runworkflows").format_help().split())
+    assert "--reload" in text and "starts it again when a file changes" in text
