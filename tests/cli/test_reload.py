@@ -2,14 +2,14 @@
 
 A real ``manage.py runworkflows --reload`` (through ``python -m django``) on
 the test database, serving an app written to a temporary directory: edit its
-``workflows.py`` and the next run gives the new result; SIGTERM to the
-command stops its worker (which drains) and the command exits 0.
+``workflows.py`` and the next run gives the new result; a broken one is
+waited out until it is fixed; SIGTERM to the command, or Ctrl-C, stops its
+worker (which drains) and the command exits 0.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -61,11 +61,6 @@ class Log:
             self.lines.append(raw.decode(errors="replace").rstrip("\n"))
         self.closed.set()  # every process holding the pipe has exited
 
-    def worker_pids(self) -> set[int]:
-        """The pids of the workers started: "worker <host>:<pid>:<hex>: database ..." lines."""
-        found = re.findall(r"^worker [^ ]*:(\d+):[0-9a-f]+: ", "\n".join(self.lines), re.MULTILINE)
-        return {int(pid) for pid in found}
-
     def count(self, text: str) -> int:
         return sum(text in line for line in list(self.lines))
 
@@ -102,21 +97,19 @@ def command(project: Path) -> Iterator[tuple[subprocess.Popen[bytes], Log]]:
         cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # a process group of its own: what a terminal's Ctrl-C reaches, and the clean-up
     )
     assert proc.stderr is not None
     log = Log(proc.stderr)
     try:
         yield proc, log
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
+        if proc.poll() is None or not log.closed.wait(5):  # the command or its worker is still there
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             proc.wait(10)
-        if not log.closed.wait(15):  # a worker outlived the command: end it too (its pid is in its worker id)
-            for pid in log.worker_pids():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
         log.closed.wait(5)
         proc.stderr.close()
 
@@ -194,3 +187,13 @@ def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
     assert log.closed.wait(15)
+
+
+def test_ctrl_c_drains_the_worker_and_ends_the_command(command):
+    proc, log = command
+    log.wait_for(lambda: log.count("watching for code changes") == 1)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal sends it to the whole group: the command and its worker
+    assert proc.wait(60) == 0
+    assert log.closed.wait(15), "the worker process outlived the command"
+    assert log.count("SIGINT received") == 1  # once: the command does not pass it on a second time
+    assert log.count("stopped after") == 1
