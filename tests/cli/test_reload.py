@@ -29,7 +29,7 @@ from tests.conftest import ROOT, wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 WORKFLOW = "reload-echo"
-STARTED = "worker "  # the worker's first log line: "worker <id>: database ..."
+STARTED = ": database "  # the worker's first log line: "worker <id>: database default (sqlite), ..."
 
 
 def write_workflows(app: Path, value: str) -> None:
@@ -134,13 +134,13 @@ def test_a_changed_file_restarts_the_worker_which_runs_the_new_code_and_sigterm_
         later = time.time() + attempt + 1
         os.utime(project / "reloadapp" / "workflows.py", (later, later))
         try:
-            wait_until(lambda: log.count("watching for code changes") == 2, timeout=10, interval=0.05)
+            wait_until(lambda: log.count("watching for code changes") >= 2, timeout=20, interval=0.05)
             break
         except AssertionError:
             continue
     else:
         raise AssertionError("no restart:\n" + "\n".join(log.lines))
-    assert log.count("workflows.py changed: restarting") == 1
+    assert log.count("workflows.py changed: restarting") >= 1
     assert run_once() == {"value": "after"}  # the new code, in a new process
     assert proc.poll() is None
 
@@ -148,7 +148,7 @@ def test_a_changed_file_restarts_the_worker_which_runs_the_new_code_and_sigterm_
     assert proc.wait(60) == 0
     assert log.closed.wait(15), "the worker process outlived the command"
     assert log.count("SIGTERM received") == 1  # passed on to the worker, which drained
-    assert log.count("stopped after") == 2  # the first worker (restarted) and the second (SIGTERM)
+    assert log.count("stopped after") >= 2  # the first worker (restarted), the last (SIGTERM)
 
 
 def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
@@ -160,7 +160,7 @@ def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
         later = time.time() + attempt + 1
         os.utime(project / "reloadapp" / "workflows.py", (later, later))
         try:
-            wait_until(lambda: log.count("starts again when a file changes") == 1, timeout=10, interval=0.05)
+            wait_until(lambda: log.count("starts again when a file changes") >= 1, timeout=20, interval=0.05)
             break
         except AssertionError:
             continue
@@ -168,7 +168,7 @@ def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
         raise AssertionError("the broken file did not stop the worker:\n" + "\n".join(log.lines))
     assert any("SyntaxError" in line for line in log.lines)
     assert proc.poll() is None  # waiting for a fix
-    log.wait_for(lambda: log.count("watching for code changes") == 2)  # the command's own watcher
+    log.wait_for(lambda: log.count("watching for code changes") >= 2)  # the command's own watcher
     time.sleep(1.5)
 
     for attempt in range(5):
@@ -176,7 +176,7 @@ def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
         later = time.time() + attempt + 10
         os.utime(project / "reloadapp" / "workflows.py", (later, later))
         try:
-            wait_until(lambda: log.count("watching for code changes") == 3, timeout=10, interval=0.05)
+            wait_until(lambda: log.count("watching for code changes") >= 3, timeout=20, interval=0.05)
             break
         except AssertionError:
             continue
