@@ -13,6 +13,7 @@
 #                          ("other", with the shipped router): SQLite, then PostgreSQL if DATABASE_URL is set
 #   make lint              ruff, mypy and the import contracts (.importlinter)
 #   make docs              the docs site (Sphinx, warnings are errors) in docs/_build/html
+#   make dist              the sdist and the wheel in dist/ (python -m build), checked by twine check
 #   make migrations-check  fail if models and migrations disagree
 #   make tox TOX_ARGS="-e py312-django60-sqlite"
 
@@ -37,7 +38,7 @@ require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
-.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint docs migrations-check tox clean distclean
+.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint docs dist migrations-check tox clean distclean
 
 help:
 	@awk '/^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -128,6 +129,14 @@ test-second-db: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 	@echo "==> docs/_build/html/index.html"
+
+# Built as a release would be: the sdist first, then the wheel from the sdist, each in an isolated
+# environment with the build requirements of pyproject.toml (fetched from the package index).
+# tests/test_release.py checks what they contain.
+dist: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

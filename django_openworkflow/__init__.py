@@ -67,7 +67,7 @@ __all__ = [
     "workflow",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"  # CHANGELOG.md says what each version brought
 
 
 def __getattr__(name: str) -> object:

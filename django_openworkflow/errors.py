@@ -13,6 +13,35 @@ from typing import Any
 STEP_LIMIT_EXCEEDED = "StepLimitExceeded"
 """The ``type`` of a run's error when it reached ``OPENWORKFLOW["MAX_STEP_ATTEMPTS"]``."""
 
+_PACKAGE = __name__.partition(".")[0]  # "django_openworkflow"
+
+
+def error_type(kind: type[BaseException]) -> str:
+    """The ``type`` stored in an error dict for an exception of class ``kind``.
+
+    A bare class name for Python's built-in exceptions (``"ValueError"``) and
+    for this package's own (``"StepTimeout"``, ``"StepFailed"``), as for the
+    conditions the engine records without an exception (``"LeaseExpired"``,
+    ``"DeadlineExceeded"``); ``"module.QualName"`` for every other class
+    (``"myapp.billing.CardDeclined"``), so two classes of one name do not mix.
+    """
+    module = kind.__module__
+    if module == "builtins" or module == _PACKAGE or module.startswith(f"{_PACKAGE}."):
+        return kind.__qualname__
+    return f"{module}.{kind.__qualname__}"
+
+
+def normalize_error_type(stored: str) -> str:
+    """A stored error ``type`` in the form :func:`error_type` gives today.
+
+    Before 0.3.0 this package's own exceptions were stored with their module
+    (``"django_openworkflow.errors.StepTimeout"``); those read as the bare
+    name. Every other value is returned as it is.
+    """
+    if stored.startswith(f"{_PACKAGE}."):
+        return stored.rpartition(".")[2]
+    return stored
+
 
 class OpenWorkflowError(Exception):
     """Base class of every error this package raises on purpose."""

@@ -142,13 +142,22 @@ def _retry_policy(alias: Any) -> RetryPolicy | None:
 
 
 def _error_path(kind: str) -> str:
-    """A recorded error type as an importable exception class path, as Django's ``TaskError`` wants."""
+    """A recorded error type as an importable exception class path, as Django's ``TaskError`` wants.
+
+    A dotted type is a user's class (or one of this package's, as stored before
+    0.3.0): already a path. A bare one is a builtin, one of this package's
+    exceptions (``StepTimeout``), or a condition the engine records.
+    """
     if "." in kind:
         return kind
     import builtins
 
-    if isinstance(getattr(builtins, kind, None), type):
-        return f"builtins.{kind}"
+    from . import errors
+
+    for module in (builtins, errors):
+        found = getattr(module, kind, None)
+        if isinstance(found, type) and issubclass(found, BaseException):
+            return f"{found.__module__}.{found.__qualname__}"
     # Types the engine records (DeadlineExceeded, LeaseExpired, EngineError ...) are no Python classes.
     return f"{OpenWorkflowError.__module__}.{OpenWorkflowError.__qualname__}"
 

@@ -55,7 +55,7 @@ def test_an_atomic_step_refuses_writes_to_another_alias(run_worker):
     handle = atomic_write_to.run({"database": "default"})
     run_worker(until=lambda: handle.status() == "failed")
     error = StepAttempt.objects.get(workflow_run_id=handle.id, status="failed").error
-    assert error["type"] == "django_openworkflow.errors.StepUsageError"
+    assert error["type"] == "StepUsageError"
     assert "only writes to 'other' (the workflow database) commit with the journal" in error["message"]
     assert not SideEffect.objects.using("default").filter(run_id=handle.id).exists()
 

@@ -347,7 +347,27 @@ def test_a_run_naming_something_that_is_no_task_fails_without_calling_it(fn, run
         TASK_WORKFLOW, {"task": "tests.fixtures.task_functions.plain", "args": ["x"], "backend": "default"}
     )
     run_worker(until=lambda: handle.status() == "failed")
-    assert handle.fetch().error["type"] == "django_openworkflow.errors.StepFailed"
+    assert handle.fetch().error["type"] == "StepFailed"
     attempts = handle.fetch().step_attempts.all()
-    assert [a.error["type"] for a in attempts] == ["django_openworkflow.errors.NonRetryableError"]
+    assert [a.error["type"] for a in attempts] == ["NonRetryableError"]
     assert "is not a task" in attempts[0].error["message"]
+
+
+@pytest.mark.parametrize(
+    ("stored", "path"),
+    [
+        ("StepFailed", "django_openworkflow.errors.StepFailed"),
+        ("NonRetryableError", "django_openworkflow.errors.NonRetryableError"),
+        ("django_openworkflow.errors.StepTimeout", "django_openworkflow.errors.StepTimeout"),  # stored before 0.3.0
+        ("ValueError", "builtins.ValueError"),
+        ("LeaseExpired", "django_openworkflow.errors.OpenWorkflowError"),  # an engine condition, no class
+        ("tests.fixtures.task_functions.Missing", "tests.fixtures.task_functions.Missing"),
+    ],
+)
+def test_a_stored_error_type_becomes_an_exception_class_path_in_either_form(stored, path):
+    from django_openworkflow.tasks import _task_error
+
+    error = _task_error({"type": stored, "message": "m"})
+    assert error.exception_class_path == path
+    if not stored.startswith("tests."):
+        assert issubclass(error.exception_class, BaseException)

@@ -1,4 +1,4 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, signal and count runs from a terminal.
+"""``manage.py workflows``: list, show, start, cancel, retry, signal, count and prune runs from a terminal.
 
 The management command only builds the parser (:func:`add_arguments`) and
 calls :func:`dispatch`. Every subcommand prints a human-readable answer, or

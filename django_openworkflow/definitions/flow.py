@@ -1,7 +1,10 @@
 """Flow control declarations: queues, priorities, limits, debounce, cron schedules and event starts.
 
 Declared on ``@workflow(...)`` and checked there, so a bad value fails at
-import time with the workflow's name in the message. What they mean at run
+import time with the workflow's name in the message. The objects
+(``Concurrency(0)``) are made before ``@workflow`` is called, so they do not
+raise when they are made: each keeps what is wrong with it, and ``@workflow``
+raises it, naming the workflow (see :class:`Declaration`). What they mean at run
 time is enforced by the database in the claim (``store/queue.py``); a run
 keeps the limits it was started with, so changing a declaration affects
 runs started afterwards.
@@ -89,8 +92,36 @@ def _key(key: Any, what: str) -> KeyFunction | str | None:
     )
 
 
+class Declaration:
+    """What the declaration objects share: a bad field is raised by ``@workflow``, with the workflow's name.
+
+    ``@workflow(concurrency=Concurrency(0))`` makes the object before
+    ``@workflow`` runs, so an error raised by its constructor could not name
+    the workflow. Each object checks its fields when it is made and keeps the
+    :class:`WorkflowRegistrationError` it would raise; ``@workflow`` calls
+    :meth:`check` with the workflow's name, which raises it (chained to the
+    original). Code that uses an object outside ``@workflow`` calls
+    ``check()`` itself.
+    """
+
+    def _keep_problem(self, checks: Callable[[], None]) -> None:
+        try:
+            checks()
+        except WorkflowRegistrationError as exc:
+            object.__setattr__(self, "_problem", exc)
+
+    def check(self, where: str | None = None) -> None:
+        """Raise what is wrong with this declaration, if anything; ``where`` (``"workflow 'x'"``) leads the message."""
+        problem: WorkflowRegistrationError | None = getattr(self, "_problem", None)
+        if problem is None:
+            return
+        if where is None:
+            raise problem
+        raise WorkflowRegistrationError(f"{where}: {problem}") from problem
+
+
 @dataclass(frozen=True)
-class Concurrency:
+class Concurrency(Declaration):
     """At most ``limit`` runs of the workflow (per ``key``) hold a worker at once, across every process.
 
     ``key`` is a function of the input (``lambda input: input["customer"]``)
@@ -106,6 +137,9 @@ class Concurrency:
     count_parked: bool = False
 
     def __post_init__(self) -> None:
+        self._keep_problem(self._check_fields)
+
+    def _check_fields(self) -> None:
         _positive(self.limit, "Concurrency limit")
         _key(self.key, "Concurrency key")
         if not isinstance(self.count_parked, bool):
@@ -115,7 +149,7 @@ class Concurrency:
 
 
 @dataclass(frozen=True)
-class RateLimit:
+class RateLimit(Declaration):
     """At most ``limit`` runs of the workflow (per ``key``) start in any window of ``per``.
 
     A start is a run's first claim, counted from the runs' ``started_at``
@@ -127,6 +161,9 @@ class RateLimit:
     key: KeyFunction | str | None = None
 
     def __post_init__(self) -> None:
+        self._keep_problem(self._check_fields)
+
+    def _check_fields(self) -> None:
         _positive(self.limit, "RateLimit limit")
         _period(self.per, "RateLimit per")
         _key(self.key, "RateLimit key")
@@ -137,7 +174,7 @@ class RateLimit:
 
 
 @dataclass(frozen=True)
-class Debounce:
+class Debounce(Declaration):
     """Starts with one key within ``period`` of each other become one run, with the last input.
 
     Each start of a run not yet claimed moves its start to ``period`` after
@@ -150,6 +187,9 @@ class Debounce:
     max_wait: Duration | None = None
 
     def __post_init__(self) -> None:
+        self._keep_problem(self._check_fields)
+
+    def _check_fields(self) -> None:
         _period(self.period, "Debounce period")
         _key(self.key, "Debounce key")
         if self.max_wait is not None:
@@ -165,7 +205,7 @@ class Debounce:
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Declaration):
     """Start a run at each tick of a cron expression, in a time zone.
 
     ``cron`` has five fields (minute hour day month weekday) or six (with
@@ -184,11 +224,11 @@ class Schedule:
     def __post_init__(self) -> None:
         from .cron import check_schedule  # croniter is imported only when schedules are used
 
-        check_schedule(self.cron, self.timezone, self.missed, self.input)
+        self._keep_problem(lambda: check_schedule(self.cron, self.timezone, self.missed, self.input))
 
 
 @dataclass(frozen=True)
-class OnEvent:
+class OnEvent(Declaration):
     """Start a run for each event of type ``event`` whose payload contains ``match``.
 
     ``match`` is a JSON object matched as in ``ctx.step.wait_for_event``
@@ -202,6 +242,9 @@ class OnEvent:
     match: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        self._keep_problem(self._check_fields)
+
+    def _check_fields(self) -> None:
         if not isinstance(self.event, str) or not 0 < len(self.event) <= 255:
             raise WorkflowRegistrationError(
                 f"OnEvent event type must be a non-empty string of at most 255 characters, got {self.event!r:.80}"

@@ -223,8 +223,8 @@ def _declared(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
     """A start-time check (which raises InvalidArgument) applied to a declaration."""
     try:
         return check(value, where)
-    except InvalidArgument as exc:
-        raise WorkflowRegistrationError(str(exc)) from None
+    except InvalidArgument as exc:  # its message starts with ``where``
+        raise WorkflowRegistrationError(str(exc)) from exc
 
 
 def _version_sort_key(version: str | None) -> tuple[Any, ...]:
@@ -346,9 +346,10 @@ def workflow(
             raise WorkflowRegistrationError(
                 f"workflow name must be a non-empty string of at most 255 characters, got {wf_name!r}"
             )
+        where = f"workflow {wf_name!r}"
         if version is not None and (not isinstance(version, str) or not version or len(version) > 255):
             raise WorkflowRegistrationError(
-                f"workflow version must be None or a non-empty string of at most 255 characters, got {version!r}"
+                f"{where}: version must be None or a non-empty string of at most 255 characters, got {version!r:.80}"
             )
         from .payload import check_text  # not at import time: settings may import this package
 
@@ -356,11 +357,10 @@ def workflow(
             try:
                 check_text(text or "", f"workflow {label}")
             except PayloadError as exc:
-                raise WorkflowRegistrationError(str(exc)) from None
+                raise WorkflowRegistrationError(str(exc)) from exc
         for label, policy in (("retry_policy", retry_policy), ("step_retry_policy", step_retry_policy)):
             if policy is not None and not isinstance(policy, RetryPolicy):
-                raise WorkflowRegistrationError(f"{label} must be a RetryPolicy, got {policy!r}")
-        where = f"workflow {wf_name!r}"
+                raise WorkflowRegistrationError(f"{where}: {label} must be a RetryPolicy, got {policy!r:.80}")
         limit = Concurrency(concurrency) if type(concurrency) is int else concurrency
         for label, value, kind in (
             ("concurrency", limit, Concurrency),
@@ -369,34 +369,33 @@ def workflow(
         ):
             if value is not None and not isinstance(value, kind):
                 raise WorkflowRegistrationError(f"{where}: {label} must be a {kind.__name__}, got {value!r:.80}")
-        try:
-            timetable = Schedule(schedule) if isinstance(schedule, str) else schedule
-        except WorkflowRegistrationError as exc:
-            raise WorkflowRegistrationError(f"{where}: {exc}") from None
+            if value is not None:
+                value.check(where)  # made before @workflow ran: its error is raised here, with the name
+        timetable = Schedule(schedule) if isinstance(schedule, str) else schedule
         if timetable is not None and not isinstance(timetable, Schedule):
             raise WorkflowRegistrationError(
                 f"{where}: schedule must be a cron expression or a Schedule, got {schedule!r:.80}"
             )
+        if timetable is not None:
+            timetable.check(where)
         subscriptions = on_event if isinstance(on_event, list | tuple) else [] if on_event is None else [on_event]
-        try:
-            events = tuple(OnEvent(sub) if isinstance(sub, str) else sub for sub in subscriptions)
-        except WorkflowRegistrationError as exc:
-            raise WorkflowRegistrationError(f"{where}: {exc}") from None
+        events = tuple(OnEvent(sub) if isinstance(sub, str) else sub for sub in subscriptions)
         for sub in events:
             if not isinstance(sub, OnEvent):
                 raise WorkflowRegistrationError(
                     f"{where}: on_event must be an event type, an OnEvent or a list of them, got {sub!r:.80}"
                 )
+            sub.check(where)
         if step_timeout is not None:
             try:
                 if parse_duration(step_timeout).total_seconds() <= 0:
                     raise ValueError("it must be positive")
             except (TypeError, ValueError) as exc:
-                raise WorkflowRegistrationError(f"{where}: step_timeout {step_timeout!r:.40}: {exc}") from None
+                raise WorkflowRegistrationError(f"{where}: step_timeout {step_timeout!r:.40}: {exc}") from exc
         try:
             kept = parse_retention(retention, f"{where}: retention")
         except ValueError as exc:
-            raise WorkflowRegistrationError(str(exc)) from None
+            raise WorkflowRegistrationError(str(exc)) from exc
         spec = WorkflowSpec(
             name=wf_name,
             version=version,

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..definitions.payload import storable_text
-from ..errors import NonRetryableError, RetryAfter, StepUsageError
+from ..errors import NonRetryableError, RetryAfter, StepUsageError, error_type
 from ..store.records import ChildStart, EngineInterrupt, NewAttempt
 
 
@@ -60,7 +60,10 @@ class FailRun(EngineInterrupt):
 
 
 def error_from_exception(exc: BaseException, step: str | None = None) -> dict[str, Any]:
-    """The stored shape of an error: type, message, traceback (no local values), step."""
+    """The stored shape of an error: type, message, traceback (no local values), step.
+
+    ``type`` is :func:`~django_openworkflow.errors.error_type` of the exception's class.
+    """
     kind = type(exc)
     try:
         message = str(exc)
@@ -70,9 +73,7 @@ def error_from_exception(exc: BaseException, step: str | None = None) -> dict[st
         trace = "".join(traceback.format_tb(exc.__traceback__))
     # Text from user code is stored whatever it holds: NULs and lone surrogates become escapes.
     error: dict[str, Any] = {
-        "type": storable_text(
-            kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-        ),
+        "type": storable_text(error_type(kind)),
         "message": storable_text(message),
         "traceback": storable_text(trace),
     }

@@ -60,6 +60,8 @@ def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime |
     """The next ``count`` ticks after ``now`` (default: the database clock), in UTC: what the admin shows."""
     from ..definitions.flow import Schedule
 
+    if isinstance(schedule, Schedule):
+        schedule.check()
     zone = zone_name(schedule.timezone) if isinstance(schedule, Schedule) else schedule.timezone
     ticks = ticks_after(schedule.cron, zone, _now() if now is None else now)
     return [next(ticks) for _ in range(count)]

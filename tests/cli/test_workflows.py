@@ -726,3 +726,22 @@ def test_stats_by_queue_without_unfinished_runs() -> None:
     make_run(status="completed")
     assert workflows("stats", "--by-queue").strip() == "No unfinished runs."
     assert as_json("stats", "--by-queue") == []
+
+
+# -- help --------------------------------------------------------------------------
+
+
+def test_help_lists_every_subcommand_prune_included() -> None:
+    from django_openworkflow.management.commands.workflows import Command
+
+    text = " ".join(Command().create_parser("manage.py", "workflows").format_help().split())
+    for subcommand in ("list", "show", "start", "cancel", "retry", "signal", "stats", "prune"):
+        assert f" {subcommand} " in text, subcommand
+    assert "prune the finished runs past their retention" in text
+
+
+def test_runworkflows_help_says_what_reload_does() -> None:
+    from django_openworkflow.management.commands.runworkflows import Command
+
+    text = " ".join(Command().create_parser("manage.py", "runworkflows").format_help().split())
+    assert "--reload" in text and "starts it again when a file changes" in text

@@ -71,8 +71,11 @@ def runs_of(name):
     ],
 )
 def test_a_bad_event_type_or_match_fails_at_declaration(declaration, message):
+    bad = declaration()  # keeps its error: @workflow raises it with the workflow's name
     with pytest.raises(WorkflowRegistrationError, match=message):
-        declaration()
+        bad.check()
+    with pytest.raises(WorkflowRegistrationError, match=f"^workflow 'ev-bad-object': .*{message}"):
+        workflow(name="ev-bad-object", on_event=bad)(lambda ctx: None)
 
 
 @pytest.mark.parametrize(

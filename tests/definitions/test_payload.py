@@ -91,5 +91,5 @@ def test_a_step_with_unstorable_text_fails_its_run_without_looping(run_worker, w
         assert "PayloadError" in json.dumps(run.error)
     else:
         assert run.status == "failed" and executions == 0  # refused before the step ran
-        assert run.error["type"] == "django_openworkflow.errors.PayloadError"
+        assert run.error["type"] == "PayloadError"
     assert WorkflowRun.objects.aggregate(n=Count("id"))["n"] == 1

@@ -69,7 +69,7 @@ def test_parent_wakes_as_soon_as_the_child_finishes(run_worker):
 def test_failed_child_raises_step_failed_in_the_parent(run_worker):
     handle = parent.run({"child": {"n": 1, "mode": "fail"}})
     run_worker(until=lambda: handle.status() == "completed", timeout=20)
-    assert handle.result() == {"failed": "ChildWorkflowFailed", "child_error": "django_openworkflow.errors.StepFailed"}
+    assert handle.result() == {"failed": "ChildWorkflowFailed", "child_error": "StepFailed"}
 
 
 def test_canceled_child_fails_the_parent_step_promptly(run_worker):

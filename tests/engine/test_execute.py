@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from django_openworkflow import PayloadError, StepFailed, StepUsageError, workflow
+from django_openworkflow import PayloadError, StepFailed, workflow
 from django_openworkflow.models import RunStatus, StepAttempt, WorkflowRun
 from tests.conftest import is_parked
 from tests.fixtures.testapp.models import SideEffect
@@ -117,7 +117,7 @@ def test_step_error_is_recorded_and_fails_the_run(run_worker):
     run_worker()
     run = handle.fetch()
     assert run.status == "failed"
-    assert run.error["type"] == "django_openworkflow.errors.StepFailed"
+    assert run.error["type"] == "StepFailed"
     assert run.error["step"] == "boom"
     attempt = StepAttempt.objects.get(workflow_run_id=handle.id)
     assert attempt.status == "failed"
@@ -148,7 +148,7 @@ def test_workflow_output_that_is_not_json_fails_the_run(run_worker):
     run_worker()
     run = handle.fetch()
     assert run.status == "failed"
-    assert run.error["type"] == "django_openworkflow.errors.PayloadError"
+    assert run.error["type"] == "PayloadError"
     assert "output of workflow 'test-returns-set'" in run.error["message"]
 
 
@@ -164,7 +164,7 @@ def test_nested_step_is_a_clear_error(run_worker):
     run = handle.fetch()
     assert run.status == "failed"
     attempt = StepAttempt.objects.get(workflow_run_id=handle.id, step_name="outer")
-    assert attempt.error["type"] == StepUsageError.__module__ + ".StepUsageError"
+    assert attempt.error["type"] == "StepUsageError"
     assert "inside step 'outer'" in attempt.error["message"]
     assert attempt.error["retryable"] is False
 

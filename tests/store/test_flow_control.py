@@ -329,12 +329,17 @@ def test_bad_flow_declarations_are_errors_at_declaration(options, message):
         (lambda: RateLimit(5, per="soon"), "RateLimit per"),
         (lambda: Debounce("0s"), "Debounce period must be longer than zero"),
         (lambda: Concurrency(2, key=42), "Concurrency key must be"),
-        (lambda: Concurrency(2, count_parked="yes"), "count_parked must be"),
+        (lambda: Concurrency(2, count_parked="yes"), "Concurrency count_parked must be"),
     ],
 )
-def test_bad_limits_are_errors_where_they_are_made(make, message):
+def test_bad_limits_are_errors_at_the_declaration_that_uses_them(make, message):
+    bad = make()  # made before @workflow: it keeps its error for @workflow, which knows the name
     with pytest.raises(WorkflowRegistrationError, match=message):
-        make()
+        bad.check()
+    keyword = {Concurrency: "concurrency", RateLimit: "rate_limit", Debounce: "debounce"}[type(bad)]
+    with pytest.raises(WorkflowRegistrationError, match=f"^workflow 'fc-bad': {message}"):
+        workflow(name="fc-bad", **{keyword: bad})(_noop)
+    assert registry.get("fc-bad", None) is None
 
 
 def test_a_key_function_that_fails_names_the_workflow_and_writes_nothing(declare):

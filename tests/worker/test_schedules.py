@@ -78,8 +78,13 @@ def scheduled() -> Iterator[list[Any]]:
     ],
 )
 def test_bad_schedules_fail_at_declaration(kwargs, says):
+    bad = Schedule(**kwargs)  # keeps its error: @workflow raises it with the workflow's name
     with pytest.raises(WorkflowRegistrationError, match=None) as caught:
-        Schedule(**kwargs)
+        bad.check()
+    assert says in str(caught.value)
+    with pytest.raises(WorkflowRegistrationError, match=None) as caught:
+        workflow(name="sched-bad-object", schedule=bad)(lambda ctx: None)
+    assert str(caught.value).startswith("workflow 'sched-bad-object': ")
     assert says in str(caught.value)
 
 
@@ -96,7 +101,7 @@ def test_bad_cron_string_fails_the_workflow_declaration():
 def test_without_croniter_a_schedule_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "croniter", None)  # import croniter now raises ImportError
     with pytest.raises(WorkflowRegistrationError, match=r"pip install 'django-openworkflow\[cron\]'"):
-        Schedule("* * * * *")
+        Schedule("* * * * *").check()
 
 
 def test_without_croniter_the_package_imports_and_workers_run():

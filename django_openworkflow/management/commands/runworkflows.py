@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +18,7 @@ from ...conf import owf_settings
 from ...definitions.flow import DEFAULT_QUEUE
 from ...definitions.registry import registry
 from ...durations import parse_duration
+from ...worker import reload
 from ...worker.loop import Worker, WorkerUnhealthy
 from ...worker.runner import backoff
 
@@ -40,7 +43,10 @@ def _address(value: str) -> tuple[str, int]:
 
 
 class Command(BaseCommand):
-    help = "Claim and execute durable workflow runs until stopped (SIGTERM/SIGINT stop gracefully)."
+    help = (
+        "Claim and execute durable workflow runs until stopped (SIGTERM/SIGINT stop gracefully). "
+        "A worker runs the code it started with: in development, --reload starts it again when a file changes."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
@@ -69,6 +75,12 @@ class Command(BaseCommand):
             help="with DISPATCH='celery': execute nothing, send Celery tasks for due runs every --poll (default 1s)",
         )
         parser.add_argument(
+            "--reload",
+            action="store_true",
+            help="for development: start the worker again when a Python file it imported changes (Django's "
+            "autoreloader, as runserver's); the runs in flight finish first (within --drain-timeout)",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=_address,
             default=None,
@@ -82,13 +94,15 @@ class Command(BaseCommand):
         # Arguments and settings are checked first: what they say is wrong needs no database.
         if options["metrics_port"] and not owf_settings.metrics:
             raise CommandError("--metrics-port needs OPENWORKFLOW['METRICS'] = True")
+        if options["reload"] and not reload.in_child():
+            sys.exit(reload.supervise())  # this process only starts the one that works, again after each change
         if options["dispatch_only"]:
             loop = self._sweep_loop(options["poll"])
             self._start(options["metrics_port"])
             logging.getLogger("django_openworkflow.dispatch").info(
                 "sweeping due runs to Celery every %ss", loop.interval
             )
-            loop.run()
+            self._run(loop.run, loop.stop, options["reload"])
             return
         worker = self._worker(options)
         self._start(options["metrics_port"])
@@ -105,9 +119,16 @@ class Command(BaseCommand):
             served,
         )
         try:
-            worker.run()
+            self._run(worker.run, worker.stop, options["reload"])
         except WorkerUnhealthy as exc:
             raise CommandError(f"worker {worker.worker_id} stopped: {exc}") from None
+
+    def _run(self, run: Callable[[], None], stop: Callable[[], None], reloading: bool) -> None:
+        """Run the loop; with ``--reload``, stop it when a file changes and exit for the parent to start anew."""
+        if not reloading:
+            run()
+        elif reload.watch_while(run, stop):
+            sys.exit(reload.RESTART_CODE)
 
     def _worker(self, options: dict[str, Any]) -> Worker:
         try:

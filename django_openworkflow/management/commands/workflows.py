@@ -11,8 +11,8 @@ from ...cli import workflows as cli
 
 class Command(BaseCommand):
     help = (
-        "List, show, start, cancel, retry and signal workflow runs, and count them by status. "
-        "Every subcommand takes --json for scripts."
+        "List, show, start, cancel, retry and signal workflow runs, count them by status, "
+        "and prune the finished runs past their retention. Every subcommand takes --json for scripts."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -1,0 +1,199 @@
+"""``runworkflows --reload``: a changed ``workflows.py`` restarts the worker, which then runs the new code.
+
+A real ``manage.py runworkflows --reload`` (through ``python -m django``) on
+the test database, serving an app written to a temporary directory: edit its
+``workflows.py`` and the next run gives the new result; a broken one is
+waited out until it is fixed; SIGTERM to the command, or Ctrl-C, stops its
+worker (which drains) and the command exits 0.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_openworkflow.models import WorkflowRun
+from tests.conftest import ROOT, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WORKFLOW = "reload-echo"
+STARTED = ": database "  # the worker's first log line: "worker <id>: database default (sqlite), ..."
+
+
+def write_workflows(app: Path, value: str) -> None:
+    (app / "workflows.py").write_text(
+        textwrap.dedent(
+            f"""
+            from django_openworkflow import workflow
+
+
+            @workflow(name={WORKFLOW!r})
+            def echo(ctx):
+                return {{"value": {value!r}}}
+            """
+        )
+    )
+
+
+class Log:
+    """The command's stderr, read line by line on a thread (the parent's and its children's: one pipe)."""
+
+    def __init__(self, stream: object) -> None:
+        self.lines: list[str] = []
+        self.closed = threading.Event()
+        self._thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: object) -> None:
+        for raw in stream:  # type: ignore[attr-defined]
+            self.lines.append(raw.decode(errors="replace").rstrip("\n"))
+        self.closed.set()  # every process holding the pipe has exited
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def wait_for(self, what: Callable[[], bool], timeout: float = 60.0) -> None:
+        try:
+            wait_until(what, timeout=timeout, interval=0.05)
+        except AssertionError:
+            raise AssertionError("not seen in the log:\n" + "\n".join(self.lines)) from None
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    app = tmp_path / "reloadapp"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    write_workflows(app, "before")
+    (tmp_path / "reload_settings.py").write_text(
+        'from tests.settings import *  # noqa: F403\n\nINSTALLED_APPS = [*INSTALLED_APPS, "reloadapp"]  # noqa: F405\n'
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def command(project: Path) -> Iterator[tuple[subprocess.Popen[bytes], Log]]:
+    env = dict(
+        os.environ,
+        OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]),
+        OWF_LOG_LEVEL="INFO",
+        PYTHONPATH=os.pathsep.join([str(project), str(ROOT)]),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "django", "runworkflows", "--reload", "--settings=reload_settings", "--concurrency=2"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        start_new_session=True,  # a process group of its own: what a terminal's Ctrl-C reaches, and the clean-up
+    )
+    assert proc.stderr is not None
+    log = Log(proc.stderr)
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None or not log.closed.wait(5):  # the command or its worker is still there
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(10)
+        log.closed.wait(5)
+        proc.stderr.close()
+
+
+def run_once() -> dict[str, str]:
+    run = WorkflowRun.objects.create(workflow_name=WORKFLOW, status="pending", input=None, available_at=timezone.now())
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == "completed", timeout=60)
+    return WorkflowRun.objects.get(id=run.id).output
+
+
+def test_a_changed_file_restarts_the_worker_which_runs_the_new_code_and_sigterm_stops_it(project, command):
+    proc, log = command
+    log.wait_for(lambda: log.count("watching for code changes") == 1 and log.count(STARTED) >= 1)
+    assert log.count("starts again when a file of its code changes") == 1  # the parent's line
+    assert run_once() == {"value": "before"}
+
+    # The reloader compares each file's time with the one it saw on its first look, a second apart at most:
+    # edit again until the restart is seen (an edit before that first look goes unnoticed).
+    time.sleep(1.5)
+    for attempt in range(5):
+        write_workflows(project / "reloadapp", "after")
+        later = time.time() + attempt + 1
+        os.utime(project / "reloadapp" / "workflows.py", (later, later))
+        try:
+            wait_until(lambda: log.count("watching for code changes") >= 2, timeout=20, interval=0.05)
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError("no restart:\n" + "\n".join(log.lines))
+    assert log.count("workflows.py changed: restarting") >= 1
+    assert run_once() == {"value": "after"}  # the new code, in a new process
+    assert proc.poll() is None
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert log.closed.wait(15), "the worker process outlived the command"
+    assert log.count("SIGTERM received") == 1  # passed on to the worker, which drained
+    assert log.count("stopped after") >= 2  # the first worker (restarted), the last (SIGTERM)
+
+
+def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
+    proc, log = command
+    log.wait_for(lambda: log.count("watching for code changes") == 1)
+    time.sleep(1.5)
+    for attempt in range(5):
+        (project / "reloadapp" / "workflows.py").write_text("def broken(:\n")
+        later = time.time() + attempt + 1
+        os.utime(project / "reloadapp" / "workflows.py", (later, later))
+        try:
+            wait_until(lambda: log.count("starts again when a file changes") >= 1, timeout=20, interval=0.05)
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError("the broken file did not stop the worker:\n" + "\n".join(log.lines))
+    assert any("SyntaxError" in line for line in log.lines)
+    assert proc.poll() is None  # waiting for a fix
+    log.wait_for(lambda: log.count("watching for code changes") >= 2)  # the command's own watcher
+    time.sleep(1.5)
+
+    for attempt in range(5):
+        write_workflows(project / "reloadapp", "fixed")
+        later = time.time() + attempt + 10
+        os.utime(project / "reloadapp" / "workflows.py", (later, later))
+        try:
+            wait_until(lambda: log.count("watching for code changes") >= 3, timeout=20, interval=0.05)
+            break
+        except AssertionError:
+            continue
+    else:
+        raise AssertionError("the fix did not start the worker again:\n" + "\n".join(log.lines))
+    assert run_once() == {"value": "fixed"}
+
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert log.closed.wait(15)
+
+
+def test_ctrl_c_drains_the_worker_and_ends_the_command(command):
+    proc, log = command
+    log.wait_for(lambda: log.count("watching for code changes") == 1)
+    os.killpg(proc.pid, signal.SIGINT)  # a terminal sends it to the whole group: the command and its worker
+    assert proc.wait(60) == 0
+    assert log.closed.wait(15), "the worker process outlived the command"
+    assert log.count("SIGINT received") == 1  # once: the command does not pass it on a second time
+    assert log.count("stopped after") == 1
