@@ -19,7 +19,7 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               start -> finished_at (server) and start -> handle.result() returned.
   replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
   claims      claim latency with 1M finished + 10k parked runs vs an empty table.
-  memory      worker RSS after 1k and after 50k completed runs.
+  memory      worker RSS after 1k and after 50k completed runs (--quick: 500 and 2k).
   starts      run() one at a time from one thread, and run_many() in bulk (with and without keys)
   fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
               --quick 50): wall = parent started -> handle.result() returned.
