@@ -68,10 +68,14 @@ class ChangeWatcher:
 
     def start(self) -> None:
         autoreload.autoreload_started.connect(self._started, sender=self.reloader, weak=False)
-        self._thread = threading.Thread(
-            target=self.reloader.run, args=(threading.main_thread(),), name="owf-reloader", daemon=True
-        )
+        self._thread = threading.Thread(target=self._watch, name="owf-reloader", daemon=True)
         self._thread.start()
+
+    def _watch(self) -> None:
+        try:
+            self.reloader.run(threading.main_thread())
+        except Exception:  # the worker goes on without reloading: say so rather than die silently
+            logger.exception("the code watcher of runworkflows --reload stopped; restart the worker by hand")
 
     def stop(self) -> None:
         self.reloader.stop()
@@ -80,6 +84,8 @@ class ChangeWatcher:
 
 def watch_while(run: Callable[[], None], stop: Callable[[], None]) -> bool:
     """In the child: ``run()`` (the worker) with a watcher that calls ``stop()`` on a change; whether one came."""
+    # Appended by the watcher's thread, read by this one once run() returns: list.append is atomic,
+    # and nothing else is shared.
     changed: list[Path] = []
 
     def on_change(path: Path) -> None:

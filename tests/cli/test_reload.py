@@ -197,3 +197,20 @@ def test_ctrl_c_drains_the_worker_and_ends_the_command(command):
     assert log.closed.wait(15), "the worker process outlived the command"
     assert log.count("SIGINT received") == 1  # once: the command does not pass it on a second time
     assert log.count("stopped after") == 1
+
+
+def test_a_code_watcher_that_breaks_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    from django_openworkflow.worker.reload import ChangeWatcher
+
+    watcher = ChangeWatcher(lambda path: None)
+
+    def broken_run(main_thread: threading.Thread) -> None:
+        raise OSError("inotify limit reached")
+
+    watcher.reloader.run = broken_run  # type: ignore[method-assign]
+    with caplog.at_level("ERROR", logger="django_openworkflow.worker"):
+        watcher.start()
+        assert watcher._thread is not None
+        watcher._thread.join(timeout=10)
+    assert "the code watcher of runworkflows --reload stopped" in caplog.text
+    assert "inotify limit reached" in caplog.text
