@@ -21,6 +21,7 @@ This module is imported only when ``TASKS`` names it (or you import it).
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from collections.abc import Mapping
 from inspect import iscoroutinefunction
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.core import checks
+from django.core.serializers.json import DjangoJSONEncoder
 from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
@@ -71,13 +73,22 @@ else:
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
-__all__ = ["TASK_STEP", "TASK_WORKFLOW", "WorkflowBackend", "register_task_workflow"]
+__all__ = ["TASK_STEP", "TASK_WORKFLOW", "TaskReturnValueError", "WorkflowBackend", "register_task_workflow"]
 
 TASK_WORKFLOW = "django.task"
 """The name of the built-in workflow whose runs are the tasks."""
 
 TASK_STEP = "call"
 """The one step of a task's run: the call of the task function."""
+
+
+class TaskReturnValueError(NonRetryableError, TypeError):
+    """A task returned a value JSON cannot hold (a function, a set ...): the task fails at once.
+
+    Its ``TaskError`` reads as Django's own backends report it: a
+    ``TypeError`` whose traceback says "Unsupported type".
+    """
+
 
 _UNKNOWN_WORKER = "unknown"
 """``worker_ids`` entry of a past attempt: the journal does not record which worker made it."""
@@ -120,9 +131,12 @@ def _call_task(run_id: str, data: dict[str, Any]) -> Any:
         if backend is None:
             raise OpenWorkflowError(f"task backend {data.get('backend')!r} is not a WorkflowBackend in TASKS")
         args = [TaskContext(task_result=backend.get_result(run_id)), *args]
-    if iscoroutinefunction(func):
-        return async_to_sync(func)(*args, **kwargs)
-    return func(*args, **kwargs)
+    value = async_to_sync(func)(*args, **kwargs) if iscoroutinefunction(func) else func(*args, **kwargs)
+    try:  # the encoder the step's output is stored with: datetimes, decimals and UUIDs become strings
+        json.dumps(value, cls=DjangoJSONEncoder)
+    except TypeError as exc:
+        raise TaskReturnValueError(f"Unsupported type: the return value of task {task.module_path}: {exc}") from None
+    return value
 
 
 def _backend(alias: Any) -> WorkflowBackend | None:
@@ -150,6 +164,8 @@ def _error_path(kind: str) -> str:
     """
     if "." in kind:
         return kind
+    if kind == TaskReturnValueError.__qualname__:
+        return "builtins.TypeError"  # as Django's backends report a return value JSON cannot hold
     import builtins
 
     from . import errors
@@ -229,7 +245,19 @@ class WorkflowBackend(BaseTaskBackend):
         return self._result(run)
 
     def check(self, **kwargs: Any) -> list[Any]:
+        from django.apps import apps
+
         errors: list[Any] = []
+        if not apps.is_installed("django_openworkflow"):
+            errors.append(
+                checks.Error(
+                    f"TASKS[{self.alias!r}] uses {type(self).__module__}.{type(self).__qualname__}, "
+                    "but 'django_openworkflow' is not in INSTALLED_APPS",
+                    hint="Add 'django_openworkflow' to INSTALLED_APPS: tasks are stored as its runs, "
+                    "in its tables, and its runworkflows command executes them.",
+                    id="openworkflow.E042",
+                )
+            )
         bad = sorted(name for name in self.queues if not isinstance(name, str) or not QUEUE_NAME.match(name))
         if bad:
             errors.append(
@@ -326,7 +354,50 @@ def _send_task_signal(signal: Any, run_id: Any) -> None:
     backend = None if run is None or not isinstance(run.input, dict) else _backend(run.input.get("backend"))
     if run is None or backend is None:
         return
-    signal.send(type(backend), task_result=backend._result(run))
+    result = backend._result(run)
+    if signal is not task_finished or result.status != TaskResultStatus.FAILED:
+        signal.send(type(backend), task_result=result)
+        return
+    # Django's backends send task_finished inside their ``except`` block, and its
+    # receiver logs the failure with the exception being handled: so do we.
+    try:
+        raise _exception(_failure(run))
+    except BaseException as exc:
+        exc.__traceback__ = None  # this frame says nothing: the note holds the task's traceback
+        signal.send(type(backend), task_result=result)
+
+
+def _failure(run: WorkflowRun) -> Mapping[str, Any]:
+    """The error that failed a task's run: its cancel, a deadline or engine error, or the call's last one."""
+    from .models import StepAttempt
+
+    if run.status == RunStatus.CANCELED:
+        return {"type": WorkflowCanceled.__name__, "message": f"workflow run {run.id} was canceled"}
+    if run.error and run.error.get("step") != TASK_STEP:
+        return run.error
+    attempt = (
+        StepAttempt.objects.filter(workflow_run_id=run.id, step_name=TASK_STEP, status=StepStatus.FAILED)
+        .order_by("-id")
+        .values("error")
+        .first()
+    )
+    return (attempt or {}).get("error") or run.error or {}
+
+
+def _exception(error: Mapping[str, Any]) -> BaseException:
+    """An exception of the recorded error's class and message, its traceback text as a note."""
+    task_error = _task_error(error)
+    message = str(error.get("message") or "")
+    exc: object = None
+    try:
+        exc = task_error.exception_class(message)
+    except Exception:  # not importable any more, or a constructor that wants other arguments
+        pass
+    if not isinstance(exc, BaseException):
+        exc = OpenWorkflowError(f"{task_error.exception_class_path}: {message}")
+    if error.get("traceback"):
+        exc.add_note(f"The task's traceback, as the worker recorded it:\n{str(error['traceback']).rstrip()}")
+    return exc
 
 
 def _on_run_started(sender: Any, *, run_id: Any, **kwargs: Any) -> None:

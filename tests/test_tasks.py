@@ -9,6 +9,7 @@ backport; skipped when neither is installed.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timedelta
 
@@ -95,6 +96,19 @@ def test_the_backend_is_ours_and_says_what_it_supports():
 def test_queue_names_that_are_no_workflow_queues_fail_the_check():
     backend = WorkflowBackend("bad", {"QUEUES": ["default", "two words"], "OPTIONS": {"RETRY_POLICY": {"x": 1}}})
     assert {error.id for error in backend.check()} == {"openworkflow.E040", "openworkflow.E041"}
+
+
+def test_the_backend_without_the_app_installed_fails_the_check():
+    from django.apps import apps
+
+    apps.set_available_apps([app.name for app in apps.get_app_configs() if app.name != "django_openworkflow"])
+    try:
+        errors = default_task_backend.check()
+    finally:
+        apps.unset_available_apps()
+    assert [error.id for error in errors] == ["openworkflow.E042"]
+    assert "INSTALLED_APPS" in errors[0].msg
+    assert default_task_backend.check() == []
 
 
 # -- enqueue --
@@ -371,3 +385,51 @@ def test_a_stored_error_type_becomes_an_exception_class_path_in_either_form(stor
     assert error.exception_class_path == path
     if not stored.startswith("tests."):
         assert issubclass(error.exception_class, BaseException)
+
+
+# -- what Django's own backends do (Django's and the backport's test suites) --
+
+
+@pytest.fixture
+def tasks_log(caplog):
+    """The records of Django's tasks logger ("django.tasks"; the backport's "django_tasks")."""
+    caplog.set_level("INFO", logger="django.tasks")
+    caplog.set_level("INFO", logger="django_tasks")
+    return lambda: [r for r in caplog.records if r.name in ("django.tasks", "django_tasks")]
+
+
+def test_the_failure_log_record_carries_the_tasks_exception(fn, run_worker, tasks_log):
+    result = fn.always_fails.enqueue("boom")
+    run_worker(until=finished(result))
+    assert result.status == TaskResultStatus.FAILED
+
+    (record,) = [r for r in tasks_log() if r.levelname == "ERROR"]
+    assert result.id in record.getMessage() and "state=FAILED" in record.getMessage()
+    assert record.exc_info and record.exc_info[0] is ValueError
+    assert str(record.exc_info[1]) == "boom"
+    logged = logging.Formatter().formatException(record.exc_info)
+    assert "ValueError: boom" in logged and "always_fails" in logged  # the worker's traceback, as a note
+    assert "NoneType: None" not in logged
+
+
+def test_a_canceled_tasks_failure_log_names_the_cancel(fn, tasks_log):
+    result = fn.noop.enqueue()
+    operations.cancel(result.id)
+    (record,) = [r for r in tasks_log() if r.levelname == "ERROR"]
+    assert record.exc_info and record.exc_info[0].__name__ == "WorkflowCanceled"
+
+
+def test_a_return_value_json_cannot_hold_fails_the_task_with_a_type_error_at_once(fn, run_worker):
+    result = fn.returns_a_function.enqueue()
+    run_worker(until=finished(result))
+    assert result.status == TaskResultStatus.FAILED
+    assert result.attempts == 1  # no retry fixes it
+    assert [error.exception_class for error in result.errors] == [TypeError]
+    assert "Unsupported type" in result.errors[0].traceback
+
+
+def test_a_returned_datetime_comes_back_as_a_string(fn, run_worker):
+    # Unlike Django's backends (which fail the task): stored as every step output is.
+    result = fn.returns_a_datetime.enqueue()
+    run_worker(until=finished(result))
+    assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "2026-01-02T03:04:05Z")
