@@ -120,6 +120,23 @@ def run_once() -> dict[str, str]:
     return WorkflowRun.objects.get(id=run.id).output
 
 
+def edit_until(
+    path: Path, edit: Callable[[], None], seen: Callable[[], bool], what: str, lines: list[str], ahead: int = 1
+) -> None:
+    """Edit ``path`` (its time moved ``ahead`` seconds and more) until ``seen()``: the reloader missed an edit made
+    before its first look at the file, so edit again, up to five times."""
+    for attempt in range(5):
+        edit()
+        later = time.time() + attempt + ahead
+        os.utime(path, (later, later))
+        try:
+            wait_until(seen, timeout=20, interval=0.05)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"{what}:\n" + "\n".join(lines))  # the command's log as it is by then
+
+
 def test_a_changed_file_restarts_the_worker_which_runs_the_new_code_and_sigterm_stops_it(project, command):
     proc, log = command
     log.wait_for(lambda: log.count("watching for code changes") == 1 and log.count(STARTED) >= 1)
@@ -129,17 +146,13 @@ def test_a_changed_file_restarts_the_worker_which_runs_the_new_code_and_sigterm_
     # The reloader compares each file's time with the one it saw on its first look, a second apart at most:
     # edit again until the restart is seen (an edit before that first look goes unnoticed).
     time.sleep(1.5)
-    for attempt in range(5):
-        write_workflows(project / "reloadapp", "after")
-        later = time.time() + attempt + 1
-        os.utime(project / "reloadapp" / "workflows.py", (later, later))
-        try:
-            wait_until(lambda: log.count("watching for code changes") >= 2, timeout=20, interval=0.05)
-            break
-        except AssertionError:
-            continue
-    else:
-        raise AssertionError("no restart:\n" + "\n".join(log.lines))
+    edit_until(
+        project / "reloadapp" / "workflows.py",
+        lambda: write_workflows(project / "reloadapp", "after"),
+        lambda: log.count("watching for code changes") >= 2,
+        "no restart",
+        log.lines,
+    )
     assert log.count("workflows.py changed: restarting") >= 1
     assert run_once() == {"value": "after"}  # the new code, in a new process
     assert proc.poll() is None
@@ -155,33 +168,26 @@ def test_a_workflows_py_that_breaks_waits_for_the_fix(project, command):
     proc, log = command
     log.wait_for(lambda: log.count("watching for code changes") == 1)
     time.sleep(1.5)
-    for attempt in range(5):
-        (project / "reloadapp" / "workflows.py").write_text("def broken(:\n")
-        later = time.time() + attempt + 1
-        os.utime(project / "reloadapp" / "workflows.py", (later, later))
-        try:
-            wait_until(lambda: log.count("starts again when a file changes") >= 1, timeout=20, interval=0.05)
-            break
-        except AssertionError:
-            continue
-    else:
-        raise AssertionError("the broken file did not stop the worker:\n" + "\n".join(log.lines))
+    workflows_py = project / "reloadapp" / "workflows.py"
+    edit_until(
+        workflows_py,
+        lambda: workflows_py.write_text("def broken(:\n"),
+        lambda: log.count("starts again when a file changes") >= 1,
+        "the broken file did not stop the worker",
+        log.lines,
+    )
     assert any("SyntaxError" in line for line in log.lines)
     assert proc.poll() is None  # waiting for a fix
     log.wait_for(lambda: log.count("watching for code changes") >= 2)  # the command's own watcher
     time.sleep(1.5)
-
-    for attempt in range(5):
-        write_workflows(project / "reloadapp", "fixed")
-        later = time.time() + attempt + 10
-        os.utime(project / "reloadapp" / "workflows.py", (later, later))
-        try:
-            wait_until(lambda: log.count("watching for code changes") >= 3, timeout=20, interval=0.05)
-            break
-        except AssertionError:
-            continue
-    else:
-        raise AssertionError("the fix did not start the worker again:\n" + "\n".join(log.lines))
+    edit_until(
+        workflows_py,
+        lambda: write_workflows(project / "reloadapp", "fixed"),
+        lambda: log.count("watching for code changes") >= 3,
+        "the fix did not start the worker again",
+        log.lines,
+        ahead=10,
+    )
     assert run_once() == {"value": "fixed"}
 
     proc.send_signal(signal.SIGTERM)
