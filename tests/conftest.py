@@ -23,7 +23,35 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW_DATABASE = os.environ.get("OWF_TEST_WORKFLOW_DATABASE", "")
 
 
+# Content types and permissions: post_migrate recreates them, the same, after every flush.
+KEPT_BY_FLUSH = frozenset({"django_content_type", "auth_permission"})
+
+
+def _flush_by_delete(
+    style: Any, connection: Any, reset_sequences: bool = True, allow_cascade: bool = False
+) -> list[str]:
+    """What `manage.py flush` runs after each transactional test: DELETEs, on PostgreSQL too.
+
+    Django's flush on PostgreSQL is one TRUNCATE of every table, which makes new files for
+    each table and index: 0.6 s here, against 0.02 s to DELETE the few rows a test leaves,
+    and about 700 tests flush (a third of the PostgreSQL suite's time). SQLite's and
+    MariaDB's flushes are DELETEs already. Tables are emptied all the same.
+    """
+    tables = [
+        table
+        for table in connection.introspection.django_table_names(only_existing=True, include_views=False)
+        if table not in KEPT_BY_FLUSH
+    ]
+    if connection.vendor == "postgresql" and not (reset_sequences or allow_cascade):
+        # Foreign keys are checked when the flush's transaction commits, every table empty.
+        return ["SET CONSTRAINTS ALL DEFERRED", *(f"DELETE FROM {connection.ops.quote_name(t)}" for t in tables)]
+    return connection.ops.sql_flush(style, tables, reset_sequences=reset_sequences, allow_cascade=allow_cascade)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    from django.core.management.commands import flush
+
+    flush.sql_flush = _flush_by_delete
     # A required database that is missing is an error, not a quiet fallback to SQLite.
     for required in ("OPENWORKFLOW_REQUIRE_POSTGRES", "OPENWORKFLOW_REQUIRE_MARIADB"):
         if os.environ.get(required) and not os.environ.get("DATABASE_URL"):
