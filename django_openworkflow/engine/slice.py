@@ -14,10 +14,10 @@ from ..definitions.payload import check_text
 from ..durations import Duration, parse_duration
 from ..errors import STEP_LIMIT_EXCEEDED, DeterminismError, StepUsageError
 from ..states import StepKind, StepStatus
-from ..store.journal import CancelRequested
 from ..store.records import (
     AttemptRecord,
     AttemptUpdate,
+    CancelRequested,
     ClaimedRun,
     DeliveredSignal,
     LeaseLapsed,
@@ -283,7 +283,7 @@ class Slice(RunningStepTracking):
         self._journal(self.store.reschedule_run, until, error, attempts, starts=True)
 
     def wait_for_delivery(self, **options: Any) -> DeliveredSignal | None:
-        """Record or re-arm a signal/event wait and park (see ``JournalOps.wait_for_delivery``)."""
+        """Record or re-arm a signal/event wait and park (see ``WaitOps.wait_for_delivery``)."""
         attempt_id, signal = self._journal(self.store.wait_for_delivery, starts=True, **options)
         if attempt_id is not None:
             self.history.count += 1

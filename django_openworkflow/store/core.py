@@ -1,7 +1,7 @@
 """The part of a backend that differs between databases: its hooks, with portable defaults.
 
-Every operation in ``queue.py``, ``journal.py``, ``runs.py`` and
-``messages.py`` is written once against these hooks; a class per database
+Every operation in ``queue.py``, ``fence.py``, ``journal.py``, ``waits.py``,
+``runs.py`` and ``messages.py`` is written once against these hooks; a class per database
 in ``backends/`` overrides the ones that differ (the clock, the claim
 statement, JSON containment, locks, LISTEN/NOTIFY, the SQLite write lock).
 Nothing outside ``backends/`` asks which database it is talking to.

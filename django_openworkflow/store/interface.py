@@ -8,7 +8,7 @@ with these protocols rather than with
 store with these operations will do: the database backends (subclasses of
 ``Backend``) and :class:`~django_openworkflow.testing.memory.InMemoryBackend`,
 which keeps its rows in dicts and subclasses nothing. Each operation is
-described where the database backends write it (``journal.py``,
+described where the database backends write it (``journal.py``, ``waits.py``,
 ``queue.py``, ``runs.py``, ``core.py``).
 """
 

@@ -313,7 +313,7 @@ class RunOps(JournalOps):
         that worker completed stay in the journal (taking the run away
         would lose those not written yet, and they would never be undone):
         the slice's next write that would start something or end the run
-        sees the request in its fence (``journal.py``), keeps the
+        sees the request in its fence (``fence.py``), keeps the
         completions it carried and starts nothing; the slice compensates.
         """
         now = self.now()

@@ -19,8 +19,7 @@ from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.states import StepKind, StepStatus
 from django_openworkflow.store import get_backend
-from django_openworkflow.store.journal import CancelRequested
-from django_openworkflow.store.records import AttemptUpdate, ChildStart, LeaseLost, NewAttempt
+from django_openworkflow.store.records import AttemptUpdate, CancelRequested, ChildStart, LeaseLost, NewAttempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

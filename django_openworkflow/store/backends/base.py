@@ -5,9 +5,10 @@ from __future__ import annotations
 from ..messages import MessageOps
 from ..queue import QueueOps
 from ..runs import RunOps
+from ..waits import WaitOps
 
 
-class Backend(QueueOps, RunOps, MessageOps):
+class Backend(QueueOps, RunOps, WaitOps, MessageOps):
     """Every store operation for one database alias.
 
     The operations, by who calls them:
@@ -15,11 +16,12 @@ class Backend(QueueOps, RunOps, MessageOps):
     - workers and dispatchers (``queue.py``): :meth:`claim`, :meth:`claim_run`,
       :meth:`extend_leases`, :meth:`release`, :meth:`due_runs`,
       :meth:`due_children`, :meth:`run_state`;
-    - the engine, fenced on the worker holding the run (``journal.py``):
-      :meth:`load_history`, :meth:`record_step`, :meth:`park`,
+    - the engine, fenced on the worker holding the run (``journal.py``, on
+      ``fence.py``): :meth:`load_history`, :meth:`record_step`, :meth:`park`,
       :meth:`complete_run`, :meth:`fail_run`, :meth:`reschedule_run`,
-      :meth:`wait_for_delivery`, :meth:`expire_wait`, :meth:`atomic_step`,
-      :meth:`run_outcome`, :meth:`run_status`;
+      :meth:`run_outcome`, :meth:`run_status`; and waits and atomic steps
+      (``waits.py``): :meth:`wait_for_delivery`, :meth:`expire_wait`,
+      :meth:`atomic_step`;
     - the client, CLI and admin (``runs.py``, ``messages.py``):
       :meth:`insert_run`, :meth:`get_run`, :meth:`cancel_runs`,
       :meth:`wake_run`, :meth:`retry_failed_run`, :meth:`send_signal`,

@@ -4,7 +4,7 @@ Data-modifying CTEs let the fence (the conditional UPDATE of the run row),
 the attempt updates and the new attempt share one statement, hence one
 round trip and one implicit transaction. Every CTE after the fence is
 conditional on the fence having matched, so a worker that lost its lease
-still writes nothing. The portable path in ``journal.py`` and ``queue.py``
+still writes nothing. The portable path in ``fence.py`` and ``queue.py``
 does the same in several statements.
 
 The only module of the package that imports psycopg; it is imported only
