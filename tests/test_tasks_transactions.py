@@ -8,6 +8,8 @@ row is part of the transaction). Real databases, both aliases.
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.db import transaction
 
@@ -99,3 +101,12 @@ def test_an_enqueue_inside_a_transaction_on_the_workflow_alias_is_part_of_it(fn)
 def test_an_enqueue_outside_any_transaction_is_inserted_at_once(fn, enqueued):  # noqa: F811
     result = fn.add.enqueue(3, 4)
     assert str(task_runs().get().id) == result.id and enqueued == [result.id]
+
+
+@pytest.mark.django_db(databases=["default", "other"])  # the test's transaction, as a TestCase's
+def test_in_a_testcase_the_commit_callbacks_of_default_insert_the_run(fn, django_capture_on_commit_callbacks):  # noqa: F811
+    outside = fn.add.enqueue(5, 6)  # no transaction of the test's own: at once
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        inside = fn.add.enqueue(7, 8)
+        assert not task_runs().filter(id=inside.id).exists()
+    assert set(task_runs().values_list("id", flat=True)) == {uuid.UUID(outside.id), uuid.UUID(inside.id)}
