@@ -124,6 +124,7 @@ class WorkflowRunner:
         self.skip_sleeps = skip_sleeps
         self.timeout = timeout
         self.queues = _served(queues)  # None: every queue
+        self._chosen_queues = queues is not None  # else the worker's default: warn about the others
         self.worker_id = f"testing:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.slices: list[SliceResult] = []  # every slice this runner executed, in order
         self._runner: SliceRunner | None = None
@@ -158,9 +159,10 @@ class WorkflowRunner:
         before each slice); when nothing is left to execute and it is still
         false, :class:`DrainError` is raised. ``run_ids`` limits the drain to
         those runs and their child runs. ``queues`` (the runner's by
-        default) are the queues served; when runs on other queues are left
-        unfinished, a warning names those queues. Raises :class:`DrainError`
-        after ``timeout`` seconds or :data:`MAX_SLICES` slices.
+        default) are the queues served; when no one chose them and runs on
+        other queues are left unfinished, an :class:`UnservedQueueWarning`
+        names those queues. Raises :class:`DrainError` after ``timeout``
+        seconds or :data:`MAX_SLICES` slices.
         """
         served = self.queues if queues is None else _served(queues)
         skip = self.skip_sleeps if skip_sleeps is None else skip_sleeps
@@ -198,7 +200,7 @@ class WorkflowRunner:
                     break
         finally:
             stack.pop()
-        if served is not None:
+        if served is not None and queues is None and not self._chosen_queues:
             self._warn_unserved(scope, served)
         return done
 
