@@ -16,6 +16,7 @@
 #   make dist              the sdist and the wheel in dist/ (python -m build), checked by twine check
 #   make migrations-check  fail if models and migrations disagree
 #   make tox TOX_ARGS="-e py312-django60-sqlite"
+#   make test-upstream     Django's own tests/tasks against the Tasks backend (Django 6: UPSTREAM_PYTHON=...)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -38,7 +39,7 @@ require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
 # A database URL (on stdin) with any password replaced by ***, for printing.
 MASK_PASSWORD = sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|'
 
-.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db lint docs dist migrations-check tox clean distclean
+.PHONY: help venv .venv demo demo-admin messages screenshots test test-second-db test-upstream lint docs dist migrations-check tox clean distclean
 
 help:
 	@awk '/^#/ { sub(/^# ?/, ""); print; next } { exit }' Makefile
@@ -148,6 +149,22 @@ migrations-check: $(STAMP)
 
 tox: $(STAMP)
 	$(BIN)/tox $(TOX_ARGS)
+
+# Django's own tests/tasks against WorkflowBackend with a runworkflows worker
+# (tests/upstream/run_upstream_tasks.py): needs Django 6, for example
+# UPSTREAM_PYTHON=.tox/py312-django60-postgres/bin/python. SQLite, then
+# PostgreSQL when DATABASE_URL is set.
+UPSTREAM_PYTHON ?= $(BIN)/python
+test-upstream: $(STAMP)
+	@status=0; \
+	echo "==> Django's tests/tasks on SQLite"; \
+	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
+		$(UPSTREAM_PYTHON) tests/upstream/run_upstream_tasks.py || status=1; \
+	if [ -n "$$DATABASE_URL" ]; then \
+		echo "==> Django's tests/tasks on PostgreSQL"; \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB $(UPSTREAM_PYTHON) tests/upstream/run_upstream_tasks.py || status=1; \
+	fi; \
+	exit $$status
 
 clean:
 	rm -rf .tox build dist docs/_build .ruff_cache .mypy_cache .pytest_cache

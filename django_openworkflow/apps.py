@@ -49,16 +49,31 @@ def _enable_telemetry() -> None:
 
 
 def _tasks_backend_configured() -> bool:
-    """Whether ``settings.TASKS`` names our backend (read as text: nothing else is imported)."""
+    """Whether ``settings.TASKS`` names our backend, or a subclass of it defined elsewhere.
+
+    Our own paths are read as text. Another path is imported (Django imports
+    it anyway on first use); one that does not import is not ours to report.
+    """
+    import sys
+
     from django.conf import settings
+    from django.utils.module_loading import import_string
 
     backends = getattr(settings, "TASKS", None)
     if not isinstance(backends, dict):
         return False
-    return any(
-        isinstance(params, dict) and str(params.get("BACKEND", "")).startswith("django_openworkflow.tasks.")
-        for params in backends.values()
-    )
+    paths = [str(params.get("BACKEND", "")) for params in backends.values() if isinstance(params, dict)]
+    if any(path.startswith("django_openworkflow.tasks.") for path in paths):
+        return True
+    for path in paths:
+        try:
+            backend = import_string(path)
+        except Exception:  # not importable: the Tasks framework reports it when the backend is used
+            continue
+        ours = sys.modules.get("django_openworkflow.tasks")  # a subclass of WorkflowBackend imported it
+        if ours is not None and isinstance(backend, type) and issubclass(backend, ours.WorkflowBackend):
+            return True
+    return False
 
 
 class OpenWorkflowConfig(SimpleOpenWorkflowConfig):

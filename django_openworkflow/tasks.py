@@ -34,6 +34,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from . import hooks
+from .conf import owf_settings
 from .definitions.flow import QUEUE_NAME, check_queue
 from .definitions.registry import WorkflowSpec, registry, workflow
 from .definitions.retry import RetryPolicy
@@ -218,22 +219,64 @@ class WorkflowBackend(BaseTaskBackend):
             raise InvalidTask(str(exc)) from None
 
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any, Any]:
-        """Insert the task's run in the current transaction; the result is READY."""
+        """Insert the task's run in the current transaction; the result is READY.
+
+        A transaction the caller has open on another database than the
+        workflow tables' (``default``, when ``OPENWORKFLOW["DATABASE"]``
+        names an alias of their own) is waited for: the run is inserted when
+        it commits, and never if it rolls back.
+        """
+        from .client.runs import start_run_with_id
+        from .store.commits import after_callers_commits, callers_transactions
+
         self.validate_task(task)
         run_after = task.run_after
+        # normalize_json gives a list for a list, a dict for a dict.
+        task_args: list[Any] = normalize_json(list(args))  # type: ignore[assignment]
+        task_kwargs: dict[str, Any] = normalize_json(dict(kwargs))  # type: ignore[assignment]
         data = {
             "task": task.module_path,
-            "args": normalize_json(list(args)),
-            "kwargs": normalize_json(dict(kwargs)),
+            "args": task_args,
+            "kwargs": task_kwargs,
             "backend": self.alias,
             "run_after": None if run_after is None else run_after.isoformat(),
         }
-        handle = register_task_workflow().run(
-            data, available_at=run_after, queue=task.queue_name, priority=task.priority
+        spec = register_task_workflow()
+        start = functools.partial(
+            start_run_with_id,
+            workflow_name=TASK_WORKFLOW,
+            input=data,
+            version=spec.version,
+            available_at=run_after,
+            queue=task.queue_name,
+            priority=task.priority,
         )
-        result = self._result(handle.fetch(), task)
-        task_enqueued.send(type(self), task_result=result)
-        return result
+        workflow_alias = owf_settings.database
+        if not callers_transactions(exclude=[workflow_alias]):
+            result = self._result(start(None).fetch(), task)
+            task_enqueued.send(type(self), task_result=result)
+            return result
+        run_id = uuid.uuid4()
+
+        def insert() -> None:
+            enqueued = self._result(start(run_id).fetch(), task)
+            task_enqueued.send(type(self), task_result=enqueued)
+
+        after_callers_commits(insert, exclude=[workflow_alias])
+        return TaskResult(
+            task=task,
+            id=str(run_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=task_args,
+            kwargs=task_kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
 
     def get_result(self, result_id: str) -> TaskResult[Any, Any]:
         from .models import WorkflowRun

@@ -78,18 +78,16 @@ SKIPPED_WITH_A_WORKFLOW_DATABASE = {
     ),
     "tests/engine/test_waits.py::test_signal_in_a_rolled_back_transaction_is_never_sent": STARTS_COMMIT_ON_THEIR_OWN,
     "tests/client/test_event_starts.py::test_a_rolled_back_send_starts_nothing": STARTS_COMMIT_ON_THEIR_OWN,
-    "tests/test_tasks.py::test_enqueue_inside_a_rolled_back_transaction_leaves_nothing": (STARTS_COMMIT_ON_THEIR_OWN),
+    "tests/test_tasks.py::test_enqueue_inside_a_rolled_back_transaction_leaves_nothing": (
+        "the enqueue waits for the commit on 'default': its run is not there inside the transaction "
+        "(tests/test_tasks_transactions.py)"
+    ),
     "tests/dispatch/test_celery.py::test_message_is_sent_when_the_start_commits_and_not_on_rollback": (
         STARTS_COMMIT_ON_THEIR_OWN
     ),
-    "tests/testing/test_testing.py::test_eager_mode_executes_a_run_when_its_start_commits": STARTS_COMMIT_ON_THEIR_OWN,
     "tests/testing/test_testing.py::test_eager_mode_executes_nothing_when_the_start_rolls_back": (
         STARTS_COMMIT_ON_THEIR_OWN
     ),
-    "tests/testing/test_testing.py::test_eager_mode_in_the_test_transaction_needs_the_commit_callbacks": (
-        STARTS_COMMIT_ON_THEIR_OWN
-    ),
-    "tests/testing/test_testing.py::DrainInsideTestCase::test_eager_mode_in_a_testcase": STARTS_COMMIT_ON_THEIR_OWN,
     "tests/engine/test_atomic_steps.py::test_failed_atomic_step_rolls_its_writes_back": STARTS_COMMIT_ON_THEIR_OWN,
     "tests/engine/test_atomic_steps.py::test_killed_worker_inside_an_atomic_step_leaves_no_write": (
         STARTS_COMMIT_ON_THEIR_OWN

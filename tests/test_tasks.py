@@ -433,3 +433,18 @@ def test_a_returned_datetime_comes_back_as_a_string(fn, run_worker):
     result = fn.returns_a_datetime.enqueue()
     run_worker(until=finished(result))
     assert (result.status, result.return_value) == (TaskResultStatus.SUCCESSFUL, "2026-01-02T03:04:05Z")
+
+
+class ProjectBackend(WorkflowBackend):
+    """A project's own subclass, named in TASKS by its path."""
+
+
+def test_a_subclass_of_the_backend_in_tasks_registers_the_task_workflow_at_startup():
+    from django_openworkflow.apps import _tasks_backend_configured
+
+    with override_settings(TASKS={"default": {"BACKEND": "tests.test_tasks.ProjectBackend"}}):
+        assert _tasks_backend_configured()
+    with override_settings(TASKS={"default": {"BACKEND": "django.tasks.backends.dummy.DummyBackend"}}):
+        assert not _tasks_backend_configured()
+    with override_settings(TASKS={"default": {"BACKEND": "does.not.exist"}}):
+        assert not _tasks_backend_configured()

@@ -79,6 +79,42 @@ def start_run(
     debounced start returns the run it folded into (``created`` False).
     ``retention`` overrides how long the run is kept once finished.
     """
+    return start_run_with_id(
+        None,
+        workflow_name,
+        input,
+        version=version,
+        available_at=available_at,
+        deadline_at=deadline_at,
+        idempotency_key=idempotency_key,
+        queue=queue,
+        priority=priority,
+        concurrency_key=concurrency_key,
+        debounce_key=debounce_key,
+        retention=retention,
+    )
+
+
+def start_run_with_id(
+    run_id: uuid.UUID | None,
+    workflow_name: str,
+    input: Any = None,
+    *,
+    version: str | None = None,
+    available_at: datetime | Duration | None = None,
+    deadline_at: datetime | Duration | None = None,
+    idempotency_key: str | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    concurrency_key: str | None = None,
+    debounce_key: str | None = None,
+    retention: Duration | None = None,
+) -> RunHandle:
+    """:func:`start_run`, the new run's id chosen by the caller (a new one when ``None``).
+
+    For a start whose id must be known before its row is written (the Tasks
+    backend's enqueue that waits for the caller's commit).
+    """
     spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
     if spec is None:
         raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
@@ -88,6 +124,8 @@ def start_run(
     flow = spec.flow_fields(
         stored_input, queue=queue, priority=priority, concurrency_key=concurrency_key, retention=retention
     )
+    if run_id is not None:
+        flow["id"] = run_id
     debounce = spec.debounce_key_for(stored_input, debounce_key)
     if debounce is not None and (idempotency_key is not None or available_at is not None):
         raise InvalidArgument(

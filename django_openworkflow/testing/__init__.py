@@ -29,6 +29,10 @@ commit, and ``TestCase`` never commits, so wrap the code that starts runs in
 ``self.captureOnCommitCallbacks(execute=True)`` (pytest-django:
 ``django_capture_on_commit_callbacks(execute=True)``).
 
+**Queues.** A drain serves the ``default`` queue, as ``runworkflows``
+without ``--queue``, and warns about the runs it leaves on other queues;
+``queues=[...]`` names those it serves, ``queues="*"`` every queue.
+
 **Time.** The engine decides with the database clock, which the helpers do
 not fake. They move the runs instead: skipping a sleep or advancing time
 moves the run's due time (``available_at``), the open sleep's resume time,
@@ -47,14 +51,16 @@ import os
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..client.dispatcher import Dispatcher
 from ..definitions.flow import DEFAULT_QUEUE
 from ..durations import Duration, parse_duration
+from .overrides import override_openworkflow
 
 if TYPE_CHECKING:
     from ..engine.execute import SliceResult
@@ -63,15 +69,29 @@ if TYPE_CHECKING:
     from ..worker.runner import SliceRunner
 
 __all__ = [
+    "ALL_QUEUES",
     "DrainError",
     "EagerDispatcher",
+    "UnservedQueueWarning",
     "WorkflowRunner",
     "advance",
     "drain",
+    "override_openworkflow",
     "run_workflows",
 ]
 
 logger = logging.getLogger("django_openworkflow.testing")
+
+ALL_QUEUES = "*"
+"""``queues=ALL_QUEUES`` (``"*"``): a drain serves every queue."""
+
+Queues: TypeAlias = Sequence[str] | str | None
+"""A ``queues`` argument: queue names, ``"*"`` for every queue, or ``None`` for ``["default"]``."""
+
+
+class UnservedQueueWarning(UserWarning):
+    """A drain left unfinished runs on queues it does not serve (a worker without ``--queue`` for them would too)."""
+
 
 MAX_SLICES = 10_000
 """A drain that executes this many slices gives up: some run keeps coming due (a loop that never ends)."""
@@ -94,14 +114,17 @@ class WorkflowRunner:
     off before a retry, or are scheduled for later, at once. Waits for a
     signal, an event or a child run are not skipped: their timeouts pass
     only with :meth:`advance`, so a test can send the signal first.
-    ``queues`` limits the drain to those queues (default: every queue).
-    ``timeout`` (seconds, wall clock) bounds one drain.
+    ``queues`` are the queues a drain serves, as ``runworkflows --queue``
+    names them: by default ``["default"]``, as a worker started without
+    ``--queue``; ``"*"`` serves every queue. ``timeout`` (seconds, wall
+    clock) bounds one drain.
     """
 
-    def __init__(self, *, skip_sleeps: bool = True, timeout: float = 30.0, queues: Sequence[str] | None = None) -> None:
+    def __init__(self, *, skip_sleeps: bool = True, timeout: float = 30.0, queues: Queues = None) -> None:
         self.skip_sleeps = skip_sleeps
         self.timeout = timeout
-        self.queues = tuple(queues) if queues is not None else None
+        self.queues = _served(queues)  # None: every queue
+        self._chosen_queues = queues is not None  # else the worker's default: warn about the others
         self.worker_id = f"testing:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.slices: list[SliceResult] = []  # every slice this runner executed, in order
         self._runner: SliceRunner | None = None
@@ -124,6 +147,7 @@ class WorkflowRunner:
         skip_sleeps: bool | None = None,
         timeout: float | None = None,
         run_ids: Iterable[Any] | None = None,
+        queues: Queues = None,
     ) -> list[SliceResult]:
         """Execute every due run, one slice at a time on this thread, until nothing is due; returns the slices.
 
@@ -134,9 +158,13 @@ class WorkflowRunner:
         limit. ``until`` stops the drain as soon as it returns true (checked
         before each slice); when nothing is left to execute and it is still
         false, :class:`DrainError` is raised. ``run_ids`` limits the drain to
-        those runs and their child runs. Raises :class:`DrainError` after
-        ``timeout`` seconds or :data:`MAX_SLICES` slices.
+        those runs and their child runs. ``queues`` (the runner's by
+        default) are the queues served; when no one chose them and runs on
+        other queues are left unfinished, an :class:`UnservedQueueWarning`
+        names those queues. Raises :class:`DrainError` after ``timeout``
+        seconds or :data:`MAX_SLICES` slices.
         """
+        served = self.queues if queues is None else _served(queues)
         skip = self.skip_sleeps if skip_sleeps is None else skip_sleeps
         limit = self.timeout if timeout is None else timeout
         scope = None if run_ids is None else {_as_uuid(run_id) for run_id in run_ids}
@@ -159,11 +187,11 @@ class WorkflowRunner:
                             f"{MAX_SLICES} slices executed and runs are still due (a loop that never ends?): "
                             f"{self._describe(scope)}"
                         )
-                    claimed = self._claim_one(scope)
+                    claimed = self._claim_one(scope, served)
                     if claimed is not None:
                         done.append(self._execute(claimed))
                         continue
-                    if skip and self._skip_timers(scope, skipped):
+                    if skip and self._skip_timers(scope, skipped, served):
                         continue
                     if until is not None:
                         raise DrainError(
@@ -172,7 +200,26 @@ class WorkflowRunner:
                     break
         finally:
             stack.pop()
+        if served is not None and queues is None and not self._chosen_queues:
+            self._warn_unserved(scope, served)
         return done
+
+    def _warn_unserved(self, scope: set[uuid.UUID] | None, served: tuple[str, ...]) -> None:
+        """Warn about unfinished runs on queues this drain did not serve: a test would pass, a worker never run them."""
+        from ..models import WorkflowRun
+
+        runs = WorkflowRun.objects.claimable().exclude(queue__in=served)
+        if scope is not None:
+            runs = runs.filter(id__in=self._tree(scope))
+        left = sorted(set(runs.values_list("queue", flat=True)))
+        if left:
+            warnings.warn(
+                f"drain() served the queues {list(served)} and left unfinished runs on {left}, as a "
+                f"runworkflows worker without --queue for them would: pass queues=[...] naming them, "
+                f"or queues='*' for every queue",
+                UnservedQueueWarning,
+                stacklevel=3,
+            )
 
     def _execute(self, claimed: ClaimedRun) -> SliceResult:
         from ..worker.runner import SliceRunner
@@ -183,7 +230,7 @@ class WorkflowRunner:
         self.slices.append(result)
         return result
 
-    def _claim_one(self, scope: set[uuid.UUID] | None) -> ClaimedRun | None:
+    def _claim_one(self, scope: set[uuid.UUID] | None, served: tuple[str, ...] | None) -> ClaimedRun | None:
         """Claim the next due run (of ``scope`` and its children, if given), in the workers' order."""
         from ..conf import owf_settings
         from ..models import WorkflowRun
@@ -191,7 +238,7 @@ class WorkflowRunner:
         store = self.store
         lease = owf_settings.lease
         if scope is None:
-            queues = self.queues
+            queues = served
             if queues is None:
                 queues = tuple(
                     WorkflowRun.objects.claimable().order_by().values_list("queue", flat=True).distinct()
@@ -200,8 +247,8 @@ class WorkflowRunner:
             return claimed[0] if claimed else None
         tree = self._tree(scope)
         due = WorkflowRun.objects.due(store.now()).filter(id__in=tree)
-        if self.queues is not None:
-            due = due.filter(queue__in=self.queues)
+        if served is not None:
+            due = due.filter(queue__in=served)
         for run_id in due.order_by("-priority", "available_at").values_list("id", flat=True):
             one = store.claim_run(run_id, self.worker_id, lease)
             if one is not None:
@@ -235,7 +282,9 @@ class WorkflowRunner:
 
     # -- time travel --
 
-    def _skip_timers(self, scope: set[uuid.UUID] | None, skipped: set[uuid.UUID]) -> int:
+    def _skip_timers(
+        self, scope: set[uuid.UUID] | None, skipped: set[uuid.UUID], served: tuple[str, ...] | None
+    ) -> int:
         """Make runs that sleep, back off or are scheduled due now, as if their time had passed; how many."""
         from django.db import transaction
 
@@ -259,8 +308,8 @@ class WorkflowRunner:
             runs = runs.exclude(id__in=skipped, status=RunStatus.PENDING)
             if scope is not None:
                 runs = runs.filter(id__in=self._tree(scope))
-            if self.queues is not None:
-                runs = runs.filter(queue__in=self.queues)
+            if served is not None:
+                runs = runs.filter(queue__in=served)
             rows = list(runs.select_for_update().values_list("id", "available_at"))
             skipped.update(run_id for run_id, _ in rows)
             for run_id, available_at in rows:
@@ -331,6 +380,17 @@ def _always() -> bool:
     return True
 
 
+def _served(queues: Queues) -> tuple[str, ...] | None:
+    """The queues a drain serves (``None``: every queue), from a ``queues`` argument."""
+    if queues is None:
+        return (DEFAULT_QUEUE,)  # as runworkflows without --queue
+    if queues == ALL_QUEUES:
+        return None
+    if isinstance(queues, str):
+        raise TypeError(f"queues must be a list of queue names or {ALL_QUEUES!r}, got the string {queues!r}")
+    return tuple(queues)
+
+
 def _as_uuid(run_id: Any) -> uuid.UUID:
     run_id = getattr(run_id, "id", run_id)  # a RunHandle or a WorkflowRun
     return run_id if isinstance(run_id, uuid.UUID) else uuid.UUID(str(run_id))
@@ -344,10 +404,14 @@ def drain(
     skip_sleeps: bool = True,
     until: Callable[[], bool] | None = None,
     timeout: float = 30.0,
-    queues: Sequence[str] | None = None,
+    queues: Queues = None,
     run_ids: Iterable[Any] | None = None,
 ) -> list[SliceResult]:
-    """Execute every due workflow run on this thread until nothing is due (see :meth:`WorkflowRunner.drain`)."""
+    """Execute the due runs of ``queues`` on this thread until nothing is due (see :meth:`WorkflowRunner.drain`).
+
+    ``queues`` defaults to ``["default"]``, what ``runworkflows`` serves
+    without ``--queue``; ``queues="*"`` serves every queue.
+    """
     runner = WorkflowRunner(skip_sleeps=skip_sleeps, timeout=timeout, queues=queues)
     return runner.drain(until=until, run_ids=run_ids)
 
@@ -363,7 +427,7 @@ def run_workflows(
     skip_sleeps: bool = True,
     until: Callable[[], bool] | None = None,
     timeout: float = 30.0,
-    queues: Sequence[str] | None = None,
+    queues: Queues = None,
 ) -> Iterator[WorkflowRunner]:
     """Drain when the block ends without an exception: the runs started in it are executed by then.
 
@@ -397,11 +461,30 @@ class EagerDispatcher(Dispatcher):
     """
 
     def run_started(self, run_id: Any, queue: str = DEFAULT_QUEUE) -> None:
-        from django.db import transaction
+        from ..store.commits import after_callers_commits
 
-        from ..conf import owf_settings
+        # The start's own transaction, and the caller's on every other alias (its writes on
+        # "default" when the workflow tables are elsewhere): the run executes once all commit.
+        after_callers_commits(lambda: _after_the_test_transaction(run_id))
 
-        transaction.on_commit(lambda: execute_eagerly(run_id), using=owf_settings.database)
+
+def _after_the_test_transaction(run_id: Any) -> None:
+    """Execute the run now, or, inside a ``TestCase``'s transaction, when ``captureOnCommitCallbacks`` says.
+
+    That transaction never commits, so the run waits for it as ``on_commit``
+    callbacks do: on ``default`` if it is in one (what
+    ``captureOnCommitCallbacks()`` watches unless told ``using=``), else on
+    the workflow alias.
+    """
+    from django.db import DEFAULT_DB_ALIAS, connections, transaction
+
+    from ..conf import owf_settings
+
+    for alias in dict.fromkeys([DEFAULT_DB_ALIAS, owf_settings.database]):
+        if connections[alias].in_atomic_block:
+            transaction.on_commit(lambda: execute_eagerly(run_id), using=alias)
+            return
+    execute_eagerly(run_id)
 
 
 def execute_eagerly(run_id: Any) -> list[SliceResult]:
@@ -413,4 +496,4 @@ def execute_eagerly(run_id: Any) -> list[SliceResult]:
         if scope is not None:
             scope.add(_as_uuid(run_id))
         return []
-    return WorkflowRunner().drain(run_ids=[run_id])
+    return WorkflowRunner(queues=ALL_QUEUES).drain(run_ids=[run_id])  # eager: whatever its queue
