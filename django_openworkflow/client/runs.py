@@ -24,7 +24,6 @@ from ..errors import (
     OperationRefused,
     ResultTimeout,
     RunNotFound,
-    UnknownWorkflowError,
     WorkflowCanceled,
     WorkflowFailed,
 )
@@ -79,9 +78,7 @@ def start_run(
     debounced start returns the run it folded into (``created`` False).
     ``retention`` overrides how long the run is kept once finished.
     """
-    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
-    if spec is None:
-        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    spec = registry.find(workflow_name, version)
     version = spec.version
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}", "input")
@@ -140,9 +137,7 @@ def start_runs(
     debounced workflow's starts fold together, which is ``run()``'s job:
     it is refused here.
     """
-    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
-    if spec is None:
-        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    spec = registry.find(workflow_name, version)
     if spec.debounce is not None:
         raise InvalidArgument(
             f"workflow {workflow_name!r} debounces its starts, which fold into one run: start them with run()",
