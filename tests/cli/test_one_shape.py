@@ -88,8 +88,9 @@ def test_rerun_is_refused_for_a_version_this_process_does_not_have() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["three-step"], "no workflow named 'three-step' is registered; did you mean 'three-steps'?"),
-        (["Versioned"], "no workflow named 'Versioned' is registered; did you mean 'versioned'?"),
+        # The closest first; other tests' workflows may follow it.
+        (["three-step"], "no workflow named 'three-step' is registered; did you mean 'three-steps'"),
+        (["Versioned"], "no workflow named 'Versioned' is registered; did you mean 'versioned'"),
         (
             ["versioned", "--version", "v9"],
             "no workflow 'versioned' with version 'v9' is registered; its versions: 'v1', 'v2'",
@@ -109,11 +110,9 @@ def test_the_api_names_the_workflow_it_does_not_know(admin_client: Any) -> None:
     body = json.dumps({"workflow": "three-step"})
     response = admin_client.post(f"{API}/runs", body, content_type="application/json")
     assert response.status_code == 404
-    assert response.json()["error"] == {
-        "code": "unknown_workflow",
-        "message": "no workflow named 'three-step' is registered; did you mean 'three-steps'?",
-        "field": "workflow",
-    }
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("unknown_workflow", "workflow")
+    assert error["message"].startswith("no workflow named 'three-step' is registered; did you mean 'three-steps'")
     assert WorkflowRun.objects.count() == 0
 
 
