@@ -143,11 +143,11 @@ def test_the_readme_quickstart_works_in_a_fresh_project(project: tuple[Path, dic
     manage(path, env, "runworkflows", "--burst", "-v", "0")
 
     shown = json.loads(manage(path, env, "workflows", "show", run_id, "--json"))
-    assert shown["run"]["workflow"] == "onboard-user", shown
-    steps = {step["step"]: step["status"] for step in shown["journal"]}
+    assert shown["workflow"] == "onboard-user", shown
+    steps = {step["step"]: step["status"] for step in shown["steps"]}
     # The account is made; the run waits out its day, holding no worker.
     assert steps == {"create-account": "completed", "tips-delay": "running"}, shown
-    assert shown["run"]["status"] == "parked", shown
+    assert shown["status"] == "parked", shown
     users = manage(
         path, env, "shell", "-v", "0", "-c", "from django.contrib.auth.models import User; print(User.objects.count())"
     )

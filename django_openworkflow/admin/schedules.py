@@ -4,6 +4,11 @@ Schedules are declared in code (``@workflow(schedule=...)``) and the
 workers write their rows, so nothing here adds, deletes or edits a cron
 expression, time zone, input or policy: the admin only pauses and resumes.
 
+The pages are read-only: the list is titled "Schedules", a schedule's page
+has no Save button, every time is written one way (``2026-11-26 09:00:00
+CET``, in the schedule's own time zone), and a schedule that is not paused
+reads "active" rather than a red cross.
+
 A paused schedule starts no run. Resuming starts at the first tick after
 the resume, whatever the schedule's ``missed`` policy: ticks that passed
 during a pause were skipped on purpose, unlike ticks missed because every
@@ -12,16 +17,17 @@ worker was down.
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 from zoneinfo import ZoneInfo
 
 from django.contrib import admin
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.utils.functional import lazy
-from django.utils.html import format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -30,6 +36,7 @@ from ..store import get_backend
 from ..worker.schedules import declared_schedules, next_ticks, ticks_after
 
 FIRE_TIMES_SHOWN = 3
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
 _next_fire_times_title = lazy(lambda: gettext("Next %(count)d fire times") % {"count": FIRE_TIMES_SHOWN}, str)
 
 
@@ -37,16 +44,58 @@ _next_fire_times_title = lazy(lambda: gettext("Next %(count)d fire times") % {"c
 class ScheduleAdmin(admin.ModelAdmin):
     """Every schedule, with its next fire times; pause and resume are the only changes."""
 
-    list_display = ("name", "cron", "timezone", "paused", "in_code", "last_tick_at", "next_fire_times", "missed")
-    list_filter = ("paused",)
+    list_display = ("name", "cron_text", "zone", "state", "in_code", "last_tick", "next_fire_times", "missed")
     search_fields = ("name",)
     actions = ("pause", "resume")
-    readonly_fields = (
-        "name", "cron", "timezone", "missed", "input", "paused", "last_tick_at", "next_tick_at", "next_fire_times",
-        "created_at", "updated_at",
+    fields = readonly_fields = (
+        "name", "cron_text", "timezone", "missed", "input", "state", "in_code", "last_tick", "next_tick",
+        "next_fire_times", "created", "updated",
     )  # fmt: skip
 
-    # -- columns -----------------------------------------------------------------
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
+
+    # -- columns: every time in TIME_FORMAT, in the schedule's own time zone --------
+
+    @staticmethod
+    def _time(row: Schedule, value: datetime | None) -> SafeString | str:
+        if value is None:
+            return "-"
+        return format_html(
+            '<span class="owf-nowrap">{}</span>', f"{value.astimezone(ZoneInfo(row.timezone)):{TIME_FORMAT}}"
+        )
+
+    @admin.display(description=_("Cron"), ordering="cron")
+    def cron_text(self, row: Schedule) -> SafeString:
+        return format_html('<code class="owf-nowrap">{}</code>', row.cron)
+
+    @admin.display(description=_("time zone"), ordering="timezone")
+    def zone(self, row: Schedule) -> SafeString:
+        """The zone's name, which may break after its slashes (America/Argentina/Buenos_Aires is long)."""
+        parts = row.timezone.split("/")
+        return format_html_join(mark_safe("/<wbr>"), "{}", ((part,) for part in parts))
+
+    @admin.display(description=_("State"), ordering="paused")
+    def state(self, row: Schedule) -> SafeString | str:
+        if row.paused:
+            return format_html('<span class="owf-badge owf-status-parked">{}</span>', gettext("paused"))
+        return gettext("active")
+
+    @admin.display(description=_("Last tick"), ordering="last_tick_at")
+    def last_tick(self, row: Schedule) -> SafeString | str:
+        return self._time(row, row.last_tick_at)
+
+    @admin.display(description=_("Next tick"), ordering="next_tick_at")
+    def next_tick(self, row: Schedule) -> SafeString | str:
+        return self._time(row, row.next_tick_at)
+
+    @admin.display(description=_("Created"))
+    def created(self, row: Schedule) -> SafeString | str:
+        return self._time(row, row.created_at)
+
+    @admin.display(description=_("Updated"))
+    def updated(self, row: Schedule) -> SafeString | str:
+        return self._time(row, row.updated_at)
 
     @admin.display(description=_next_fire_times_title())
     def next_fire_times(self, row: Schedule) -> SafeString | str:
@@ -57,7 +106,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             return gettext("cannot compute: %(error)s") % {"error": exc}
         zone = ZoneInfo(row.timezone)
         return format_html_join(
-            "", "<div>{}</div>", ((f"{tick.astimezone(zone):%Y-%m-%d %H:%M:%S %Z}",) for tick in ticks)
+            "", '<div class="owf-nowrap">{}</div>', ((f"{tick.astimezone(zone):{TIME_FORMAT}}",) for tick in ticks)
         )
 
     @admin.display(description=_("In code"), boolean=True)
@@ -69,6 +118,14 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """The list's pause and resume need it; a schedule's own page has nothing to save, so it is a view page."""
+        return obj is None and super().has_change_permission(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Django's title, "Select schedule to change", offers to change what is read-only here.
+        return super().changelist_view(request, {"title": gettext("Schedules"), **(extra_context or {})})
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -1,9 +1,11 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, signal, count and prune runs from a terminal.
+"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs from a terminal.
 
 The management command only builds the parser (:func:`add_arguments`) and
 calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
 JSON with ``--json``; every error is a ``CommandError`` with one clear line,
-which Django turns into a non-zero exit. What comes from data (names, keys,
+which Django turns into a non-zero exit. A run in JSON has one shape, the
+HTTP API's (:func:`~.client.listing.run_json`): ``list`` prints a list of
+them, the other subcommands one. What comes from data (names, keys,
 payloads, error messages) is printed with its control characters escaped
 (:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -25,6 +27,7 @@ from ..client.runs import RunHandle, send_signal, start_run
 from ..definitions.flow import DEFAULT_QUEUE, QUEUE_NAME
 from ..definitions.payload import check_text
 from ..definitions.retention import expires_at
+from ..durations import parse_duration
 from ..errors import (
     InvalidArgument,
     OpenWorkflowError,
@@ -60,6 +63,7 @@ from ..formatting import (
 from ..models import RunStatus, WorkflowRun
 from ..store import queries
 from .prune import add_prune_parser, prune_command
+from .stats import add_stats_parser, stats_command
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 
@@ -75,9 +79,18 @@ def _positive_int(value: str) -> int:
 
 
 def _seconds(value: str) -> float:
-    number = float(value)
+    """A duration as the other options write it (``30s``, ``2m``, ``1h30m``); a bare number is seconds."""
+    try:
+        number = float(value)
+    except ValueError:
+        try:
+            return parse_duration(value).total_seconds()
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} (write it as 30s, 2m or 1h30m)") from None
     if not math.isfinite(number) or number < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite, non-negative number of seconds, got {value}")
+        raise argparse.ArgumentTypeError(
+            f"must be a finite, non-negative number of seconds or a duration (30s), got {value}"
+        )
     return number
 
 
@@ -113,7 +126,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--idempotency-key", default=None, metavar="KEY", help="start at most one run with this key")
     start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
     start.add_argument(
-        "--timeout", type=_seconds, default=None, metavar="SECONDS", help="with --wait: give up after this long"
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="DURATION",
+        help="with --wait: give up after this long, e.g. 30s or 2m (a bare number is seconds)",
     )
 
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a pending or running run")
@@ -127,6 +144,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="send a failed run back to pending; completed steps keep their outputs",
     )
 
+    rerun = sub.add_parser(
+        "rerun", parents=[common], help="start a new run of a run's workflow and version with the same input"
+    )
+    rerun.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first 8 or more characters")
+
     signal = sub.add_parser(
         "signal", parents=[common], help="send a signal to a run (buffered if it does not wait yet)"
     )
@@ -135,13 +157,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
     signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
-    stats = sub.add_parser("stats", parents=[common], help="run counts by workflow and status")
-    stats.add_argument(
-        "--by-queue",
-        action="store_true",
-        help="unfinished runs by queue instead: due now, scheduled, blocked on concurrency, running, parked",
-    )
-
+    add_stats_parser(sub, common)
     add_prune_parser(sub, common)
 
 
@@ -274,8 +290,8 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     attempts = queries.journal(run.id)
     journal = numbered(attempts)
-    if options["json"]:
-        _print_json(out, {"run": run_json(run), "journal": [attempt_json(a, n) for a, n in journal]})
+    if options["json"]:  # the API's run, with its steps as GET /runs/<id>/steps gives them
+        _print_json(out, {**run_json(run), "steps": [attempt_json(a, n) for a, n in journal]})
         return
     now = timezone.now()
     hint = wake_hint(run, now) or executing_hint(run, attempts, now)
@@ -353,16 +369,9 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     except (OpenWorkflowError, ValueError, OverflowError) as exc:
         raise _error(exc) from None
     run = handle.fetch()
-    result: dict[str, Any] = {
-        "id": str(run.id),
-        "workflow": run.workflow_name,
-        "version": run.version,
-        "created": handle.created,
-    }
     if not options["wait"]:
-        result["status"] = run.status
-        if options["json"]:
-            _print_json(out, result)
+        if options["json"]:  # the API's run, and whether this start created it, as POST /runs says
+            _print_json(out, {**run_json(run), "created": handle.created})
         elif not handle.created:
             out.write(printable(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}."))
         else:
@@ -372,7 +381,7 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
         return
     output = _wait(handle, options["timeout"])
     if options["json"]:
-        _print_json(out, {**result, "status": RunStatus.COMPLETED, "output": output})
+        _print_json(out, {**run_json(handle.fetch()), "created": handle.created})
     else:
         out.write(printable(f"Run {run.id} of {run.workflow_name} completed. Output:"))
         out.write(json_text(output, indent=2))
@@ -396,7 +405,7 @@ def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     _apply(operations.cancel, run)
     if options["json"]:
-        _print_json(out, {"id": str(run.id), "status": RunStatus.CANCELED})
+        _print_json(out, run_json(_refetch(run)))
     else:
         out.write(f"Canceled run {run.id}.")
 
@@ -406,14 +415,44 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     if options["from_failed_step"]:
         _apply(operations.retry_from_failed_step, run)
-        message, status = f"Run {run.id} is pending again; it resumes at its failed step.", str(RunStatus.PENDING)
+        message = f"Run {run.id} is pending again; it resumes at its failed step."
+    elif run.status == RunStatus.FAILED:
+        raise CommandError(
+            f"run {run.id} has failed, and retry alone only wakes a parked run: resume it at its failed step with"
+            f" `workflows retry --from-failed-step {run.id}`, or start it again from the start with"
+            f" `workflows rerun {run.id}`"
+        )
     else:
         _apply(operations.retry_now, run)
-        message, status = f"Run {run.id} is due now.", queries.display_status(run.status, run.worker_id)
+        message = f"Run {run.id} is due now."
     if options["json"]:
-        _print_json(out, {"id": str(run.id), "status": status})
+        _print_json(out, run_json(_refetch(run)))
     else:
         out.write(message)
+
+
+def rerun_command(options: dict[str, Any], out: OutputWrapper) -> None:
+    """``workflows rerun RUN_ID``: a new run of the same workflow, version and input (the run itself stays)."""
+    run = resolve_run(options["run_id"])
+    try:
+        new_id = operations.rerun(run.id)
+    except OperationRefused as exc:
+        raise CommandError(printable(str(exc))) from None
+    except RunNotFound:  # deleted between the lookup and the rerun
+        raise CommandError(f"no workflow run with id {run.id}") from None
+    new = _refetch(run, new_id)
+    if options["json"]:
+        _print_json(out, run_json(new))
+    else:
+        out.write(printable(f"Started run {new.id} of {new.workflow_name}, a re-run of run {run.id}."))
+
+
+def _refetch(run: WorkflowRun, run_id: Any = None) -> WorkflowRun:
+    """The run as it is now (or the run ``run_id``), after an operation; CommandError if it was deleted meanwhile."""
+    found = queries.runs().filter(id=run_id or run.id).first()
+    if found is None:
+        raise CommandError(f"no workflow run with id {run_id or run.id}")
+    return found
 
 
 def _apply(operation: Callable[[Any], Any], run: WorkflowRun) -> None:
@@ -445,60 +484,13 @@ def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
         out.write(f"Signal {name!r} buffered for run {run.id}: the first wait for it will take it.")
 
 
-def stats_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows stats``: how many runs of each workflow are in each status; ``--by-queue``: of each queue."""
-    if options.get("by_queue"):
-        _queue_stats(options, out)
-        return
-    rows = queries.stats_by_workflow()
-    named = [(r.workflow_name, r.counts, r.total) for r in rows]
-    _count_table(options, out, "workflow", queries.DISPLAY_STATUSES, named, "No runs.")
-
-
-def _queue_stats(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows stats --by-queue``: each queue's unfinished runs, by what they wait for."""
-    rows = queries.stats_by_queue(timezone.now())
-    named = [(r.queue, r.counts, r.total) for r in rows]
-    if _count_table(options, out, "queue", queries.QUEUE_COLUMNS, named, "No unfinished runs."):
-        out.write("")
-        out.write(
-            "due: claimable now; scheduled: pending, due later; blocked: waiting for a concurrency place;"
-            " running: held by a worker; parked: sleeping, waiting or backing off."
-        )
-
-
-def _count_table(
-    options: dict[str, Any],
-    out: OutputWrapper,
-    label: str,
-    columns: Sequence[str],
-    rows: list[tuple[str, dict[str, int], int]],
-    empty: str,
-) -> bool:
-    """Counts per name (a workflow, a queue) as JSON or as a table with an "(all)" row; True if a table."""
-    if options["json"]:
-        _print_json(out, [{label: name, **counts, "total": total} for name, counts, total in rows])
-        return False
-    if not rows:
-        out.write(empty)
-        return False
-    totals = [sum(counts[c] for _, counts, _ in rows) for c in columns]
-    out.write(
-        format_table(
-            (label, *columns, "total"),
-            [(name, *(counts[c] for c in columns), total) for name, counts, total in rows]
-            + [("(all)", *totals, sum(totals))],
-        )
-    )
-    return True
-
-
 SUBCOMMANDS: dict[str, Handler] = {
     "list": list_command,
     "show": show_command,
     "start": start_command,
     "cancel": cancel_command,
     "retry": retry_command,
+    "rerun": rerun_command,
     "signal": signal_command,
     "stats": stats_command,
     "prune": prune_command,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -47,10 +48,12 @@ class StepRecord:
     ``status`` is ``running``, ``completed`` or ``failed``; ``attempt`` counts
     the attempts at that step from 1; ``output`` the
     step's recorded return value, ``error`` its recorded error, if any.
+    ``step`` is the step's durable key (``charge``, ``send:1``), as the HTTP
+    API and ``workflows show --json`` name it; ``name`` is its deprecated alias.
     """
 
     id: int
-    name: str
+    step: str
     kind: str
     status: str
     attempt: int
@@ -60,6 +63,12 @@ class StepRecord:
     started_at: datetime | None
     finished_at: datetime | None
     child_run_id: uuid.UUID | None
+
+    @property
+    def name(self) -> str:
+        """Deprecated alias of :attr:`step` (the key's name in the HTTP API and the CLI's JSON)."""
+        warnings.warn("StepRecord.name is deprecated; use StepRecord.step", DeprecationWarning, stacklevel=2)
+        return self.step
 
 
 def list_runs(
@@ -172,7 +181,7 @@ def run_steps(run_id: uuid.UUID) -> list[StepRecord]:
     return [
         StepRecord(
             id=attempt.id,
-            name=attempt.step_name,
+            step=attempt.step_name,
             kind=attempt.kind,
             status=attempt.status,
             attempt=number,

@@ -24,7 +24,6 @@ from ..errors import (
     OperationRefused,
     ResultTimeout,
     RunNotFound,
-    UnknownWorkflowError,
     WorkflowCanceled,
     WorkflowFailed,
 )
@@ -115,9 +114,7 @@ def start_run_with_id(
     For a start whose id must be known before its row is written (the Tasks
     backend's enqueue that waits for the caller's commit).
     """
-    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
-    if spec is None:
-        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    spec = registry.find(workflow_name, version)
     version = spec.version
     _check_key(idempotency_key)
     stored_input = to_json_value(input, f"input of workflow {workflow_name!r}", "input")
@@ -178,9 +175,7 @@ def start_runs(
     debounced workflow's starts fold together, which is ``run()``'s job:
     it is refused here.
     """
-    spec = registry.latest(workflow_name) if version is None else registry.get(workflow_name, version)
-    if spec is None:
-        raise UnknownWorkflowError(f"no workflow {workflow_name!r} with version {version!r} is registered")
+    spec = registry.find(workflow_name, version)
     if spec.debounce is not None:
         raise InvalidArgument(
             f"workflow {workflow_name!r} debounces its starts, which fold into one run: start them with run()",

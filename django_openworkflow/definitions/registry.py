@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 import threading
@@ -268,8 +269,30 @@ class WorkflowRegistry:
         """The highest registered version of ``name`` (natural sort: v2 < v10)."""
         candidates = [spec for (n, _), spec in self._registry.items() if n == name]
         if not candidates:
-            raise UnknownWorkflowError(f"no workflow named {name!r} is registered")
+            raise UnknownWorkflowError(f"no workflow named {name!r} is registered{self.suggest(name)}")
         return max(candidates, key=lambda spec: _version_sort_key(spec.version))
+
+    def find(self, name: str, version: str | None) -> WorkflowSpec:
+        """The workflow to start: ``version`` of ``name``, or its highest; UnknownWorkflowError saying what exists."""
+        if version is None:
+            return self.latest(name)
+        spec = self.get(name, version)
+        if spec is None:
+            versions = sorted((v for n, v in list(self._registry) if n == name), key=_version_sort_key)
+            known = f"; its versions: {', '.join(map(repr, versions))}" if versions else self.suggest(name)
+            raise UnknownWorkflowError(f"no workflow {name!r} with version {version!r} is registered{known}")
+        return spec
+
+    def suggest(self, name: str) -> str:
+        """``; did you mean 'x'?`` for a name close to a registered one, else ``; registered: ...``; or empty."""
+        names = sorted({n for n, _ in list(self._registry)})
+        close = difflib.get_close_matches(name, names, n=3)
+        if close:
+            return f"; did you mean {' or '.join(map(repr, close))}?"
+        if names:
+            shown = ", ".join(map(repr, names[:10])) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+            return f"; registered: {shown}"
+        return "; none is registered (is the app that defines it in INSTALLED_APPS?)"
 
     def subscribed_to(self, event_type: str) -> list[WorkflowSpec]:
         """The workflows an event of ``event_type`` may start: the highest version of each name, if it subscribes.

@@ -8,8 +8,9 @@ top level) on every database, so a search finds the same runs everywhere:
 - an array contains each element of the pattern in some element of its own
   (``{"tags": ["vip"]}`` finds ``{"tags": ["new", "vip"]}``, while
   ``{"tags": "vip"}`` does not: a string is not an array);
-- scalars are equal and of one JSON type: numbers by value (``1`` finds
-  ``1.0``), strings case- and accent-sensitively, ``true`` is not ``1``.
+- scalars are equal and of one JSON type: numbers by value and exactly
+  (``1`` finds ``1.0``; 2**53 does not find 2**53 + 1), strings case- and
+  accent-sensitively, ``true`` is not ``1``.
 
 A pattern compiles to one boolean SQL expression over the input column:
 a type test and a value test per leaf, and an ``EXISTS`` over the array's

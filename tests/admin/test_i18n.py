@@ -36,7 +36,9 @@ DASHBOARD_URL = reverse("admin:django_openworkflow_workflowrun_dashboard")
 CATALOG = Path(django_openworkflow.__file__).parent / "locale" / "fr" / "LC_MESSAGES"
 
 # Words French writes as English does: not a sign of a missing translation.
-SHARED_WORDS = {"workflow", "workflows", "journal", "version", "signal", "minute", "cron", "json", "null", "django"}
+SHARED_WORDS = {
+    "workflow", "workflows", "journal", "version", "signal", "minute", "cron", "json", "null", "django", "active",
+}  # fmt: skip
 # Markup whose text is data, shown as stored (names, keys, payloads, times).
 DATA_TAGS = {"code", "pre", "time", "script", "style"}
 # The data the pages below show outside such markup (with every registered workflow's name and queue

@@ -75,3 +75,31 @@ def schedule_zone(row: ScheduleRow) -> Any:
     from zoneinfo import ZoneInfo
 
     return ZoneInfo(row.timezone)
+
+
+@pytest.mark.django_db
+def test_the_schedules_pages_read_as_read_only(admin_client):
+    now = get_backend().now()
+    ScheduleRow.objects.create(
+        name="every", cron="*/1 * * * *", timezone="Europe/Paris", last_tick_at=now, next_tick_at=now, paused=False
+    )
+    stopped = ScheduleRow.objects.create(name="stopped", cron="0 3 * * *", timezone="UTC", paused=True)
+    html = admin_client.get(LIST_URL).content.decode()
+    assert "<title>Schedules |" in html and "<h1>Schedules</h1>" in html
+    assert "Select schedule to change" not in html
+    # The cron expression is one unwrapped token; "not paused" reads as words, not a red cross.
+    assert '<code class="owf-nowrap">*/1 * * * *</code>' in html and "Europe/<wbr>Paris" in html
+    assert '<td class="field-state">active</td>' in html
+    assert '<span class="owf-badge owf-status-parked">paused</span>' in html
+    assert html.count('src="/static/admin/img/icon-no.svg"') == 2  # "In code" only: neither is declared
+    # One date format: the last tick as the next fire times, in the schedule's zone.
+    paris = now.astimezone(schedule_zone(ScheduleRow.objects.get(name="every")))
+    assert f'<td class="field-last_tick"><span class="owf-nowrap">{paris:%Y-%m-%d %H:%M:%S %Z}</span></td>' in html
+    assert '<td class="field-last_tick">-</td>' in html
+
+    url = reverse("admin:django_openworkflow_schedule_change", args=[stopped.pk])
+    page = admin_client.get(url).content.decode()
+    assert "<h1>View schedule</h1>" in page and 'name="_save"' not in page and "_continue" not in page
+    assert f"{stopped.created_at.astimezone(schedule_zone(stopped)):%Y-%m-%d %H:%M:%S %Z}" in page
+    assert admin_client.post(url, {"name": "x"}).status_code == 403
+    assert ScheduleRow.objects.get(pk=stopped.pk).name == "stopped"

@@ -154,9 +154,9 @@ def test_show_json() -> None:
     run = some_runs()["completed"]
     StepAttempt.objects.create(workflow_run=run, step_name="one", kind="run", status="completed", output={"n": 2})
     data = as_json("show", str(run.id))
-    assert data["run"]["id"] == str(run.id) and data["run"]["output"] == {"result": 21}
-    assert data["run"]["input"] == {"start": 2}
-    assert [(a["step"], a["attempt"], a["output"]) for a in data["journal"]] == [("one", 1, {"n": 2})]
+    assert data["id"] == str(run.id) and data["output"] == {"result": 21}
+    assert data["input"] == {"start": 2}
+    assert [(a["step"], a["attempt"], a["output"]) for a in data["steps"]] == [("one", 1, {"n": 2})]
 
 
 @pytest.mark.django_db
@@ -250,7 +250,8 @@ def test_start_wait_gives_up_after_the_timeout() -> None:
 def test_cancel() -> None:
     runs = some_runs()
     assert workflows("cancel", str(runs["pending"].id)).strip() == f"Canceled run {runs['pending'].id}."
-    assert as_json("cancel", str(runs["parked"].id)) == {"id": str(runs["parked"].id), "status": "canceled"}
+    data = as_json("cancel", str(runs["parked"].id))
+    assert data["id"] == str(runs["parked"].id) and data["status"] == "canceled"
     assert WorkflowRun.objects.filter(status="canceled").count() == 2
     with pytest.raises(CommandError, match=r"cannot cancel run .*: it has already finished \(completed\)"):
         workflows("cancel", str(runs["completed"].id))
@@ -271,18 +272,22 @@ def test_retry_wakes_a_parked_run() -> None:
 @pytest.mark.django_db
 def test_retry_of_a_failed_run_points_to_the_flag() -> None:
     run = some_runs()["failed"]
-    with pytest.raises(
-        CommandError,
-        match=r"cannot retry now run .*: it has finished \(failed\); retry it from the failed step or re-run it",
-    ):
+    with pytest.raises(CommandError) as raised:
         workflows("retry", str(run.id))
+    assert str(raised.value) == (
+        f"run {run.id} has failed, and retry alone only wakes a parked run: resume it at its failed step with"
+        f" `workflows retry --from-failed-step {run.id}`, or start it again from the start with"
+        f" `workflows rerun {run.id}`"
+    )
+    run.refresh_from_db()
+    assert run.status == "failed"
 
 
 @pytest.mark.django_db
 def test_retry_from_failed_step() -> None:
     runs = some_runs()
     data = as_json("retry", str(runs["failed"].id), "--from-failed-step")
-    assert data == {"id": str(runs["failed"].id), "status": "pending"}
+    assert data["id"] == str(runs["failed"].id) and data["status"] == "pending"
     runs["failed"].refresh_from_db()
     assert runs["failed"].status == "pending" and runs["failed"].error is None
     with pytest.raises(
@@ -298,7 +303,7 @@ def test_retry_from_failed_step_runs_the_step_again(run_worker: Any) -> None:
     assert handle.status() == "failed"
     workflows("retry", str(handle.id), "--from-failed-step")
     run_worker()
-    attempts = as_json("show", str(handle.id))["journal"]
+    attempts = as_json("show", str(handle.id))["steps"]
     assert [(a["step"], a["attempt"], a["status"]) for a in attempts] == [("boom", 1, "failed"), ("boom", 2, "failed")]
 
 
@@ -506,8 +511,8 @@ def test_json_output_escapes_control_characters_and_reads_back() -> None:
         text = workflows(*args, "--json")
         _no_controls(text.replace("\n", ""))
     data = as_json("show", str(run.id))
-    assert data["run"]["idempotency_key"] == f"key{CONTROLS}" and data["run"]["input"] == run.input
-    assert data["journal"][1]["output"] == f"out{CONTROLS}"
+    assert data["idempotency_key"] == f"key{CONTROLS}" and data["input"] == run.input
+    assert data["steps"][1]["output"] == f"out{CONTROLS}"
 
 
 @pytest.mark.django_db
@@ -541,8 +546,8 @@ def test_rows_holding_lone_surrogates_and_nul_are_shown_escaped() -> None:
     raw = workflows("show", str(run.id), "--json")
     raw.encode()
     data = json.loads(raw)  # the escapes read back as the stored values
-    assert data["run"]["input"] == {"\ud800": "\udfff", "nul": "a\x00b"}
-    assert data["run"]["error"]["message"] == "m\x00\ud800" and data["journal"][0]["output"] == {"x": "\udcff"}
+    assert data["input"] == {"\ud800": "\udfff", "nul": "a\x00b"}
+    assert data["error"]["message"] == "m\x00\ud800" and data["steps"][0]["output"] == {"x": "\udcff"}
     workflows("list").encode()
     workflows("list", "--json").encode()
 
@@ -664,7 +669,7 @@ def test_show_of_a_blocked_run_says_what_it_waits_for() -> None:
     assert "9999-01-01" not in text and "available at" not in text
     assert "queue            payments" in text
     assert "concurrency      charge/42: at most 2 at once (parked runs give their place up)" in text
-    data = as_json("show", str(run.id))["run"]
+    data = as_json("show", str(run.id))
     assert data["available_at"] is None and data["blocked_at"] is not None
 
 
@@ -681,7 +686,7 @@ def test_show_prints_the_queue_priority_and_limits() -> None:
     assert "debounce key" not in text
     debounced = make_run(debounce_key="digest/7")
     assert "debounce key     digest/7" in workflows("show", str(debounced.id))
-    data = as_json("show", str(handle.id))["run"]
+    data = as_json("show", str(handle.id))
     assert (data["queue"], data["priority"], data["rate_limit"], data["rate_period"]) == ("payments", 5, 100, 60.0)
     assert data["concurrency_counts_parked"] is True
 

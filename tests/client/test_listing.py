@@ -155,7 +155,7 @@ def test_a_handles_steps_are_its_journal_in_order(run_worker: Any) -> None:
     assert handle.steps() == []
     run_worker(until=lambda: handle.status() == "completed")
     steps = handle.steps()
-    assert [(step.name, step.kind, step.status) for step in steps] == [
+    assert [(step.step, step.kind, step.status) for step in steps] == [
         ("one", "run", "completed"),
         ("two", "run", "completed"),
         ("three", "run", "completed"),

@@ -349,7 +349,7 @@ def test_the_show_command_says_when_a_run_expires():
     assert "never" in out.getvalue()
     out = io.StringIO()
     call_command("workflows", "show", str(run.id), "--json", stdout=out)
-    shown = json.loads(out.getvalue())["run"]
+    shown = json.loads(out.getvalue())
     assert shown["retention_seconds"] == 30 * 86400 and shown["expires_at"].startswith(
         (run.finished_at + 30 * DAY).date().isoformat()
     )

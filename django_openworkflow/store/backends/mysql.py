@@ -71,7 +71,29 @@ class MySQLCompiler(ContainmentCompiler):
         return sql, params
 
     def number_equals(self, doc: str, path: str, value: float) -> tuple[str, list[Any]]:
-        return f"CAST(JSON_VALUE({doc}, %s) AS DOUBLE) = %s", [path, float(value)]
+        """Equal by value, exactly: ``1`` is ``1.0``, but 2**53 + 1 is not 2**53.
+
+        A number's text decides how it is compared, not ``JSON_TYPE`` (MariaDB
+        calls ``1e+16`` an INTEGER): digits alone are an integer, compared as
+        ``DECIMAL(65, 0)``, exact; any other text (``.``, an exponent) is a
+        double, as Python wrote it, compared as a double with the pattern's
+        own double, when the pattern has one exactly. A cast to DOUBLE alone
+        would round both sides and find 2**53 + 1 when asked for 2**53.
+        """
+        text = f"JSON_VALUE({doc}, %s)"
+        integral = value.is_integer() if isinstance(value, float) else True
+        as_int = int(value) if integral and abs(value) < 10**64 else None
+        as_double = float(value) if isinstance(value, float) or float(value) == value else None
+        tests: list[str] = []
+        params: list[Any] = []
+        digits = "'^-?[0-9]+$'"
+        if as_int is not None:
+            tests.append(f"({text} REGEXP {digits} AND CAST({text} AS DECIMAL(65, 0)) = CAST(%s AS DECIMAL(65, 0)))")
+            params += [path, path, str(as_int)]
+        if as_double is not None:
+            tests.append(f"({text} NOT REGEXP {digits} AND CAST({text} AS DOUBLE) = %s)")
+            params += [path, path, as_double]
+        return " OR ".join(tests), params
 
     def string_equals(self, doc: str, path: str, value: str) -> tuple[str, list[Any]]:
         # The column's collation may ignore case and accents; JSON containment does not.
