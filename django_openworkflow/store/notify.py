@@ -87,12 +87,13 @@ class _RunWaiters:
 
     ``_events``, ``_asked`` and ``_listener`` are shared by every thread that
     waits for a result and by the listener's thread (through :meth:`_dispatch`);
-    they are read and written only under ``_lock``.
+    they are read and written only under ``_lock``. The events themselves are
+    ``threading.Event``, safe to set and wait on from any thread.
 
     Where the database notifies only on request (PostgreSQL, migration 0009),
-    each run waited for is asked for once (``_asked``: run id -> True) and the
-    request is withdrawn when nobody in the process waits for it any more. The events themselves are
-    ``threading.Event``, safe to set and wait on from any thread.
+    each run waited for is asked for once (``_asked``: the run ids asked for)
+    and the request is withdrawn when nobody in the process waits for it any
+    more.
     """
 
     def __init__(self) -> None:
