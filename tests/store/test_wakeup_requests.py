@@ -163,36 +163,3 @@ def test_an_idle_worker_asks_and_withdraws_when_it_stops() -> None:
         worker.stop()
         thread.join(30)
     assert requests() == []
-
-
-def test_a_done_request_waits_for_a_finish_that_looked_before_it(listening: Listening) -> None:
-    # A finish whose trigger ran before the request existed sent nothing; the request must
-    # then wait for that finish to commit, so that the waiter's next read sees it.
-    handle = three_steps.run()
-    finishing = _connect()
-    finishing.autocommit = False
-    finishing.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the trigger looks now, before the request
-    finishing.execute("UPDATE openworkflow_run SET status = 'completed' WHERE id = %s", (handle.id,))
-    seen: list[str] = []
-
-    def waiter() -> None:
-        get_backend().want_wakeups(listening, DONE_CHANNEL, str(handle.id), True)
-        seen.append(handle.fetch().status)
-        connections.close_all()
-
-    thread = threading.Thread(target=waiter)
-    thread.start()
-    try:
-        wait_until(lambda: _lock_waits() > 0, timeout=15)  # the request waits for the finish
-    finally:
-        finishing.commit()
-        finishing.close()
-    thread.join(15)
-    assert seen == ["completed"]
-    assert listening.received() == []  # the finish notified nobody: the read is what tells
-
-
-def _lock_waits() -> int:
-    with connections[owf_settings.database].cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
-        return int(cursor.fetchone()[0])

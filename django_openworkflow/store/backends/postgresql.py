@@ -29,7 +29,7 @@ from django.db.models import Field, Model
 from ...definitions.flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
-from ..notify import DONE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
+from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
@@ -249,12 +249,6 @@ class PostgreSQLBackend(Backend):
                     "INSERT INTO openworkflow_wakeup (channel, key, pid) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
                     [channel, channel, key, pid],
                 )
-                if channel == DONE_CHANNEL:
-                    # A finish whose trigger looked before this request was committed may
-                    # still be committing (its WAL flush): it holds the run's row until
-                    # then, so waiting for a share lock on the row waits for it, and the
-                    # caller's next read sees the run finished. Released at once (autocommit).
-                    cursor.execute(f"SELECT 1 FROM {_q(WorkflowRun._meta.db_table)} WHERE id = %s FOR SHARE", [key])
             else:
                 cursor.execute(
                     "DELETE FROM openworkflow_wakeup WHERE channel = %s AND key = %s AND pid = %s",
