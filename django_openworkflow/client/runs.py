@@ -238,7 +238,7 @@ class RunHandle:
         finished: threading.Event | None = None
         may_listen = True
         pause = 0.005
-        wait_slice = 0.05
+        wait_slice = 0.01
         left: float | None = None
         try:
             while True:

@@ -29,7 +29,7 @@ from django.db.models import Field, Model
 from ...definitions.flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
-from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
+from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
@@ -242,12 +242,19 @@ class PostgreSQLBackend(Backend):
         if pid is None or self.connection.in_atomic_block:
             return None
         with self.connection.cursor() as cursor:
-            if on:
+            if on and channel == DUE_CHANNEL:
+                # A worker's request (rare: when it turns idle) also drops every request
+                # whose connection is gone; result()'s, one per wait, stays one insert.
                 cursor.execute(
-                    "WITH gone AS (DELETE FROM openworkflow_wakeup WHERE channel = %s AND pid <> ALL("
+                    "WITH gone AS (DELETE FROM openworkflow_wakeup WHERE pid <> ALL("
                     "SELECT pid FROM pg_stat_activity)) "
                     "INSERT INTO openworkflow_wakeup (channel, key, pid) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-                    [channel, channel, key, pid],
+                    [channel, key, pid],
+                )
+            elif on:
+                cursor.execute(
+                    "INSERT INTO openworkflow_wakeup (channel, key, pid) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    [channel, key, pid],
                 )
             else:
                 cursor.execute(
