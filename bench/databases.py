@@ -8,6 +8,7 @@ filler's SQL and ``ANALYZE``. The phases ask a :class:`BenchDB`, never ``--db``.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -115,6 +116,14 @@ class BenchDB:
     def settle(self, apps: tuple[str, ...]) -> None:
         """Wait until the sessions of these application names have flushed their statistics."""
 
+    def wait_sampler(self) -> WaitSampler | None:
+        """A started thread sampling the sessions' wait events until stopped (None: not measured here)."""
+        return None
+
+    def run_table_counters(self) -> dict | None:
+        """The run table's cumulative update counters and dead tuples (None: not measured on this database)."""
+        return None
+
     def commit_figures(  # type: ignore[no-untyped-def]
         self, m0: dict | None, m1: dict | None, polls: int, counted: int, done: int, steps_done: int
     ):
@@ -127,6 +136,40 @@ class BenchDB:
 
     def close(self, keep: bool) -> None:
         pass
+
+
+class WaitSampler(threading.Thread):
+    """Samples pg_stat_activity every 10 ms: active sessions of the bench database, and those on Lock:object.
+
+    Lock:object is where a committing NOTIFY waits: PostgreSQL serialises the commits of
+    notifying transactions on one server-wide lock held through the WAL flush. ``active``
+    and ``lock_object`` are written by this thread only and read after :meth:`finish`.
+    """
+
+    def __init__(self, connect, dbname: str) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(name="bench-waits", daemon=True)
+        self.connect, self.dbname = connect, dbname
+        self.active = self.lock_object = self.samples = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        with self.connect() as conn:
+            while not self._halt.is_set():
+                row = conn.execute(
+                    "select count(*), count(*) filter (where wait_event_type = 'Lock' and wait_event = 'object') "
+                    "from pg_stat_activity where datname = %s and state = 'active' and pid <> pg_backend_pid()",
+                    (self.dbname,),
+                ).fetchone()
+                self.active += int(row[0])
+                self.lock_object += int(row[1])
+                self.samples += 1
+                self._halt.wait(0.01)
+
+    def finish(self) -> float:
+        """Stop; the share of active sessions that waited on Lock:object, in % (NaN: none active)."""
+        self._halt.set()
+        self.join(5)
+        return 100.0 * self.lock_object / self.active if self.active else NAN
 
 
 class PostgresDB(BenchDB):
@@ -246,6 +289,21 @@ class PostgresDB(BenchDB):
                 return
             time.sleep(0.05)
         self.note(f"backends of {apps} still present after {timeout}s; commit counts may be slightly off")
+
+    def wait_sampler(self) -> WaitSampler | None:
+        sampler = WaitSampler(lambda: self._connect("postgres", MONITOR_APP + "-waits"), self.settings_db["NAME"])
+        sampler.start()
+        return sampler
+
+    def run_table_counters(self) -> dict | None:
+        with self.raw() as conn:
+            row = conn.execute(
+                "select n_tup_upd, n_tup_hot_upd, n_dead_tup, n_live_tup from pg_stat_user_tables "
+                "where relname = 'openworkflow_run'"
+            ).fetchone()
+        return (
+            None if row is None else dict(zip(("upd", "hot_upd", "dead_tup", "live_tup"), map(int, row), strict=True))
+        )
 
     def commit_figures(self, m0, m1, polls, counted, done, steps_done):  # type: ignore[no-untyped-def]
         wal = self.stats_conn.execute(

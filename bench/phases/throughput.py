@@ -94,8 +94,11 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
             time.time(),
         )
 
+    t0 = bench.dbh.run_table_counters()
     mon = bench.raw()  # opened before the window: with --no-cap the server may run out of connections
+    waits = None
     if mode == "live":
+        waits = bench.dbh.wait_sampler()
         c0, m0, w0, _ = begin()
         procs.go(producer)
         prod = procs.producer_result(producer, bench.timeout)
@@ -104,6 +107,7 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
         prod = procs.producer_result(producer, bench.timeout)
         bench.dbh.settle((PRODUCER_APP,))
         c0, m0, _, _ = begin()
+        waits = bench.dbh.wait_sampler()
         worker, ready = procs.spawn_worker(conc_eff, label, wcount, queues)
         w0 = NAN
         give_up = time.monotonic() + 60
@@ -141,6 +145,7 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
         time.sleep(0.02)
     c1 = cpu_sample()
     w1 = proc_cpu_s(worker.pid)
+    lock_object_pct = waits.finish() if waits is not None else None
     if done + failed < n:
         bench.note(f"{label}: timed out after {bench.timeout:.0f}s with {done}/{n} completed")
         bench.ok = False
@@ -151,6 +156,7 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
     bench.dbh.settle((WORKER_APP, PRODUCER_APP, MONITOR_APP))
     m1 = bench.dbh.mark()
 
+    t1 = bench.dbh.run_table_counters()
     mon = bench.raw()
     ((maxfin, minstart),) = bench.q(
         mon, "select max(finished_at), min(started_at) from openworkflow_run where status = 'completed'"
@@ -187,6 +193,14 @@ def measure(bench: Bench, label: str, workflow: str, steps: int, n: int, conc: i
         # prefill: the producer's start transactions are outside the window (as in the server counters)
         counted = read_commits(wcount) + (read_commits(pcount) if mode == "live" else 0)
         res.update(bench.dbh.commit_figures(m0, m1, polls, counted, done, steps_done))
+    if t0 is not None and t1 is not None:
+        upd = t1["upd"] - t0["upd"]
+        res["run_updates"] = upd
+        res["hot_pct"] = 100.0 * (t1["hot_upd"] - t0["hot_upd"]) / upd if upd else NAN
+        res["dead_tup"] = t1["dead_tup"]
+        res["dead_pct"] = 100.0 * t1["dead_tup"] / max(1, t1["dead_tup"] + t1["live_tup"])
+    if lock_object_pct is not None:
+        res["lock_object_pct"] = lock_object_pct
     res["ok"] = done == n and failed == 0 and steps_done >= steps * n
     if not res["ok"]:
         bench.ok = False
@@ -213,6 +227,13 @@ def print_figures(bench: Bench, r: dict) -> None:
     for key, figure, unit in bench.dbh.commit_lines:
         if key in r:
             bench.emit(f"commits.{t}.{figure}", r[key], unit, 2)
+    if "lock_object_pct" in r:
+        bench.emit(f"pgstat.{t}.lock_object_pct", r["lock_object_pct"], "% of active sessions waiting on Lock:object")
+    if "run_updates" in r:
+        bench.emit(f"pgstat.{t}.run_updates", r["run_updates"], "UPDATEs of openworkflow_run rows", 0)
+        bench.emit(f"pgstat.{t}.hot_pct", r["hot_pct"], "% of them HOT (n_tup_hot_upd / n_tup_upd)", 1)
+        bench.emit(f"pgstat.{t}.dead_tup", r["dead_tup"], "dead tuples in openworkflow_run at the end", 0)
+        bench.emit(f"pgstat.{t}.dead_pct", r["dead_pct"], "% of its tuples dead", 1)
     if not r["ok"]:
         bench.note(
             f"{t}: NOT OK: completed={r['completed']}/{r['n']} failed={r['failed']} steps_done={r['steps_done']}"

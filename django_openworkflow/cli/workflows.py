@@ -62,6 +62,7 @@ from ..formatting import (
 )
 from ..models import RunStatus, WorkflowRun
 from ..store import queries
+from .input_index import add_input_index_parser, input_index_command
 from .prune import add_prune_parser, prune_command
 from .stats import add_stats_parser, stats_command
 
@@ -159,6 +160,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_stats_parser(sub, common)
     add_prune_parser(sub, common)
+    add_input_index_parser(sub, common)
 
 
 def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
@@ -494,4 +496,5 @@ SUBCOMMANDS: dict[str, Handler] = {
     "signal": signal_command,
     "stats": stats_command,
     "prune": prune_command,
+    "input-index": input_index_command,
 }

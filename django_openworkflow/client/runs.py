@@ -271,6 +271,7 @@ class RunHandle:
         finished: threading.Event | None = None
         may_listen = True
         pause = 0.005
+        wait_slice = 0.01
         left: float | None = None
         try:
             while True:
@@ -306,7 +307,10 @@ class RunHandle:
                     # already woke it for this run: poll from here on.
                     finished = None
                 if finished is not None:
-                    finished.wait(1.0 if left is None else min(left, 1.0))
+                    # Short slices first: a finish that was committing while this waiter
+                    # asked to be told (PostgreSQL) notified nobody; it shows on a re-read.
+                    finished.wait(wait_slice if left is None else min(left, wait_slice))
+                    wait_slice = min(wait_slice * 2, 1.0)
                 else:
                     time.sleep(pause if left is None else min(pause, left))
                     pause = min(pause * 2, 0.25)

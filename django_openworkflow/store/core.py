@@ -181,6 +181,29 @@ class BackendCore:
         """A thread that calls ``on_notify`` for each notification, or None where the database has none."""
         return None
 
+    def want_wakeups(self, listener: Listener, channel: str, key: str, on: bool) -> bool | None:
+        """Ask for notifications on ``channel`` (``on``) or stop asking.
+
+        True: done. False: this database needs no asking. None: the request
+        could not be made now (inside a transaction, where nobody would see
+        it before the commit): poll.
+
+        Where notifying costs every committing writer (PostgreSQL: one
+        server-wide lock), the database notifies only those who asked:
+        ``key`` is a run id on the done channel (one waiter's run), anything
+        unique per listener on the due channel. ``listener`` must be
+        listening already; the request is dropped when its connection ends.
+        Elsewhere this does nothing.
+        """
+        return False
+
+    def input_index(self, action: str) -> str | None:
+        """Create, drop or describe (``"create"``, ``"drop"``, ``"status"``) the index of searches by input.
+
+        Returns what the index is now, or None where the database has no such index.
+        """
+        return None
+
     # -- settings --
 
     def check(self) -> list[checks.CheckMessage]:

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any, Protocol
 
+logger = logging.getLogger("django_openworkflow.notify")
+
 DUE_CHANNEL = "openworkflow_due"
 """A run became claimable (inserted, woken, retried)."""
 DONE_CHANNEL = "openworkflow_done"
@@ -83,16 +85,22 @@ class Listener(Protocol):
 class _RunWaiters:
     """One process-wide listener on ``openworkflow_done`` for ``handle.result()``.
 
-    ``_events`` and ``_listener`` are shared by every thread that waits for a
-    result and by the listener's thread (through :meth:`_dispatch`); both are
-    read and written only under ``_lock``. The events themselves are
+    ``_events``, ``_asked`` and ``_listener`` are shared by every thread that
+    waits for a result and by the listener's thread (through :meth:`_dispatch`);
+    they are read and written only under ``_lock``. The events themselves are
     ``threading.Event``, safe to set and wait on from any thread.
+
+    Where the database notifies only on request (PostgreSQL, migration 0009),
+    each run waited for is asked for once (``_asked``: the run ids asked for)
+    and the request is withdrawn when nobody in the process waits for it any
+    more.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._events: dict[str, list[threading.Event]] = {}
         self._listener: Listener | None = None
+        self._asked: set[str] = set()
 
     def _dispatch(self, channel: str, payload: str) -> None:
         with self._lock:
@@ -111,6 +119,8 @@ class _RunWaiters:
         Starts the listener if it is not running, and waits up to
         ``connect_timeout`` seconds for it to listen.
         """
+        from django.db import DatabaseError
+
         from . import get_backend
 
         with self._lock:
@@ -123,9 +133,24 @@ class _RunWaiters:
             listener = self._listener
             event = threading.Event()
             self._events.setdefault(run_id, []).append(event)
-        # Listen before the caller reads the run's status, or a finish between
-        # the read and the LISTEN would be missed until the next poll.
+        # Listen (and ask) before the caller reads the run's status, or a finish
+        # between the read and the LISTEN would be missed until the next poll.
         listener.connected.wait(connect_timeout)
+        with self._lock:
+            ask = run_id not in self._asked
+            if ask:
+                self._asked.add(run_id)
+        if ask:
+            try:
+                asked = get_backend().want_wakeups(listener, DONE_CHANNEL, run_id, True)
+            except DatabaseError:
+                logger.warning("could not ask to be told when run %s finishes; polling", run_id, exc_info=True)
+                asked = None
+            if asked is None:  # nobody would tell this waiter: it polls
+                with self._lock:
+                    self._asked.discard(run_id)
+                self.unregister(run_id, event)
+                return None
         return event
 
     def is_registered(self, run_id: str, event: threading.Event) -> bool:
@@ -150,6 +175,7 @@ class _RunWaiters:
             listener, self._listener = self._listener, None
             events = [event for waiting in self._events.values() for event in waiting]
             self._events.clear()
+            self._asked.clear()  # the listener's connection ends: its requests go with it
         for event in events:
             event.set()
         if listener is not None:
@@ -158,13 +184,30 @@ class _RunWaiters:
                 listener.join(5)
 
     def unregister(self, run_id: str, event: threading.Event) -> None:
-        """Forget ``event`` (the waiter has its result, or gave up)."""
+        """Forget ``event`` (the waiter has its result, or gave up); withdraw requests nobody needs now."""
         with self._lock:
             events = self._events.get(run_id, [])
             if event in events:
                 events.remove(event)
             if not events:
                 self._events.pop(run_id, None)
+            withdrawn = [asked for asked in self._asked if asked not in self._events]
+            self._asked.difference_update(withdrawn)
+            listener = self._listener
+        if not withdrawn or listener is None:
+            return
+        from django.db import DatabaseError
+
+        from . import get_backend
+
+        backend = get_backend()
+        for asked in withdrawn:
+            try:
+                backend.want_wakeups(listener, DONE_CHANNEL, asked, False)
+            except DatabaseError:
+                # Left behind, the request costs only notifications nobody reads; the
+                # next request drops it once the listener's connection is gone.
+                logger.warning("could not withdraw the wake-up request for run %s", asked, exc_info=True)
 
 
 run_waiters = _RunWaiters()

@@ -33,7 +33,7 @@ from ..conf import owf_settings
 from ..definitions.flow import DEFAULT_QUEUE, check_queue
 from ..durations import Duration, parse_duration
 from ..store import get_backend
-from ..store.notify import DUE_CHANNEL
+from ..store.notify import DUE_CHANNEL, Listener
 from ..store.records import ClaimedRun
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 
@@ -90,6 +90,8 @@ class Worker:
         self.leases = LeaseKeeper(self.store, self.worker_id, self.lease)
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._due_listener: Listener | None = None  # set by run(), before the claim loop starts
+        self._asked_pid: int | None = None  # see _ask_for_wakeups; the claim loop's thread only
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
         self._supervisor: threading.Thread | None = None  # the main thread's only
@@ -141,7 +143,7 @@ class Worker:
         # Where the database notifies (PostgreSQL), a committed start, wake-up or
         # retry wakes the claim loop at once instead of at the next poll.
         # Polling stays as the safety net.
-        listener = self.store.listener([DUE_CHANNEL], lambda channel, payload: self._wake.set())
+        listener = self._due_listener = self.store.listener([DUE_CHANNEL], lambda channel, payload: self._wake.set())
         if listener is not None:
             listener.start()
             # LISTEN before the first claim, so nothing committed in between is missed.
@@ -155,6 +157,7 @@ class Worker:
             if self.pruner is not None:
                 self.pruner.stop()
             if listener is not None:
+                self._ask_for_wakeups(False)
                 listener.stop()
                 listener.join(5)
             self._drain()
@@ -220,6 +223,7 @@ class Worker:
             with self._lock:
                 free = self.concurrency - len(self._in_flight)
             if free <= 0:
+                self._ask_for_wakeups(False)  # a notification could not be acted on: spare the writers
                 self._wake.wait(poll)
                 continue
             # Burst mode stops when a claim finds nothing and no slot was busy BEFORE it: a slot
@@ -243,10 +247,39 @@ class Worker:
             for item in claimed:
                 self._slots.put(item)
             if len(claimed) == free:
+                self._ask_for_wakeups(False)  # there is more work: the next claim comes at once anyway
                 continue
             if self.burst and not claimed and idle:
                 return
+            if self._ask_for_wakeups(True):
+                # Asked just now: a run committed before the request took effect notified
+                # nobody, so look once more before waiting.
+                continue
             self._wake.wait(poll)
+
+    def _ask_for_wakeups(self, on: bool) -> bool:
+        """Ask the database to notify new due runs (``on``: idle slots wait) or to stop; True if it asked now.
+
+        On PostgreSQL every notifying commit takes one server-wide lock: a
+        worker asks only while it waits with free slots. ``_asked_pid`` (the
+        listener connection the request names, confined to the claim loop's
+        thread) avoids writing the same request twice; a reconnected listener
+        has a new pid, so the request is made again.
+        """
+        listener = self._due_listener
+        pid = getattr(listener, "backend_pid", None) if listener is not None else None
+        want = pid if on else None
+        if listener is None or want == self._asked_pid:
+            return False
+        try:
+            if self.store.want_wakeups(listener, DUE_CHANNEL, self.worker_id, on) is False:
+                return False  # this database notifies without being asked
+        except DatabaseError as exc:
+            # Not fatal: the worker still polls. Not retried until the next change of mind.
+            logger.warning("could not %s wake-ups (%s); polling meanwhile", "ask for" if on else "stop", exc)
+            recycle_connections()
+        self._asked_pid = want
+        return on
 
     # -- slots --
 

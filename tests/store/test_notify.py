@@ -260,9 +260,12 @@ def test_a_listener_logs_a_failing_callback_and_carries_on(caplog):
         assert "the owner's callback failed" in caplog.text
         assert listener.connected.wait(10)
         seen = len(calls)
+        # PostgreSQL notifies those who asked (SQLite's listener needs no asking).
+        get_backend().want_wakeups(listener, DUE_CHANNEL, "test-listener", True)
         three_steps.run()  # a commit: PostgreSQL notifies, SQLite's listener sees it
         wait_until(lambda: len(calls) > seen, timeout=15)
     finally:
+        get_backend().want_wakeups(listener, DUE_CHANNEL, "test-listener", False)
         listener.stop()
         listener.join(10)
     assert not listener.is_alive()

@@ -29,7 +29,7 @@ from django.db.models import Field, Model
 from ...definitions.flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
 from ...states import CLAIMABLE_STATUSES, RunStatus
-from ..notify import RECONNECT_BACKOFF, wait_to_reconnect
+from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
@@ -234,6 +234,63 @@ class PostgreSQLBackend(Backend):
     def listener(self, channels: Iterable[str], on_notify: Callable[[str, str], None]) -> PostgresListener:
         return PostgresListener(channels, on_notify, self.alias)
 
+    def want_wakeups(self, listener: Any, channel: str, key: str, on: bool) -> bool | None:
+        # openworkflow_wakeup (migration 0009) is what the notify trigger reads. A row
+        # carries the listener connection's backend pid: a row whose connection is gone
+        # only costs notifications nobody reads, and is dropped by the next request.
+        pid = getattr(listener, "backend_pid", None)
+        if pid is None or self.connection.in_atomic_block:
+            return None
+        with self.connection.cursor() as cursor:
+            if on and channel == DUE_CHANNEL:
+                # A worker's request (rare: when it turns idle) also drops every request
+                # whose connection is gone; result()'s, one per wait, stays one insert.
+                cursor.execute(
+                    "WITH gone AS (DELETE FROM openworkflow_wakeup WHERE pid <> ALL("
+                    "SELECT pid FROM pg_stat_activity)) "
+                    "INSERT INTO openworkflow_wakeup (channel, key, pid) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    [channel, key, pid],
+                )
+            elif on:
+                cursor.execute(
+                    "INSERT INTO openworkflow_wakeup (channel, key, pid) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    [channel, key, pid],
+                )
+            else:
+                cursor.execute(
+                    "DELETE FROM openworkflow_wakeup WHERE channel = %s AND key = %s AND pid = %s",
+                    [channel, key, pid],
+                )
+        return True
+
+    def input_index(self, action: str) -> str | None:
+        # Built and dropped CONCURRENTLY: the run table stays writable meanwhile. That
+        # cannot run inside a transaction, hence autocommit's own connection state.
+        name = INPUT_INDEX_NAME
+        if action != "status":
+            if not self.connection.get_autocommit():
+                raise ValueError("the input index is built or dropped outside a transaction (autocommit)")
+            with self.connection.cursor() as cursor:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}" if action == "drop" else INPUT_INDEX_SQL)
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT x.indisvalid, pg_relation_size(x.indexrelid) FROM pg_index x "
+                "JOIN pg_class i ON i.oid = x.indexrelid WHERE i.relname = %s",
+                [name],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            return "absent"
+        return (
+            f"present, {row[1] // 1024} KiB" if row[0] else "invalid (an interrupted build: drop it, create it again)"
+        )
+
+
+INPUT_INDEX_NAME = "owf_run_input_gin"
+INPUT_INDEX_SQL = (
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INPUT_INDEX_NAME} ON openworkflow_run USING gin (input jsonb_path_ops)"
+)
+
 
 @functools.cache
 def _claim_sql(one_queue: bool) -> str:
@@ -384,6 +441,9 @@ class PostgresListener(threading.Thread):
         self.on_notify = on_notify
         self.using = using
         self.connected = threading.Event()
+        # The LISTEN connection's backend pid while connected (else None): set on this
+        # thread, read by others (one attribute, replaced whole); want_wakeups names it.
+        self.backend_pid: int | None = None
         self._stop_event = threading.Event()
         self._connected_at = 0.0  # confined to the thread once started
 
@@ -413,6 +473,7 @@ class PostgresListener(threading.Thread):
                     )
         finally:
             self.connected.clear()
+            self.backend_pid = None
 
     def _listen(self) -> None:
         """Listen until stopped; returns only when stopped, raises when the connection fails."""
@@ -425,6 +486,7 @@ class PostgresListener(threading.Thread):
             for channel in self.channels:
                 conn.execute(f'LISTEN "{channel}"')
             self._connected_at = time.monotonic()
+            self.backend_pid = conn.info.backend_pid
             self.connected.set()
             # Whatever was sent while not listening is lost: report a
             # wake-up so the owner looks for work now.
