@@ -188,7 +188,18 @@ def main() -> int:
     env["OWF_SQLITE_TEST_NAME"] = str(CACHE / "test-tasks.sqlite3")
     status = 0
     for files, worker in ((WITHOUT_WORKER, ""), (WITH_WORKER, "1")):
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-rs", "--reuse-db"]
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-rs",
+            "--reuse-db",
+        ]
         command += ["-c", str(target / "pytest.ini"), "--rootdir", str(target)]
         command += [str(target / "tasks" / name) for name in files]
         print("==>", "Django's tests/tasks", ", ".join(files), "(with a runworkflows worker)" if worker else "")
