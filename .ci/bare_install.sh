@@ -88,7 +88,7 @@ step "manage.py workflows show $run_id"
 shown="$("$py" manage.py workflows show "$run_id" --json)" || fail "manage.py workflows show"
 "$py" - "$shown" <<'EOF' || fail "the run did not complete"
 import json, sys
-run = json.loads(sys.argv[1])["run"]
+run = json.loads(sys.argv[1])  # show --json prints the run object (the API's shape)
 if run["status"] != "completed" or run.get("output") != {"hi": "x"}:
     sys.exit(f"run {run['id']} is {run['status']} with output {run.get('output')!r}, not completed with hi=x")
 EOF
