@@ -79,13 +79,14 @@ def __getattr__(name: str) -> object:
         "start_run",
         "start_runs",
         "send_signal",
-        "send_event",
-        "publish_event",
-        "PublishedEvent",
     ):
         from .client import runs
 
         return getattr(runs, name)
+    if name in ("send_event", "publish_event", "PublishedEvent"):
+        from .client import events
+
+        return getattr(events, name)
     if name in ("WorkflowContext", "ChildRun"):
         from .engine import context
 

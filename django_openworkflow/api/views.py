@@ -32,8 +32,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt
 
 from ..client import operations
+from ..client.events import publish_event
 from ..client.listing import attempt_json, list_runs, run_json
-from ..client.runs import RunHandle, publish_event, send_signal, start_run
+from ..client.runs import RunHandle, send_signal, start_run
 from ..conf import owf_settings
 from ..definitions.registry import registry
 from ..errors import (

@@ -118,7 +118,7 @@ def test_children_get_their_own_retention_and_a_successor_keeps_its_predecessors
 
 def test_event_starts_and_reruns_get_a_retention_too():
     from django_openworkflow.client import operations
-    from django_openworkflow.client.runs import send_event
+    from django_openworkflow.client.events import send_event
 
     send_event("ret-paid", {"order": 1})
     assert WorkflowRun.objects.get(workflow_name="ret-on-event").retention == 4 * DAY
