@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -130,12 +130,30 @@ class Worker:
 
     # -- main loop --
 
+    @contextlib.contextmanager
+    def signals_handled(self) -> Iterator[None]:
+        """Inside, SIGTERM and SIGINT stop this worker (a second exits at once); outside, the handlers before.
+
+        ``run()`` installs them itself; ``runworkflows`` installs them first,
+        so that a Ctrl-C while it starts up (before ``run()``) drains too.
+        Only the main thread can: elsewhere this does nothing.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
     def run(self, until: Callable[[], bool] | None = None, install_signal_handlers: bool = True) -> None:
         """Claim and execute runs until stopped (or ``until()`` is true, or burst work is done)."""
-        previous_handlers = {}
-        if install_signal_handlers and threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                previous_handlers[signum] = signal.signal(signum, self._on_signal)
+        with self.signals_handled() if install_signal_handlers else contextlib.nullcontext():
+            self._run(until)
+
+    def _run(self, until: Callable[[], bool] | None) -> None:
         for i in range(self.concurrency):
             self._start_slot(f"owf-slot-{i}")
         supervisor = self._supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
@@ -171,8 +189,6 @@ class Worker:
             if self.pruner is not None:
                 self.pruner.join(5)
             connections.close_all()
-            for signum, handler in previous_handlers.items():
-                signal.signal(signum, handler)
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
         if self.failure is not None:
             raise WorkerUnhealthy(self.failure)

@@ -130,7 +130,7 @@ def supervise() -> int:
             child = subprocess.Popen(args, env=env, close_fds=False)
             code = child.wait()
             if stopping.is_set():
-                return code
+                return _exit_status(code)
             if code == RESTART_CODE:
                 continue
             logger.warning("the worker exited with code %d; it starts again when a file changes (Ctrl-C to stop)", code)
@@ -140,9 +140,14 @@ def supervise() -> int:
             changed.clear()
             while not changed.wait(1.0):
                 pass
-        return code
+        return _exit_status(code)
     finally:
         if watcher is not None:
             watcher.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _exit_status(returncode: int) -> int:
+    """A child's return code as this process's exit status: killed by signal N is 128 + N, as a shell says."""
+    return 128 - returncode if returncode < 0 else returncode

@@ -220,3 +220,10 @@ def test_a_code_watcher_that_breaks_says_so(caplog: pytest.LogCaptureFixture) ->
         watcher._thread.join(timeout=10)
     assert "the code watcher of runworkflows --reload stopped" in caplog.text
     assert "inotify limit reached" in caplog.text
+
+
+def test_a_worker_killed_by_a_signal_exits_the_command_as_a_shell_says() -> None:
+    from django_openworkflow.worker.reload import _exit_status
+
+    assert _exit_status(-signal.SIGINT) == 130  # not 254, which sys.exit(-2) would give
+    assert (_exit_status(0), _exit_status(1), _exit_status(3)) == (0, 1, 3)

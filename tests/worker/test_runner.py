@@ -222,3 +222,20 @@ def test_a_worker_whose_heartbeat_thread_died_stops_instead_of_running_on_unrene
     with pytest.raises(WorkerUnhealthy, match="the heartbeat thread died"):
         worker.run(until=lambda: time.monotonic() > give_up, install_signal_handlers=False)
     assert time.monotonic() < give_up  # it stopped by itself, not at the deadline
+
+
+def test_a_signal_before_run_starts_drains_the_worker_instead_of_raising(caplog):
+    """runworkflows installs the handlers first: a Ctrl-C while it starts up (and --reload's watcher with it) drains."""
+    import os
+    import signal
+
+    handle = slow_steps.run({"steps": 1})
+    worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
+    before = signal.getsignal(signal.SIGINT)
+    with caplog.at_level("INFO", logger="django_openworkflow.worker"), worker.signals_handled():
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the worker's handler has it
+        worker.run(install_signal_handlers=False)  # returns at once: stopped before it claimed anything
+    assert "SIGINT received" in caplog.text
+    assert "stopped after 0 slice(s)" in caplog.text
+    assert handle.status() == "pending"
+    assert signal.getsignal(signal.SIGINT) is before  # the handlers from before, again

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -105,23 +106,27 @@ class Command(BaseCommand):
             self._run(loop.run, loop.stop, options["reload"])
             return
         worker = self._worker(options)
-        self._start(options["metrics_port"])
-        served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
-        logging.getLogger("django_openworkflow.worker").info(
-            "worker %s: database %s (%s), queues %s, concurrency %d, lease %ss, poll %sms, workflows: %s",
-            worker.worker_id,
-            owf_settings.database,
-            worker.store.display_name,
-            ", ".join(worker.queues),
-            worker.concurrency,
-            f"{worker.lease.total_seconds():g}",
-            f"{worker.poll_interval.total_seconds() * 1000:g}",
-            served,
-        )
-        try:
-            self._run(worker.run, worker.stop, options["reload"])
-        except WorkerUnhealthy as exc:
-            raise CommandError(f"worker {worker.worker_id} stopped: {exc}") from None
+        # The worker's handlers go in before anything more starts (the code watcher of --reload says it
+        # watches from a thread of its own): a Ctrl-C from here on drains the worker, with no traceback.
+        with worker.signals_handled():
+            self._start(options["metrics_port"])
+            served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
+            logging.getLogger("django_openworkflow.worker").info(
+                "worker %s: database %s (%s), queues %s, concurrency %d, lease %ss, poll %sms, workflows: %s",
+                worker.worker_id,
+                owf_settings.database,
+                worker.store.display_name,
+                ", ".join(worker.queues),
+                worker.concurrency,
+                f"{worker.lease.total_seconds():g}",
+                f"{worker.poll_interval.total_seconds() * 1000:g}",
+                served,
+            )
+            run = functools.partial(worker.run, install_signal_handlers=False)
+            try:
+                self._run(run, worker.stop, options["reload"])
+            except WorkerUnhealthy as exc:
+                raise CommandError(f"worker {worker.worker_id} stopped: {exc}") from None
 
     def _run(self, run: Callable[[], None], stop: Callable[[], None], reloading: bool) -> None:
         """Run the loop; with ``--reload``, stop it when a file changes and exit for the parent to start anew."""
