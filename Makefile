@@ -153,16 +153,31 @@ tox: $(STAMP)
 # Django's own tests/tasks against WorkflowBackend with a runworkflows worker
 # (tests/upstream/run_upstream_tasks.py): needs Django 6, for example
 # UPSTREAM_PYTHON=.tox/py312-django60-postgres/bin/python. SQLite, then
-# PostgreSQL when DATABASE_URL is set.
+# PostgreSQL when DATABASE_URL is set, MariaDB when MARIADB_URL is (mysqlclient
+# is installed into UPSTREAM_PYTHON's environment if missing). First, on .venv's
+# Django 5.2, what the installed backport's sdist holds to run.
 UPSTREAM_PYTHON ?= $(BIN)/python
 test-upstream: $(STAMP)
 	@status=0; \
+	if [ "$(UPSTREAM_PYTHON)" != "$(BIN)/python" ]; then \
+		echo "==> Django 5.2 and the django-tasks backport ($(BIN)/python)"; \
+		$(BIN)/python tests/upstream/run_upstream_tasks.py || status=1; \
+	fi; \
 	echo "==> Django's tests/tasks on SQLite"; \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
 		$(UPSTREAM_PYTHON) tests/upstream/run_upstream_tasks.py || status=1; \
 	if [ -n "$$DATABASE_URL" ]; then \
 		echo "==> Django's tests/tasks on PostgreSQL"; \
 		env -u OPENWORKFLOW_REQUIRE_MARIADB $(UPSTREAM_PYTHON) tests/upstream/run_upstream_tasks.py || status=1; \
+	fi; \
+	if [ -n "$$MARIADB_URL" ]; then \
+		echo "==> Django's tests/tasks on MariaDB"; \
+		if $(UPSTREAM_PYTHON) -c 'import MySQLdb' 2>/dev/null || $(UPSTREAM_PYTHON) -m pip install -q "mysqlclient>=2.2.1"; then \
+			env -u OPENWORKFLOW_REQUIRE_POSTGRES DATABASE_URL="$$MARIADB_URL" \
+				$(UPSTREAM_PYTHON) tests/upstream/run_upstream_tasks.py || status=1; \
+		else \
+			echo "error: could not install mysqlclient: the MariaDB run did not run" >&2; status=1; \
+		fi; \
 	fi; \
 	exit $$status
 

@@ -15,8 +15,13 @@ repository. Two pytest runs, on the database ``DATABASE_URL`` names
 (SQLite without it): the modules that use the dummy backend, with no
 worker, then the immediate backend's, with one.
 
-Django 5.2 has no ``tests/tasks/`` and the backport's sdist carries no
-tests: the script says so and exits 0.
+Django 5.2 has no ``tests/tasks/``. There the script looks in the sdists of
+the installed ``django-tasks`` backport (and ``django-tasks-db``, when
+installed) for a suite to run, says what it found and exits 0: django-tasks
+0.12.0 ships no tests; django-tasks-db 0.13.0 ships ``tests/tests.py``,
+which tests its own ``DatabaseBackend`` and ``db_worker`` and imports a
+``tests/tasks.py`` and settings the sdist does not carry, so it cannot run.
+A release that ships a runnable suite is reported, for wiring in here.
 
 Every upstream test skipped here is in :data:`SKIPPED`, with its reason.
 """
@@ -24,6 +29,7 @@ Every upstream test skipped here is in :data:`SKIPPED`, with its reason.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -92,6 +98,7 @@ CONFTEST = '''
 """Written by tests/upstream/run_upstream_tasks.py: the skips, and a runworkflows worker when asked."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -138,22 +145,15 @@ def runworkflows(django_db_setup, django_db_blocker):
 
 def django_tests(version: str) -> Path:
     """``build/upstream/django-<version>/``, holding the rewritten ``tasks/`` package."""
-    sdist = CACHE / f"django-{version}.tar.gz"
-    if not sdist.exists():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
-            + ["--dest", str(CACHE), f"django=={version}"],
-            check=True,
-        )
+    archive_path = sdist("django", version)
     target = CACHE / f"django-{version}"
     package = target / "tasks"
     if not package.exists():
         prefix = f"django-{version}/tests/tasks/"
-        with tarfile.open(sdist) as archive:
+        with tarfile.open(archive_path) as archive:
             members = [m for m in archive.getmembers() if m.name.startswith(prefix) and m.isfile()]
             if not members:
-                raise SystemExit(f"{sdist.name} has no {prefix}")
+                raise SystemExit(f"{archive_path.name} has no {prefix}")
             for member in members:
                 data = archive.extractfile(member)
                 assert data is not None
@@ -173,12 +173,58 @@ def rewrite(source: str) -> str:
     return source
 
 
+def sdist(project: str, version: str) -> Path:
+    """The sdist of ``project==version``, downloaded through pip into ``build/upstream/`` once."""
+    found = sorted(CACHE.glob(f"{project.replace('-', '_')}-{version}.tar.gz"))
+    if not found:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-binary", ":all:", "--no-deps"]
+            + ["--dest", str(CACHE), f"{project}=={version}"],
+            check=True,
+        )
+        found = sorted(CACHE.glob(f"{project.replace('-', '_')}-{version}.tar.gz"))
+    return found[0]
+
+
+def backport_suites() -> None:
+    """Django 5.2: what the installed backports' sdists hold to run (nothing, as of django-tasks 0.12.0)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for project in ("django-tasks", "django-tasks-db"):
+        try:
+            installed = version(project)
+        except PackageNotFoundError:
+            continue
+        with tarfile.open(sdist(project, installed)) as archive:
+            names = {member.name.split("/", 1)[-1] for member in archive.getmembers() if member.isfile()}
+            tests = sorted(name for name in names if name.startswith("tests/") and name.endswith(".py"))
+            # The test modules' own imports from the tests package ("from tests import tasks").
+            wanted = set()
+            for name in tests:
+                data = archive.extractfile(f"{project.replace('-', '_')}-{installed}/{name}")
+                assert data is not None
+                wanted |= set(re.findall(r"^from tests(?:\.(\w+))? import (\w+)", data.read().decode(), re.M))
+        missing = sorted(
+            f"tests/{module or name}.py"
+            for module, name in wanted
+            if f"tests/{module or name}.py" not in names and f"tests/{module or name}/__init__.py" not in names
+        )
+        if not tests:
+            print(f"{project} {installed}: its sdist ships no tests; nothing to run")
+        elif missing:
+            print(f"{project} {installed}: its tests import {', '.join(missing)}, which its sdist does not ship")
+        else:
+            print(f"{project} {installed}: its sdist ships a suite ({', '.join(tests)}): wire it into {__file__}")
+
+
 def main() -> int:
     import django
 
     version = django.get_version()
     if django.VERSION < (6, 0):
-        print(f"Django {version} has no tests/tasks/ (the Tasks framework is Django 6's); nothing to run")
+        print(f"Django {version} has no tests/tasks/ (the Tasks framework is Django 6's)")
+        backport_suites()
         return 0
     target = django_tests(version)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), str(ROOT)]))
