@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
-from types import FrameType
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
@@ -13,6 +11,7 @@ from django.db import DatabaseError, connections
 from ..client.dispatcher import get_dispatcher
 from ..worker.runner import recycle_connections
 from ..worker.schedules import Scheduler
+from ..worker.signals import relayed_signals
 
 logger = logging.getLogger("django_openworkflow.dispatch")
 
@@ -44,13 +43,15 @@ class SweepLoop:
         every = prune_interval()  # retention's sweep too, on a thread of its own
         self.pruner = PruneSweeper(every) if every is not None else None
 
-    def stop(self, signum: int | None = None, frame: FrameType | None = None) -> None:
+    def stop(self, signum: int | None = None) -> None:
         self._stop.set()
 
     def run(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self.stop)
-            signal.signal(signal.SIGINT, self.stop)
+        """Sweep until stopped: by ``stop()``, or SIGTERM or SIGINT when called on the main thread."""
+        with relayed_signals(self.stop):
+            self._run()
+
+    def _run(self) -> None:
         if self.pruner is not None:
             self.pruner.start()
         try:

@@ -24,7 +24,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
-from types import FrameType
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -36,6 +35,7 @@ from ..store import get_backend
 from ..store.notify import DUE_CHANNEL, Listener
 from ..store.records import ClaimedRun
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
+from .signals import relayed_signals
 
 logger = logging.getLogger("django_openworkflow.worker")
 
@@ -95,7 +95,6 @@ class Worker:
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
         self._supervisor: threading.Thread | None = None  # the main thread's only
-        self._signals_seen = 0  # the main thread's only (signal handlers run there)
         self.failure: str | None = None  # why the worker stopped unhealthy; written by the main thread only
         self._lapsed: str | None = None  # a slice outlived its lease unrenewed (see _slot_loop); guarded by _lock
         from .schedules import Scheduler
@@ -115,15 +114,14 @@ class Worker:
         self._stopping.set()
         self._wake.set()
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals_seen += 1
-        if self._signals_seen > 1:
-            logger.warning("second signal: exiting now; leases of in-flight runs will expire")
-            os._exit(1)
+    def _signalled(self, signum: int) -> None:
+        """SIGTERM or SIGINT, on the "owf-signals" thread (worker/signals.py): drain, then return from run()."""
+        with self._lock:
+            in_flight = len(self._in_flight)
         logger.info(
             "%s received: finishing %d in-flight run(s) within %gs, then exiting",
             signal.Signals(signum).name,
-            len(self._in_flight),
+            in_flight,
             self.drain_timeout.total_seconds(),
         )
         self.stop()
@@ -138,15 +136,8 @@ class Worker:
         so that a Ctrl-C while it starts up (before ``run()``) drains too.
         Only the main thread can: elsewhere this does nothing.
         """
-        if threading.current_thread() is not threading.main_thread():
+        with relayed_signals(self._signalled, second_exits=True):
             yield
-            return
-        previous = {signum: signal.signal(signum, self._on_signal) for signum in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
 
     def run(self, until: Callable[[], bool] | None = None, install_signal_handlers: bool = True) -> None:
         """Claim and execute runs until stopped (or ``until()`` is true, or burst work is done)."""

@@ -27,10 +27,11 @@ import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from django.utils import autoreload
+
+from .signals import relayed_signals
 
 logger = logging.getLogger("django_openworkflow.worker")
 
@@ -113,39 +114,38 @@ def supervise() -> int:
     env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     stopping = threading.Event()
     changed = threading.Event()
+    # The child running now: assigned by this thread, read by "owf-signals" (one reference, read whole).
     child: subprocess.Popen[bytes] | None = None
     watcher: ChangeWatcher | None = None
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int) -> None:  # on the "owf-signals" thread (signals.py)
         stopping.set()
         changed.set()  # ends a wait for a fix
         if signum == signal.SIGTERM and child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
-    previous: dict[int, Any] = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     logger.info("runworkflows --reload: the worker starts again when a file of its code changes")
     try:
-        code = 0
-        while not stopping.is_set():
-            child = subprocess.Popen(args, env=env, close_fds=False)
-            code = child.wait()
-            if stopping.is_set():
-                return _exit_status(code)
-            if code == RESTART_CODE:
-                continue
-            logger.warning("the worker exited with code %d; it starts again when a file changes (Ctrl-C to stop)", code)
-            if watcher is None:
-                watcher = ChangeWatcher(lambda path: changed.set())
-                watcher.start()
-            changed.clear()
-            while not changed.wait(1.0):
-                pass
-        return _exit_status(code)
+        with relayed_signals(on_signal):
+            code = 0
+            while not stopping.is_set():
+                child = subprocess.Popen(args, env=env, close_fds=False)
+                code = child.wait()
+                if stopping.is_set() or code == RESTART_CODE:
+                    continue
+                logger.warning(
+                    "the worker exited with code %d; it starts again when a file changes (Ctrl-C to stop)", code
+                )
+                if watcher is None:
+                    watcher = ChangeWatcher(lambda path: changed.set())
+                    watcher.start()
+                changed.clear()
+                while not changed.wait(1.0):
+                    pass
+            return _exit_status(code)
     finally:
         if watcher is not None:
             watcher.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _exit_status(returncode: int) -> int:

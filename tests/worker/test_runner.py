@@ -234,8 +234,33 @@ def test_a_signal_before_run_starts_drains_the_worker_instead_of_raising(caplog)
     before = signal.getsignal(signal.SIGINT)
     with caplog.at_level("INFO", logger="django_openworkflow.worker"), worker.signals_handled():
         os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the worker's handler has it
+        wait_until(worker._stopping.is_set)  # stopped by the "owf-signals" thread
         worker.run(install_signal_handlers=False)  # returns at once: stopped before it claimed anything
     assert "SIGINT received" in caplog.text
     assert "stopped after 0 slice(s)" in caplog.text
     assert handle.status() == "pending"
     assert signal.getsignal(signal.SIGINT) is before  # the handlers from before, again
+
+
+def test_the_signal_handler_takes_no_lock_the_main_thread_may_hold():
+    """A signal lands between two bytecodes of the main thread, perhaps inside Event.wait() with its lock held.
+
+    The handler used to set the worker's Events itself, and waited for ever
+    on that lock: SIGTERM hung the worker instead of draining it.
+    """
+    import signal
+
+    worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
+    with worker.signals_handled():
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+
+        def signal_while_holding_the_locks() -> None:
+            with worker._wake._cond, worker._stopping._cond:  # as Event.wait() holds one, briefly
+                handler(signal.SIGTERM, None)
+
+        landed = threading.Thread(target=signal_while_holding_the_locks, daemon=True)
+        landed.start()
+        landed.join(10)
+        assert not landed.is_alive(), "the signal handler waited for a lock its own thread holds"
+        wait_until(worker._stopping.is_set)
