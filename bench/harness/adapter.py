@@ -1,0 +1,293 @@
+"""django-openworkflow as an adapter of hardbyte/postgresql-job-queue-benchmarking (its ``long_horizon`` scenario).
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/openworkflow_bench \\
+        SCENARIO=long_horizon PRODUCER_MODE=fixed PRODUCER_RATE=100 WORKER_COUNT=8 SAMPLE_EVERY_S=2 \\
+        python -m bench.harness.adapter
+
+The harness's adapter contract (its CONTRIBUTING_ADAPTERS.md): one
+long-running process, the settings in environment variables, telemetry as
+JSON lines on stdout (a descriptor, then the required metrics every
+``SAMPLE_EVERY_S``, clock-aligned), logs on stderr, exit 0 within 5 s of
+SIGTERM.
+
+What a project would run: the package's own install path (``migrate``), the
+public API to start jobs (``run_many``, in batches of up to
+``PRODUCER_BATCH_MAX``), and ``manage.py runworkflows`` processes for the
+consumers, ``WORKER_COUNT`` slots in all (``OWF_WORKER_PROCESSES``
+processes; by default one per 8 slots, at most one per core). Each job is a
+workflow run of one step (workflows.py), whose worker reports the job's
+pickup latency on its stdout.
+
+Threads: the main thread samples and emits (and its signal handlers mark a list); "producer" inserts; "depth"
+counts the queue; one "reader" per worker process reads its reports. What
+more than one touches is guarded by ``Stats.lock`` or is an Event.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEM = "openworkflow"
+EVENT_TABLES = json.loads((Path(__file__).with_name("adapter.json")).read_text())["event_tables"]
+WINDOW_S = 30.0  # the claim percentiles' rolling window, as the contract says
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def emit(record: dict[str, Any]) -> None:
+    record.setdefault("instance_id", env_int("BENCH_INSTANCE_ID", 0))
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
+class Stats:
+    """Counters and the recent pickup latencies: a bounded ring (the last 65,536 jobs), read per window."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.enqueued = 0  # guarded by lock
+        self.completed = 0  # guarded by lock
+        self.pickups: collections.deque[tuple[float, float]] = collections.deque(maxlen=65536)  # guarded by lock
+        self.depth = 0  # written under lock (the "depth" thread's count, the producer's inserts since); read whole
+
+    def percentiles(self, now: float) -> tuple[float, float, float]:
+        with self.lock:
+            values = sorted(ms for at, ms in self.pickups if at >= now - WINDOW_S)
+        if not values:
+            return 0.0, 0.0, 0.0
+
+        def rank(q: float) -> float:
+            return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+        return rank(0.50), rank(0.95), rank(0.99)
+
+
+def start_workers(slots: int, stats: Stats) -> list[subprocess.Popen[bytes]]:
+    processes = env_int("OWF_WORKER_PROCESSES", max(1, min(os.cpu_count() or 1, math.ceil(slots / 8))))
+    shares = [slots // processes + (1 if i < slots % processes else 0) for i in range(processes)]
+    workers = []
+    for i, share in enumerate(share for share in shares if share):
+        command = [sys.executable, "-m", "django", "runworkflows", "--settings=bench.harness.settings"]
+        command += ["--concurrency", str(share), "--verbosity", "0"]
+        env = dict(os.environ, PYTHONPATH=str(ROOT), OWF_HARNESS_APP_NAME=f"owf-harness-worker-{i}")
+        # A session of its own: the signal to stop comes from this process only, once (a second one
+        # sent to the whole group, as timeout(1) sends it, would make the worker exit without draining).
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, start_new_session=True)
+        threading.Thread(target=read_reports, args=(proc, stats), name=f"reader-{i}", daemon=True).start()
+        workers.append(proc)
+    print(f"[openworkflow] {len(workers)} runworkflows process(es), slots {shares}", file=sys.stderr)
+    return workers
+
+
+def read_reports(proc: subprocess.Popen[bytes], stats: Stats) -> None:
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith(b"done "):
+            pickup_ms = float(line[5:])
+            with stats.lock:
+                stats.completed += 1
+                stats.pickups.append((time.monotonic(), pickup_ms))
+    print(f"[openworkflow] a runworkflows process exited with {proc.wait()}", file=sys.stderr)
+
+
+def produce(stats: Stats, stopping: threading.Event) -> None:
+    """Insert jobs at PRODUCER_RATE, credited on wall-clock time (or hold TARGET_DEPTH), in run_many batches."""
+    from django.db import connection
+
+    from bench.harness.workflows import harness_job
+
+    mode = os.environ.get("PRODUCER_MODE", "fixed")
+    rate = float(env_int("PRODUCER_RATE", 800))
+    target_depth = env_int("TARGET_DEPTH", 1000)
+    batch_max = max(1, env_int("PRODUCER_BATCH_MAX", 128))
+    period_s = max(1, env_int("PRODUCER_BATCH_MS", 10)) / 1000.0
+    padding = "x" * max(0, env_int("JOB_PAYLOAD_BYTES", 256) - 32)
+    credit, last = 0.0, time.monotonic()
+    try:
+        while not stopping.is_set():
+            if mode == "depth-target":
+                count = min(batch_max, target_depth - stats.depth)
+                if count <= 0:
+                    stopping.wait(0.05)
+                    continue
+            else:
+                stopping.wait(max(0.0, period_s - (time.monotonic() - last)))
+                now = time.monotonic()
+                credit += rate * (now - last)  # real elapsed time, not the nominal period
+                last = now
+                count = min(batch_max, int(credit))
+                if count < 1:
+                    continue
+                credit -= count
+            try:
+                harness_job.run_many({"t": time.time(), "p": padding} for _ in range(count))
+            except Exception as exc:  # the next batch tries again; the failure is logged, not fatal
+                print(f"[openworkflow] producer insert failed: {exc!r}", file=sys.stderr)
+                connection.close()
+                continue
+            with stats.lock:
+                stats.enqueued += count
+                if mode == "depth-target":
+                    stats.depth += count  # until the next count: the producer must not overshoot meanwhile
+    finally:
+        connection.close()
+
+
+def count_depth(stats: Stats, stopping: threading.Event) -> None:
+    from django.db import connection
+
+    try:
+        while not stopping.is_set():
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*) FROM openworkflow_run WHERE status = 'pending' AND available_at <= now()"
+                    )
+                    depth = int(cursor.fetchone()[0])
+                with stats.lock:
+                    stats.depth = depth
+            except Exception as exc:
+                print(f"[openworkflow] depth query failed: {exc!r}", file=sys.stderr)
+                connection.close()
+            stopping.wait(0.2)
+    finally:
+        connection.close()
+
+
+def sleep_to_tick(every_s: int, signalled: list[int]) -> bool:
+    """Sleep to the next multiple of ``every_s`` seconds of the wall clock; False once a signal came."""
+    deadline = time.time() + every_s - time.time() % every_s
+    while not signalled and time.time() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.time())))
+    return not signalled
+
+
+def sample(stats: Stats, signalled: list[int], every_s: int) -> None:
+    """Every ``every_s`` seconds, aligned to the wall clock: the contract's metrics, one record each."""
+    if not sleep_to_tick(every_s, signalled):
+        return
+    last_enqueued = last_completed = 0
+    last = time.monotonic()
+    rate = float(env_int("PRODUCER_RATE", 800)) if os.environ.get("PRODUCER_MODE", "fixed") == "fixed" else 0.0
+    while sleep_to_tick(every_s, signalled):
+        now = time.monotonic()
+        elapsed = max(0.001, now - last)
+        last = now
+        with stats.lock:
+            enqueued, completed = stats.enqueued, stats.completed
+        p50, p95, p99 = stats.percentiles(now)
+        metrics = [
+            ("claim_p50_ms", p50, WINDOW_S),
+            ("claim_p95_ms", p95, WINDOW_S),
+            ("claim_p99_ms", p99, WINDOW_S),
+            ("enqueue_rate", (enqueued - last_enqueued) / elapsed, float(every_s)),
+            ("completion_rate", (completed - last_completed) / elapsed, float(every_s)),
+            ("queue_depth", float(stats.depth), 0.0),
+            ("producer_target_rate", rate, 0.0),
+        ]
+        last_enqueued, last_completed = enqueued, completed
+        at = now_iso()
+        for metric, value, window in metrics:
+            emit(
+                {
+                    "t": at,
+                    "system": SYSTEM,
+                    "kind": "adapter",
+                    "subject_kind": "adapter",
+                    "subject": "",
+                    "metric": metric,
+                    "value": value,
+                    "window_s": window,
+                }
+            )
+
+
+def main() -> int:
+    scenario = os.environ.get("SCENARIO", "long_horizon")
+    if scenario != "long_horizon":
+        print(f"[openworkflow] unsupported scenario {scenario!r}: only long_horizon", file=sys.stderr)
+        return 2
+    sys.path.insert(0, str(ROOT))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.harness.settings")
+    import django
+    from django.core.management import call_command
+    from django.db import connection
+
+    import django_openworkflow
+
+    django.setup()
+    call_command("migrate", verbosity=0)  # the package's own install path
+    with connection.cursor() as cursor:  # a clean queue, as the other adapters start with
+        cursor.execute("TRUNCATE openworkflow_run CASCADE")
+    connection.close()
+    emit(
+        {
+            "kind": "descriptor",
+            "system": SYSTEM,
+            "event_tables": EVENT_TABLES,
+            "extensions": [],
+            "version": f"django-openworkflow@{django_openworkflow.__version__}",
+            "schema_version": last_migration(),
+            "db_name": (urlparse(os.environ["DATABASE_URL"]).path or "/").lstrip("/"),
+            "started_at": now_iso(),
+        }
+    )
+    stopping = threading.Event()
+    # The handler takes no lock (an Event's set() could wait for ever on the lock the main thread
+    # holds inside Event.wait()): it marks a list, and the sampler's short sleeps look at it.
+    signalled: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: signalled.append(signum))
+    signal.signal(signal.SIGINT, lambda signum, frame: signalled.append(signum))
+    stats = Stats()
+    workers = start_workers(max(1, env_int("WORKER_COUNT", 32)), stats)
+    threads = [
+        threading.Thread(target=produce, args=(stats, stopping), name="producer", daemon=True),
+        threading.Thread(target=count_depth, args=(stats, stopping), name="depth", daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        sample(stats, signalled, max(1, env_int("SAMPLE_EVERY_S", 5)))
+    finally:
+        stopping.set()
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)  # drains: the jobs in flight finish
+        deadline = time.monotonic() + 4.0
+        for proc in workers:
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        print("[openworkflow] long_horizon: stopped", file=sys.stderr)
+    return 0
+
+
+def last_migration() -> str:
+    from django.db.migrations.recorder import MigrationRecorder
+
+    names = MigrationRecorder.Migration.objects.filter(app="django_openworkflow").values_list("name", flat=True)
+    return max(names, default="none")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

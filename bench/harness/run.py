@@ -1,0 +1,352 @@
+"""Run hardbyte/postgresql-job-queue-benchmarking's adapters natively, ours beside pg-boss's and procrastinate's.
+
+    python bench/harness/run.py                 # 3 rounds of every cell, about 45 minutes
+    python bench/harness/run.py --quick         # 1 round of 20 s cells: does everything run?
+    python bench/harness/run.py --long 60       # and the long-horizon cell, 60 minutes per system
+
+The harness (its orchestrator) runs PostgreSQL and the adapters in Docker;
+these machines have none. This script does what its orchestrator does for a
+cell, against the local PostgreSQL: it creates each adapter's database (its
+``adapter.json``), launches the adapter as a plain process with the
+harness's environment (``SCENARIO=long_horizon``, ``PRODUCER_MODE``, ...),
+reads the JSON lines it prints, and samples what the harness's metrics
+daemon samples from the server: dead tuples of the adapter's event tables
+(``pg_stat_user_tables``) and the share of its sessions waiting on
+``Lock:object`` (NOTIFY's commit lock). The systems run one after the other
+within a round, in an order that turns each round, so that the machine's
+noise falls on all of them.
+
+The peers are installed under ``--work`` (default ``/tmp/owf-harness``), at
+pinned versions, on first use: the harness itself at :data:`HARNESS_SHA`
+(``git clone``, or ``--harness-source`` for a local mirror), its pg-boss
+adapter with the npm lock file it ships, under Node.js :data:`NODE_VERSION`
+from npm, and its procrastinate adapter in a Python 3.12 virtualenv with
+the versions its ``pyproject.toml`` pins. Nothing of theirs is copied into
+this repository. Ours is ``bench/harness/adapter.py``, run with this
+checkout's virtualenv.
+
+Cells (the issue's targets): a backlog of 4,000 held with 4 and with 16
+workers (completions/s), 25 jobs/s offered to 4 workers (pickup latency),
+and optionally a long-horizon cell at a fixed rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS_REPO = "https://github.com/hardbyte/postgresql-job-queue-benchmarking"
+HARNESS_SHA = "93677cab92dad89ee9eccb0d6e113893de43cbe6"  # 2026-05: "Refresh README benchmark headline (#29)"
+NODE_VERSION = "22.23.3"  # pg-boss 12.18.2 needs Node.js >= 22.12
+SYSTEMS = ("openworkflow", "pgboss", "procrastinate")
+# What the contract requires every sample tick (CONTRIBUTING_ADAPTERS.md).
+REQUIRED_METRICS = {"claim_p50_ms", "claim_p95_ms", "claim_p99_ms", "enqueue_rate", "completion_rate", "queue_depth"}
+PEER_FOLDERS = ("pgboss-bench", "procrastinate-bench", "CONTRIBUTING_ADAPTERS.md")
+
+
+@dataclass
+class Cell:
+    name: str
+    env: dict[str, str]
+    seconds: float
+    warmup: float
+
+
+@dataclass
+class Result:
+    system: str
+    cell: str
+    round: int
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    dead_tuples: list[int] = field(default_factory=list)
+    dead_share: list[float] = field(default_factory=list)
+    lock_waits: list[float] = field(default_factory=list)
+    exit_code: int | None = None
+
+    def median(self, metric: str) -> float | None:
+        values = self.samples.get(metric, [])
+        return statistics.median(values) if values else None
+
+
+def cells(seconds: float, warmup: float, long_minutes: float, long_rate: int) -> list[Cell]:
+    backlog = {"PRODUCER_MODE": "depth-target", "TARGET_DEPTH": "4000"}
+    found = [
+        Cell("backlog 4000, 4 workers", {**backlog, "WORKER_COUNT": "4"}, seconds, warmup),
+        Cell("backlog 4000, 16 workers", {**backlog, "WORKER_COUNT": "16"}, seconds, warmup),
+        Cell(
+            "25 jobs/s, 4 workers",
+            {"PRODUCER_MODE": "fixed", "PRODUCER_RATE": "25", "WORKER_COUNT": "4"},
+            seconds,
+            warmup,
+        ),
+    ]
+    if long_minutes:
+        fixed = {"PRODUCER_MODE": "fixed", "PRODUCER_RATE": str(long_rate), "WORKER_COUNT": "16"}
+        found.append(Cell(f"long horizon, {long_rate} jobs/s, 16 workers", fixed, long_minutes * 60, 60))
+    return found
+
+
+# -- installing the peers --------------------------------------------------
+
+
+def run(command: list[str], **kwargs: Any) -> None:
+    print("$", " ".join(command), file=sys.stderr)
+    subprocess.run(command, check=True, **kwargs)
+
+
+def install(work: Path, source: str, systems: list[str]) -> Path:
+    """The harness at HARNESS_SHA, and the peers' adapters among ``systems`` ready to run; the harness's folder."""
+    harness = work / "harness"
+    if systems == ["openworkflow"]:
+        return harness  # ours needs nothing of the harness's
+    if not (harness / ".git").exists():
+        run(["git", "clone", "--quiet", "--no-checkout", source, str(harness)])
+    # Only the adapters run here (a mirror may lack the harness's large result files).
+    run(["git", "-C", str(harness), "checkout", "--quiet", HARNESS_SHA, "--", *PEER_FOLDERS])
+    node = work / "node" / "node_modules" / ".bin" / "node"
+    if "pgboss" in systems and not node.exists():
+        (work / "node").mkdir(parents=True, exist_ok=True)
+        run(["npm", "install", "--no-audit", "--no-fund", "--silent", f"node@{NODE_VERSION}"], cwd=work / "node")
+    pgboss = work / "pgboss"
+    if "pgboss" in systems and not (pgboss / "node_modules" / "pg-boss").exists():
+        pgboss.mkdir(parents=True, exist_ok=True)
+        for name in ("package.json", "package-lock.json", "main.js"):
+            shutil.copy(harness / "pgboss-bench" / name, pgboss / name)
+        run(["npm", "ci", "--omit=dev", "--no-audit", "--no-fund", "--silent"], cwd=pgboss)
+    venv = work / "procrastinate"
+    if "procrastinate" in systems and not (venv / "bin" / "python").exists():
+        python = shutil.which("python3.12") or "python3.12"
+        run([python, "-m", "venv", str(venv)], env=dict(os.environ, PYENV_VERSION="3.12.1"))
+        pins = pinned_dependencies(harness / "procrastinate-bench" / "pyproject.toml")
+        run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", *pins])
+    return harness
+
+
+def pinned_dependencies(pyproject: Path) -> list[str]:
+    import tomllib
+
+    return list(tomllib.loads(pyproject.read_text())["project"]["dependencies"])
+
+
+def launch_spec(system: str, work: Path, harness: Path) -> tuple[list[str], Path, Path]:
+    """The adapter's command, working directory and adapter.json."""
+    if system == "openworkflow":
+        manifest = ROOT / "bench" / "harness" / "adapter.json"
+        return [sys.executable, "-m", "bench.harness.adapter"], ROOT, manifest
+    if system == "pgboss":
+        node = work / "node" / "node_modules" / ".bin" / "node"
+        return [str(node), "main.js"], work / "pgboss", harness / "pgboss-bench" / "adapter.json"
+    if system == "procrastinate":
+        python = work / "procrastinate" / "bin" / "python"
+        folder = harness / "procrastinate-bench"
+        return [str(python), str(folder / "main.py")], folder, folder / "adapter.json"
+    raise SystemExit(f"unknown system {system!r}: one of {', '.join(SYSTEMS)}")
+
+
+# -- one cell ----------------------------------------------------------------
+
+
+def server_url(database: str, base: str) -> str:
+    return base.rsplit("/", 1)[0] + "/" + database
+
+
+def recreate_database(base: str, name: str) -> None:
+    with psycopg.connect(server_url("postgres", base), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def sample_server(url: str, database: str, tables: list[str], result: Result, stop: threading.Event) -> None:
+    """Every 2 s: dead tuples of the event tables, and the share of the database's active sessions on Lock:object."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.wait(2.0):
+            known = [t for t in tables if "." in t]
+            if known:
+                dead, live = conn.execute(
+                    "SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables"
+                    " WHERE schemaname || '.' || relname = ANY(%s)",
+                    [known],
+                ).fetchone()
+                result.dead_tuples.append(int(dead))
+                result.dead_share.append(dead / (dead + live) if dead + live else 0.0)
+            active, locked = conn.execute(
+                "SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = 'object')"
+                " FROM pg_stat_activity WHERE datname = %s AND state = 'active' AND pid <> pg_backend_pid()",
+                [database],
+            ).fetchone()
+            if active:
+                result.lock_waits.append(locked / active)
+
+
+def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path) -> Result:
+    command, cwd, manifest_path = launch_spec(system, work, harness)
+    manifest = json.loads(manifest_path.read_text())
+    database = manifest["db_name"]
+    recreate_database(base, database)
+    url = server_url(database, base)
+    env = dict(
+        os.environ,
+        DATABASE_URL=url,
+        SCENARIO="long_horizon",
+        SAMPLE_EVERY_S="5",
+        JOB_WORK_MS="1",
+        JOB_PAYLOAD_BYTES="256",
+        PRODUCER_BATCH_MAX="128",
+        PRODUCER_BATCH_MS="10",
+        PYTHONPATH=str(ROOT),
+        **cell.env,
+    )
+    result = Result(system, cell.name, round_)
+    slug = "".join(c if c.isalnum() else "_" for c in cell.name)
+    with open(logs / f"{system}-{slug}-{round_}.log", "wb") as log:
+        run_adapter(command, cwd, env, log, manifest, url, database, cell, result)
+    return result
+
+
+def run_adapter(
+    command: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    log: Any,
+    manifest: dict[str, Any],
+    url: str,
+    database: str,
+    cell: Cell,
+    result: Result,
+) -> None:
+    """Start the adapter, read its samples for the cell's length, then SIGTERM it (it must exit 0)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+    stop = threading.Event()
+    tables = list(manifest["event_tables"])
+    sampler: threading.Thread | None = None
+
+    def read() -> None:
+        nonlocal sampler
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("kind") == "descriptor":
+                # The runtime descriptor's tables (pg-boss names its queue's partition there).
+                tables[:] = sorted(set(tables) | set(record.get("event_tables", [])))
+                sampler = threading.Thread(target=sample_server, args=(url, database, tables, result, stop))
+                sampler.start()
+            elif record.get("kind") == "adapter" and time.monotonic() - started >= cell.warmup:
+                result.samples.setdefault(record["metric"], []).append(float(record["value"]))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        time.sleep(cell.seconds)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            result.exit_code = proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            result.exit_code = proc.wait()
+        stop.set()
+        reader.join(10)
+        if sampler is not None:
+            sampler.join(10)
+
+
+# -- the report ----------------------------------------------------------------
+
+
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def report(results: list[Result]) -> str:
+    lines = [
+        "| cell | system | completions/s | enqueued/s | pickup p50 / p95 / p99 ms | queue depth | "
+        "peak dead tuples (share) | Lock:object waits | rounds |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    by_cell: dict[tuple[str, str], list[Result]] = {}
+    for result in results:
+        by_cell.setdefault((result.cell, result.system), []).append(result)
+    for (cell, system), rounds in by_cell.items():
+
+        def med(metric: str, rounds: list[Result] = rounds) -> float | None:
+            values = [v for r in rounds if (v := r.median(metric)) is not None]
+            return statistics.median(values) if values else None
+
+        peak = max((max(r.dead_tuples, default=0) for r in rounds), default=0)
+        share = max((max(r.dead_share, default=0.0) for r in rounds), default=0.0)
+        waits = [statistics.mean(r.lock_waits) for r in rounds if r.lock_waits]
+        failed = [r.exit_code for r in rounds if r.exit_code not in (0, None)]
+        latency = " / ".join(fmt(med(m), 1) for m in ("claim_p50_ms", "claim_p95_ms", "claim_p99_ms"))
+        lines.append(
+            f"| {cell} | {system} | {fmt(med('completion_rate'))} | {fmt(med('enqueue_rate'))} | {latency} | "
+            f"{fmt(med('queue_depth'))} | {peak:,} ({share:.0%}) | "
+            f"{fmt(statistics.median(waits) * 100 if waits else None)} % | {len(rounds)}"
+            + (f" (exit codes {failed})" if failed else "")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/owf-harness"))
+    parser.add_argument("--harness-source", default=HARNESS_REPO, help="where to clone the harness from")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=95.0, help="per cell, warm-up included")
+    parser.add_argument(
+        "--warmup", type=float, default=35.0, help="samples before this are left out (the pickup window is 30 s)"
+    )
+    parser.add_argument("--quick", action="store_true", help="one round of 20 s cells: a check that all runs")
+    parser.add_argument("--only", default="", help="cells whose name contains this")
+    parser.add_argument("--long", type=float, default=0.0, metavar="MINUTES", help="add the long-horizon cell")
+    parser.add_argument("--long-rate", type=int, default=200, help="jobs/s offered in the long-horizon cell")
+    parser.add_argument("--json", type=Path, help="write every result here")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.seconds, args.warmup = 1, 20.0, 5.0
+    systems = [s for s in args.systems.split(",") if s]
+    harness = install(args.work, args.harness_source, systems)
+    logs = args.work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    todo = [c for c in cells(args.seconds, args.warmup, args.long, args.long_rate) if args.only in c.name]
+    results: list[Result] = []
+    load = os.getloadavg()
+    for round_ in range(args.rounds):
+        for cell in todo:
+            turned = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
+            for system in turned:
+                print(f"[round {round_ + 1}] {cell.name}: {system}", file=sys.stderr, flush=True)
+                results.append(run_cell(system, cell, round_, args.database_url, args.work, harness, logs))
+    print(f"\nload average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; logs in {logs}\n")
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))
+    broken = [r for r in results if r.exit_code != 0 or not r.samples.keys() >= REQUIRED_METRICS]
+    for r in broken:
+        missing = sorted(REQUIRED_METRICS - r.samples.keys())
+        print(f"{r.system}, {r.cell}: exit code {r.exit_code}, metrics missing {missing}", file=sys.stderr)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
