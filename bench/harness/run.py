@@ -72,6 +72,7 @@ class Result:
     cell: str
     round: int
     samples: dict[str, list[float]] = field(default_factory=dict)
+    series: list[tuple[float, str, float]] = field(default_factory=list)  # (seconds in, metric, value)
     dead_tuples: list[int] = field(default_factory=list)
     dead_share: list[float] = field(default_factory=list)
     lock_waits: list[float] = field(default_factory=list)
@@ -248,8 +249,9 @@ def run_adapter(
                 tables[:] = sorted(set(tables) | set(record.get("event_tables", [])))
                 sampler = threading.Thread(target=sample_server, args=(url, database, tables, result, stop))
                 sampler.start()
-            elif record.get("kind") == "adapter" and time.monotonic() - started >= cell.warmup:
+            elif record.get("kind") == "adapter" and (elapsed := time.monotonic() - started) >= cell.warmup:
                 result.samples.setdefault(record["metric"], []).append(float(record["value"]))
+                result.series.append((elapsed, record["metric"], float(record["value"])))
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -305,6 +307,29 @@ def report(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def drift(results: list[Result], minutes: float = 10.0) -> str:
+    """Long cells: the first and the last ``minutes`` after the warm-up, side by side (the harness's flatness check)."""
+    lines = []
+    for result in results:
+        if not result.cell.startswith("long") or not result.series:
+            continue
+        start, end = result.series[0][0], result.series[-1][0]
+
+        def window(metric: str, low: float, high: float, result: Result = result) -> float | None:
+            values = [v for at, m, v in result.series if m == metric and low <= at <= high]
+            return statistics.median(values) if values else None
+
+        for metric in ("completion_rate", "claim_p99_ms"):
+            first = window(metric, start, start + minutes * 60)
+            last = window(metric, end - minutes * 60, end)
+            change = f"{(last / first - 1) * 100:+.1f} %" if first and last is not None else "-"
+            lines.append(
+                f"{result.system}, {result.cell}, {metric}: first {minutes:g} min {fmt(first, 1)}, "
+                f"last {minutes:g} min {fmt(last, 1)} ({change})"
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--database-url", default="postgres://postgres@127.0.0.1:5432/postgres")
@@ -339,6 +364,8 @@ def main() -> int:
                 results.append(run_cell(system, cell, round_, args.database_url, args.work, harness, logs))
     print(f"\nload average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; logs in {logs}\n")
     print(report(results))
+    if flat := drift(results):
+        print("\n" + flat)
     if args.json:
         args.json.write_text(json.dumps([r.__dict__ for r in results], indent=1))
     broken = [r for r in results if r.exit_code != 0 or not r.samples.keys() >= REQUIRED_METRICS]
