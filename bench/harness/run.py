@@ -178,7 +178,7 @@ def sample_server(url: str, database: str, tables: list[str], result: Result, st
             known = [t for t in tables if "." in t]
             if known:
                 dead, live = conn.execute(
-                    "SELECT coalesce(sum(n_dead_tup), 0), coalesce(sum(n_live_tup), 0) FROM pg_stat_user_tables"
+                    "SELECT coalesce(sum(n_dead_tup), 0)::bigint, coalesce(sum(n_live_tup), 0)::bigint FROM pg_stat_user_tables"
                     " WHERE schemaname || '.' || relname = ANY(%s)",
                     [known],
                 ).fetchone()
