@@ -51,7 +51,8 @@ def authenticate(token: str) -> Any:
         raise _refuse(
             "malformed_token",
             f"the Bearer token is not an API token: one starts with {TOKEN_START!r} and has "
-            f"{TOKEN_PREFIX_LENGTH + 44} characters (create one in the admin or with `manage.py workflows token create`)",
+            f"{TOKEN_PREFIX_LENGTH + 44} characters (create one in the admin or with "
+            "`manage.py workflows token create`)",
         )
     prefix = token[:TOKEN_PREFIX_LENGTH]
     row = ApiToken.objects.filter(prefix=prefix).first()
