@@ -411,17 +411,17 @@ class ApiToken(models.Model):
         verbose_name=_("user"),
         on_delete=models.CASCADE,
         related_name="workflow_api_tokens",
-        help_text="Requests with the token act as this user, with this user's permissions.",
+        help_text=_("Requests with the token act as this user, with this user's permissions."),
     )
-    name = models.CharField(verbose_name=_("name"), max_length=255, help_text="What or who uses it, e.g. 'CI'.")
+    name = models.CharField(verbose_name=_("name"), max_length=255, help_text=_("What or who uses it, e.g. 'CI'."))
     prefix = models.CharField(verbose_name=_("prefix"), max_length=16, unique=True, editable=False)
     digest = models.CharField(verbose_name=_("SHA-256"), max_length=64, editable=False)
     created_at = models.DateTimeField(verbose_name=_("created at"), auto_now_add=True)
     last_used_at = models.DateTimeField(
-        verbose_name=_("last used at"), null=True, blank=True, editable=False, help_text="To the minute."
+        verbose_name=_("last used at"), null=True, blank=True, editable=False, help_text=_("To the minute.")
     )
     expires_at = models.DateTimeField(
-        verbose_name=_("expires at"), null=True, blank=True, help_text="Empty: valid until revoked."
+        verbose_name=_("expires at"), null=True, blank=True, help_text=_("Empty: valid until revoked.")
     )
     revoked_at = models.DateTimeField(verbose_name=_("revoked at"), null=True, blank=True, editable=False)
 

@@ -18,6 +18,7 @@ from django.forms import Form
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -28,10 +29,10 @@ from ..models import ApiToken
 class ApiTokenAdmin(admin.ModelAdmin):
     """The tokens, newest first; revoking is an action, and deleting works too."""
 
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "expires_at", "is_revoked")
+    list_display = ("token_prefix", "user", "name", "created_at", "last_used_at", "expires_at", "is_revoked")
     list_filter = (("revoked_at", admin.EmptyFieldListFilter),)
     actions = ("revoke",)
-    readonly_fields = ("prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("token_prefix", "created_at", "last_used_at", "revoked_at")
 
     def get_search_fields(self, request: HttpRequest) -> tuple[str, ...]:
         return ("prefix", "name", f"user__{get_user_model().USERNAME_FIELD}")
@@ -39,7 +40,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> Any:
         if obj is None:
             return ["user", "name", "expires_at"]
-        return ["prefix", "user", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
+        return ["token_prefix", "user", "name", "created_at", "last_used_at", "expires_at", "revoked_at"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiToken | None = None) -> tuple[str, ...]:
         # A token's user is fixed: a token moved to another user would act with that user's permissions.
@@ -65,6 +66,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
                 "cannot be shown again. Send it as the header 'Authorization: Bearer {token}'."
             )
             messages.warning(request, format_html(str(message), prefix=obj.prefix, user=obj.user, token=token))
+
+    @admin.display(description=_("prefix"), ordering="prefix")
+    def token_prefix(self, row: ApiToken) -> SafeString:
+        """The token's first characters, as the token starts: data, in code type."""
+        return format_html("<code>{}</code>", row.prefix)
 
     @admin.display(description=_("revoked"), boolean=True, ordering="revoked_at")
     def is_revoked(self, row: ApiToken) -> bool:

@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_openworkflow.models import ApiToken
+from tests.admin.test_i18n import data, english_words, left_in_english, localized  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -97,3 +98,21 @@ def test_a_staff_user_manages_only_their_own_tokens(token_keeper: Any, django_us
     change = reverse("admin:django_openworkflow_apitoken_change", args=[theirs.pk])
     elsewhere = client.get(change, follow=True)  # Django's "doesn't exist", on the admin's index
     assert elsewhere.redirect_chain and theirs.prefix not in elsewhere.content.decode()
+
+
+@pytest.mark.usefixtures("localized")
+def test_the_token_pages_in_french_leave_no_english(admin_client: Client, admin_user: Any) -> None:
+    row, _ = ApiToken.objects.create_token(admin_user, "ci")
+    pages = [LIST_URL, ADD_URL, reverse("admin:django_openworkflow_apitoken_change", args=[row.pk])]
+    left = {
+        url: found
+        for url in pages  # the token's prefix is data, as a run's id is
+        if (
+            found := [
+                t for t in left_in_english(admin_client, url) if english_words(t.replace(row.prefix, " "), data())
+            ]
+        )
+    }
+    assert left == {}, "English text on French pages:\n" + "\n".join(f"{u}: {t}" for u, t in left.items())
+    french = admin_client.get(LIST_URL, HTTP_ACCEPT_LANGUAGE="fr").content.decode()
+    assert "jetons d’API" in french and "Révoquer les jetons d’API sélectionnés" in french
