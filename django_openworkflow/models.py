@@ -13,7 +13,6 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import F, Lookup, Q
-from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .conf import owf_settings
@@ -445,6 +444,3 @@ class ApiToken(models.Model):
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
-
-    def expired(self, now: datetime | None = None) -> bool:
-        return self.expires_at is not None and self.expires_at <= (now or timezone.now())
