@@ -14,7 +14,7 @@ from django.db import connections, router, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_openworkflow.checks import check_settings, check_workflow_database
+from django_openworkflow.checks import check_settings, check_workflow_database, workflow_tables
 from django_openworkflow.models import ApiToken, Event, Schedule, StepAttempt, WorkflowRun
 from django_openworkflow.routers import WorkflowRouter
 from tests.fixtures.testapp.models import SideEffect
@@ -122,6 +122,7 @@ def test_api_tokens_live_with_the_users_and_authenticate_requests_for_runs_on_th
 ) -> None:
     workflow_router = WorkflowRouter()
     assert workflow_router.db_for_read(ApiToken) == workflow_router.db_for_write(ApiToken) == "default"
+    assert ApiToken._meta.db_table not in workflow_tables()  # what the checks want on the workflow alias
     assert workflow_router.allow_migrate("default", "django_openworkflow", model_name="apitoken") is True
     assert workflow_router.allow_migrate("other", "django_openworkflow", model_name="apitoken") is False
     user = django_user_model.objects.create_superuser("robot")
