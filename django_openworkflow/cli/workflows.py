@@ -1,13 +1,11 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs from a terminal.
+"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens.
 
-The management command only builds the parser (:func:`add_arguments`) and
-calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
-JSON with ``--json``; every error is a ``CommandError`` with one clear line,
-which Django turns into a non-zero exit. A run in JSON has one shape, the
-HTTP API's (:func:`~.client.listing.run_json`): ``list`` prints a list of
-them, the other subcommands one. What comes from data (names, keys,
-payloads, error messages) is printed with its control characters escaped
-(:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
+The management command only builds the parser (:func:`add_arguments`) and calls :func:`dispatch`.
+Every subcommand prints a human-readable answer, or JSON with ``--json``; every error is a
+``CommandError`` with one clear line, which Django turns into a non-zero exit. A run in JSON has one
+shape, the HTTP API's (:func:`~.client.listing.run_json`): ``list`` prints a list of them, the other
+subcommands one. What comes from data (names, keys, payloads, error messages) is printed with its
+control characters escaped (:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
 """
 
 from __future__ import annotations
@@ -65,6 +63,7 @@ from ..store import queries
 from .input_index import add_input_index_parser, input_index_command
 from .prune import add_prune_parser, prune_command
 from .stats import add_stats_parser, stats_command
+from .tokens import add_token_parser, token_command
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 
@@ -158,9 +157,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
     signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
-    add_stats_parser(sub, common)
-    add_prune_parser(sub, common)
-    add_input_index_parser(sub, common)
+    for add_parser in (add_stats_parser, add_prune_parser, add_input_index_parser, add_token_parser):
+        add_parser(sub, common)
 
 
 def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
@@ -497,4 +495,5 @@ SUBCOMMANDS: dict[str, Handler] = {
     "stats": stats_command,
     "prune": prune_command,
     "input-index": input_index_command,
+    "token": token_command,
 }
