@@ -30,7 +30,7 @@ from ..client.runs import send_signal
 from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
-from ..store import queries
+from ..store import queries, run_states
 from . import changelist
 from .actions import ACTIONS, RunAction, confirmation, perform_action
 from .dashboard import dashboard_context
@@ -82,7 +82,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- list ------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS)
+        return run_states.with_error_summary(super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[changelist.RunChangeList]:
+        return changelist.RunChangeList
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
