@@ -328,7 +328,7 @@ def error_cell(error: dict[str, Any] | None) -> tuple[str, str]:
     step = str(error.get("step") or "")
     child = error.get("child_error")
     if isinstance(child, dict) and (child.get("type") or child.get("message")):
-        return shorten(_headline(child)), step
+        return error_cell(child)[0], step
     message = str(error.get("message") or "")
     prefix = f"step {step!r} failed: "
     if error.get("type") == "StepFailed" and step and message.startswith(prefix):

@@ -71,6 +71,7 @@ _NOTE_KEYS = {
     "step": "step",
     "child_type": "child_error__type",
     "child_message": "child_error__message",
+    "child_step": "child_error__step",
     "retry_scope": "retry__scope",
     "retry_failures": "retry__failures",
     "retry_max": "retry__max_attempts",
@@ -120,7 +121,8 @@ def error_summary(run: WorkflowRun) -> dict[str, Any] | None:
         return {} if getattr(run, "owf_has_note", False) else None
     summary: dict[str, Any] = {k: values[k] for k in ("type", "message", "step") if values[k] is not None}
     if values["child_type"] or values["child_message"]:
-        summary["child_error"] = {"type": values["child_type"], "message": values["child_message"]}
+        child = {"type": values["child_type"], "message": values["child_message"], "step": values["child_step"]}
+        summary["child_error"] = {key: value for key, value in child.items() if value is not None}
     if values["retry_scope"] is not None or values["retry_failures"] is not None:
         summary["retry"] = {
             "scope": values["retry_scope"],
