@@ -210,9 +210,7 @@ class RunSteps:
             # The run keeps the failure as a note while it backs off: it shows as retrying, with the error.
             note: dict[str, Any] = {key: settled.error[key] for key in ("type", "message") if key in settled.error}
             note.update(step=settled.key, retry=retry_note("step", settled.failures, settled.max_attempts))
-            raise Suspend(
-                settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}", note=note
-            )
+            raise Suspend(settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}", note=note)
         raise StepFailed(settled.key, settled.error)
 
     def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:

@@ -1,4 +1,4 @@
-"""Retrying and waiting runs and errors in sight: the list's status and error columns, search, the run page, the dashboard.
+"""Retrying and waiting runs, errors in sight: the list's status and error columns, search, run page, dashboard.
 
 The runs are made by the engine itself (``drain``), so what the pages show
 is what a worker leaves: a step in its retry backoff, a signal wait, a
@@ -28,7 +28,7 @@ DASHBOARD_URL = reverse("admin:django_openworkflow_workflowrun_dashboard")
 
 def _row(html: str, run: Any) -> str:
     """The list's row of ``run``."""
-    match = re.search(rf'<tr[^>]*>(?:(?!</tr>).)*?{str(run.id)[:8]}(?:(?!</tr>).)*</tr>', html, re.S)
+    match = re.search(rf"<tr[^>]*>(?:(?!</tr>).)*?{str(run.id)[:8]}(?:(?!</tr>).)*</tr>", html, re.S)
     assert match, f"no row for {run.id}"
     return match.group()
 

@@ -115,7 +115,8 @@ def test_list_limit() -> None:
 
 @pytest.mark.django_db
 def test_list_unknown_status_is_an_error() -> None:
-    with pytest.raises(CommandError, match="unknown status 'sleeping'; choose from pending, running, retrying, waiting, parked"):
+    expected = "unknown status 'sleeping'; choose from pending, running, retrying, waiting, parked"
+    with pytest.raises(CommandError, match=expected):
         workflows("list", "--status", "sleeping")
 
 

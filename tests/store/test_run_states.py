@@ -64,7 +64,9 @@ def test_the_note_is_dropped_once_the_run_executes_again() -> None:
 def test_a_workflow_retry_is_retrying_too() -> None:
     from django_openworkflow import RetryPolicy, workflow
 
-    @workflow(name="test-states-workflow-retry", retry_policy=RetryPolicy("1h", maximum_interval="1h", maximum_attempts=3))
+    policy = RetryPolicy("1h", maximum_interval="1h", maximum_attempts=3)
+
+    @workflow(name="test-states-workflow-retry", retry_policy=policy)
     def body_fails(ctx: Any) -> None:
         raise KeyError("missing")
 
