@@ -37,7 +37,7 @@ def test_a_step_in_its_retry_backoff_is_retrying_with_its_attempts_and_error() -
         "step": "charge",
         "retry": {"scope": "step", "failures": 1, "max_attempts": 10},
     }
-    assert state(handle).status == "retrying"
+    assert state(handle).status == "retrying" and handle.display_status() == "retrying"
     make_due(handle)
     drain(skip_sleeps=False)
     run = handle.fetch()
@@ -89,6 +89,7 @@ def test_a_run_waiting_for_a_signal_is_waiting_and_says_for_what() -> None:
     assert queries.status_counts()["waiting"] == 1
     assert [r.id for r in queries.list_runs(statuses=["waiting"])] == [handle.id]
     assert handle.status() == "running"  # the stored status, as before
+    assert handle.display_status() == "waiting"
     send_signal(handle.id, "approval", {"ok": True})
     drain(skip_sleeps=False)
     assert state(handle).status == "completed"
