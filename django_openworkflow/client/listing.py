@@ -87,7 +87,8 @@ def list_runs(
     """The newest runs that match every filter given, one page at a time.
 
     ``status`` is one display status or several (``pending``, ``running``,
-    ``parked``, ``completed``, ``failed``, ``canceled``, ``continued``);
+    ``retrying``, ``waiting``, ``parked``, ``completed``, ``failed``,
+    ``canceled``, ``continued``: :class:`~django_openworkflow.states.DisplayStatus`);
     ``created_after`` (inclusive) and ``created_before`` (exclusive) are
     aware datetimes; ``input_contains`` is a JSON object the input must
     contain (``{"customer": 42}``). Pass the page's ``next_cursor`` as

@@ -87,9 +87,9 @@ def seed_example_project() -> None:
     """Run in a subprocess on the example project's settings: a superuser, and runs in every state shown.
 
     The demo's onboarding (completed, with a child run whose first call
-    failed), the same parked in a one-hour sleep, an expense claim parked
-    on a signal, a run that failed, and one whose steps have 200-character
-    names. A worker in this process works them until each has finished or
+    failed), the same parked in a one-hour sleep, an expense claim waiting
+    for a signal, a run that failed, one whose steps have 200-character
+    names, and one whose step keeps failing (retrying, an hour's backoff). A worker in this process works them until each has finished or
     parked.
     """
     import django
@@ -105,6 +105,16 @@ def seed_example_project() -> None:
 
     def parse_orders() -> None:
         raise ValueError("order 17: unknown currency 'XBT'")
+
+    def charge_card() -> None:
+        raise ConnectionError("payment gateway timed out")
+
+    @workflow(
+        name="charge-card",
+        step_retry_policy=RetryPolicy(initial_interval="1h", maximum_interval="1h", maximum_attempts=10),
+    )
+    def charge_card_workflow(ctx: Any) -> None:
+        ctx.step.run("charge", charge_card)
 
     @workflow(name="import-orders", version="2026.11-hotfix", step_retry_policy=RetryPolicy(maximum_attempts=1))
     def import_orders(ctx: Any) -> None:
@@ -122,6 +132,7 @@ def seed_example_project() -> None:
     waiting = expense_approval.run({"employee": "ada", "amount": 120})
     failing = import_orders.run({"date": "2026-11-21"})
     long_names = reconcile_invoices.run({"month": "2026-10"})
+    retrying = charge_card_workflow.run({"order": 17})
 
     def parked(handle: Any) -> bool:
         run = handle.fetch()
@@ -129,10 +140,10 @@ def seed_example_project() -> None:
 
     def settled() -> bool:
         finished = all(h.status() in ("completed", "failed") for h in (completed, failing, long_names))
-        return finished and parked(sleeping) and parked(waiting)
+        return finished and parked(sleeping) and parked(waiting) and parked(retrying)
 
     Worker(poll_interval="50ms").run(until=settled, install_signal_handlers=False)
-    print(f"seeded: {completed.id} {sleeping.id} {waiting.id} {failing.id} {long_names.id}")
+    print(f"seeded: {completed.id} {sleeping.id} {waiting.id} {failing.id} {long_names.id} {retrying.id}")
 
 
 def _free_port() -> int:
@@ -381,9 +392,18 @@ def _look(page: Any, base: str, scheme: str) -> None:
     assert "admin-interface" in (page.locator("body").get_attribute("class") or "")
 
     # The list: every run, the counts, and every column readable.
-    assert page.locator("#result_list tbody tr").count() == 6  # five seeded runs and the child run
-    assert page.locator(".owf-count-parked .owf-count-number").inner_text() == "2"
+    assert page.locator("#result_list tbody tr").count() == 7  # six seeded runs and the child run
+    assert page.locator(".owf-count-parked .owf-count-number").inner_text() == "1"
     assert page.locator("#result_list .owf-status-failed").inner_text() == "failed"
+    # A run stuck in retries and one waiting for a signal, each told from the list alone: badge, hint, error.
+    retrying = page.locator("#result_list tbody tr", has=page.locator(".owf-status-retrying"))
+    assert retrying.count() == 1 and "charge-card" in retrying.inner_text()
+    assert page.locator(".owf-count-retrying .owf-count-number").inner_text() == "1"
+    assert "step 'charge' · attempt 1 of 10 failed · next in" in retrying.inner_text()
+    assert "ConnectionError: payment gateway timed out" in retrying.locator(".owf-error-cell").inner_text()
+    waiting = page.locator("#result_list tbody tr", has=page.locator(".owf-status-waiting"))
+    assert waiting.count() == 1 and "expense-approval" in waiting.inner_text()
+    assert "waiting for signal 'manager-decision' · times out in" in waiting.inner_text()
     if not _sidebar_open(page):
         page.click("#toggle-nav-sidebar")
     assert _sidebar_open(page) and page.locator("#nav-sidebar").is_visible()
@@ -413,6 +433,12 @@ def _look(page: Any, base: str, scheme: str) -> None:
     # The failed run: its error, and the actions at AA contrast, closed and open.
     _open_run(page, base, "import-orders", "failed")
     assert "ValueError: order 17: unknown currency 'XBT'" in page.locator(".owf-error").inner_text()
+    assert "in parse_orders" in page.locator(".owf-raised-in").inner_text()  # the user's frame, first
+    page.set_viewport_size(PHONE)
+    error_top = page.locator(".owf-error").bounding_box()["y"]
+    assert error_top < page.locator(".owf-summary").bounding_box()["y"], "on a phone the error comes first"
+    page.screenshot(path=str(ARTIFACTS / f"run-failed-{scheme}-{PHONE['width']}.png"), full_page=True)
+    page.set_viewport_size(WIDE)
     assert page.locator(".owf-action").count() >= 1
     problems = _contrast_problems(page, ".owf-action > summary")
     for index in range(page.locator(".owf-action").count()):
@@ -432,9 +458,10 @@ def _look(page: Any, base: str, scheme: str) -> None:
     page.wait_for_load_state()
     assert page.locator(".owf-tl-bar.owf-bar-failed").count() == 1  # the flaky call's first attempt
 
-    # The parked runs: a sleep with its wake time, a signal wait with the send form.
-    _open_run(page, base, "expense-approval", "parked")
+    # The parked runs: a sleep with its wake time, a signal wait with the send form on top, filled in.
+    _open_run(page, base, "expense-approval", "waiting")
     assert page.locator(".owf-wait").count() == 1 and page.locator(".owf-send-signal").count() == 1
+    assert page.locator(".owf-send-signal-top #id_name").input_value() == "manager-decision"
     problems = _contrast_problems(page, ".owf-action > summary")
     assert problems == [], f"{scheme}: action buttons under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
     page.screenshot(path=str(ARTIFACTS / f"run-waiting-{scheme}.png"), full_page=True)
