@@ -89,8 +89,8 @@ def seed_example_project() -> None:
     The demo's onboarding (completed, with a child run whose first call
     failed), the same parked in a one-hour sleep, an expense claim waiting
     for a signal, a run that failed, one whose steps have 200-character
-    names, and one whose step keeps failing (retrying, an hour's backoff). A worker in this process works them until each has finished or
-    parked.
+    names, and one whose step keeps failing (retrying, an hour's backoff).
+    A worker in this process works them until each has finished or parked.
     """
     import django
 
