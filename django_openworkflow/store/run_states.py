@@ -17,12 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
-from django.db.models import BinaryField, BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
+from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, Q, QuerySet
 from django.db.models.fields.json import KT
-from django.db.models.functions import Cast, Left
+from django.db.models.functions import Left
 
-from ..conf import owf_settings
 from ..models import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepStatus, display_state
 
@@ -87,10 +85,10 @@ def with_error_summary(queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]
     columns: dict[str, Any] = {f"owf_error_{name}": KT(f"error__{path}") for name, path in _NOTE_KEYS.items()}
     for name in ("message", "child_message"):
         columns[f"owf_error_{name}"] = Left(KT(f"error__{_NOTE_KEYS[name]}"), MESSAGE_CHARS)
-    if connections[owf_settings.database].vendor == "sqlite":
-        # SQLite keeps a lone surrogate in JSON (written by other code), and its text would not
-        # decode: read the bytes, decoded in Python with a replacement character.
-        columns = {name: Cast(column, BinaryField()) for name, column in columns.items()}
+    from . import get_backend
+
+    backend = get_backend()
+    columns = {name: backend.json_key_text(column) for name, column in columns.items()}
     columns["owf_has_note"] = ExpressionWrapper(HAS_NOTE, output_field=BooleanField())
     return queryset.annotate(**columns)
 
