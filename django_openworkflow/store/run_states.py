@@ -23,6 +23,7 @@ from django.db.models.functions import Left
 
 from ..models import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepStatus, display_state
+from . import get_backend
 
 DISPLAY_STATUSES: tuple[str, ...] = tuple(DisplayStatus.values())
 """Every status the admin and the CLI show and filter by, in life-cycle order; each run is in exactly one."""
@@ -31,7 +32,7 @@ HAS_NOTE = Q(error__isnull=False)
 
 
 def _open_wait() -> Exists:
-    """An open signal, event or child wait of the outer run (through the open-steps index)."""
+    """An open signal, event or child wait of the outer run."""
     return Exists(
         StepAttempt.objects.filter(workflow_run_id=OuterRef("pk"), status=StepStatus.RUNNING, kind__in=WAITING_KINDS)
     )
@@ -82,12 +83,10 @@ def with_error_summary(queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]
     A list defers the payloads (``error`` holds a traceback); these keys are
     what the status and error columns need. :func:`error_summary` reads them back.
     """
+    backend = get_backend()
     columns: dict[str, Any] = {f"owf_error_{name}": KT(f"error__{path}") for name, path in _NOTE_KEYS.items()}
     for name in ("message", "child_message"):
         columns[f"owf_error_{name}"] = Left(KT(f"error__{_NOTE_KEYS[name]}"), MESSAGE_CHARS)
-    from . import get_backend
-
-    backend = get_backend()
     columns = {name: backend.json_key_text(column) for name, column in columns.items()}
     columns["owf_has_note"] = ExpressionWrapper(HAS_NOTE, output_field=BooleanField())
     return queryset.annotate(**columns)
@@ -111,7 +110,8 @@ def error_summary(run: WorkflowRun) -> dict[str, Any] | None:
 
     Read from ``run.error`` when it is loaded, else from the annotations of :func:`with_error_summary`.
     """
-    if "error" not in run.get_deferred_fields():
+    if "error" not in run.get_deferred_fields() or not hasattr(run, "owf_has_note"):
+        # Loaded, or deferred without the summary's annotations: then reading it costs a query.
         return run.error if isinstance(run.error, dict) or run.error is None else {"message": str(run.error)}
     values = {name: _text(getattr(run, f"owf_error_{name}", None)) for name in _NOTE_KEYS}
     if not any(values.values()):
