@@ -65,22 +65,29 @@ def expiry(run: WorkflowRun, now: datetime) -> tuple[str, str]:
 
 
 def _cause(run: WorkflowRun, attempts: list[StepAttempt]) -> tuple[str, str]:
-    """Where the run's error started: (what, its traceback), from a failed child or the failed step's last attempt.
+    """Where the run's error started: (what, its traceback), from the failed step's last attempt.
 
     The run's own traceback is the workflow function's, through the engine;
-    the user's code raised in the step (or in the child), whose traceback the journal keeps.
+    the user's code raised in the step, whose traceback the journal keeps. A
+    run failed by its child: the child's failed step (one query), else the child's own traceback.
     """
     error = run.error if isinstance(run.error, dict) else {}
     child = error.get("child_error")
-    if isinstance(child, dict) and child.get("traceback"):
-        return gettext("child run %(id)s") % {"id": fmt.short_id(error.get("child_run_id") or "")}, str(
-            child["traceback"]
-        )
+    if isinstance(child, dict) and error.get("child_run_id"):
+        where = gettext("child run %(id)s") % {"id": fmt.short_id(error["child_run_id"])}
+        step = child.get("step")
+        attempt = queries.last_failed_attempt(error["child_run_id"], step) if step else None
+        traceback = _traceback(attempt.error if attempt is not None else None) or _traceback(child)
+        return (f"{where}, " + gettext("step %(step)s") % {"step": repr(step)} if step else where), traceback
     step = error.get("step")
-    failed = [a for a in attempts if a.step_name == step and a.status == StepStatus.FAILED and a.error]
-    if step and failed and isinstance(failed[-1].error, dict) and failed[-1].error.get("traceback"):
-        return gettext("step %(step)s") % {"step": repr(step)}, str(failed[-1].error["traceback"])
+    failed = [a for a in attempts if a.step_name == step and a.status == StepStatus.FAILED]
+    if step and failed and _traceback(failed[-1].error):
+        return gettext("step %(step)s") % {"step": repr(step)}, _traceback(failed[-1].error)
     return "", ""
+
+
+def _traceback(error: Any) -> str:
+    return str(error.get("traceback") or "") if isinstance(error, dict) else ""
 
 
 def error_block(run: WorkflowRun, attempts: list[StepAttempt]) -> dict[str, Any]:

@@ -250,10 +250,10 @@ def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, 
     step = getattr(exc, "step_name", None)
     if step is not None:
         error["step"] = step
-    child_error = (getattr(exc, "error", None) or {}).get("child_error") if isinstance(exc, StepFailed) else None
-    if child_error:
+    failed_step = exc.error if isinstance(exc, StepFailed) and isinstance(exc.error, dict) else {}
+    if failed_step.get("child_error"):
         # A child's failure that nobody caught: the parent says what went wrong in the child, not only which child.
-        error["child_error"] = child_error
+        error.update(child_error=failed_step["child_error"], child_run_id=failed_step.get("child_run_id"))
     attempts = slice_.run.attempts + 1
     policy = slice_.spec.retry_policy
     if policy.allows_another(attempts):

@@ -298,6 +298,15 @@ def journal(run_id: Any) -> list[StepAttempt]:
     )
 
 
+def last_failed_attempt(run_id: Any, step_name: str) -> StepAttempt | None:
+    """The latest failed attempt of one step of a run, or None (one query)."""
+    parsed = parse_run_id(run_id)
+    if parsed is None:
+        return None
+    attempts = StepAttempt.objects.filter(workflow_run_id=parsed, step_name=step_name, status=StepStatus.FAILED)
+    return attempts.order_by("-id").first()
+
+
 def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     """A run's signals, oldest first: buffered ones and consumed ones (one query, at most ``limit``).
 

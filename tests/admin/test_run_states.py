@@ -148,6 +148,17 @@ def test_the_traceback_starts_with_the_users_frame_and_folds_the_packages(admin_
     assert re.search(r'<details class="owf-package-frames"><summary>\d+ frames? of django-openworkflow', html)
 
 
+def test_a_parent_failed_by_its_child_shows_where_the_childs_step_raised(admin_client: Any) -> None:
+    parent = fails_in_child.run()
+    drain()
+    child = WorkflowRun.objects.get(parent_step_attempt__workflow_run_id=parent.id)
+    html = admin_client.get(run_url(parent)).content.decode()
+    raised = re.search(r'<pre class="owf-pre owf-raised-in">(.*?)</pre>', html, re.S)
+    assert raised and "in boom" in raised.group(1)  # in the child's step, not in the parent's workflow function
+    assert f"Raised in your code (child run {str(child.id)[:8]}, step &#x27;boom&#x27;)" in html
+    assert "The child run's error:" in html and "ValueError: kaboom" in html
+
+
 def test_fold_keeps_every_line_and_picks_the_last_frame_outside_the_package() -> None:
     import django_openworkflow.admin.tracebacks as tb
 

@@ -128,7 +128,8 @@ def test_a_parent_failed_by_its_child_carries_the_childs_error() -> None:
     handle = fails_in_child.run()
     drain()
     error = handle.fetch().error
-    assert error["step"] == "always-fails"
+    child = WorkflowRun.objects.get(parent_step_attempt__workflow_run_id=handle.id)
+    assert error["step"] == "always-fails" and error["child_run_id"] == str(child.id)
     assert error["child_error"]["type"] == "StepFailed"
     assert error["child_error"]["message"] == "step 'boom' failed: ValueError: kaboom"
     assert error["message"].endswith("failed: StepFailed: step 'boom' failed: ValueError: kaboom")
