@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from .. import __version__
-from ..store.queries import DISPLAY_STATUSES
+from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
 from .fields import LIMIT_SCHEMA, MOMENT_SCHEMA, NAME_SCHEMA, PRIORITY_SCHEMA, QUEUE_SCHEMA, STATUS_PATTERN, WHEN_SCHEMA
 
 TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -36,8 +36,15 @@ RUN = {
         "id": {"type": "string", "format": "uuid"},
         "workflow": TEXT,
         "version": OPTIONAL_TEXT,
-        "status": {"enum": list(DISPLAY_STATUSES)},
-        "attempts": {"type": "integer"},
+        "status": {
+            "enum": list(STATUS_FIELD_VALUES),
+            "description": "the stored status, but parked for a running run no worker holds",
+        },
+        "display_status": {
+            "enum": list(DISPLAY_STATUSES),
+            "description": "what the admin and the CLI show: parked runs told apart as retrying, waiting or parked",
+        },
+        "attempts": {"type": "integer", "description": "failed workflow-level attempts"},
         "worker_id": OPTIONAL_TEXT,
         "idempotency_key": OPTIONAL_TEXT,
         "created_at": TIME,

@@ -49,7 +49,7 @@ from ..errors import (
     UnknownWorkflowError,
 )
 from ..formatting import numbered, read_json
-from ..store import queries
+from ..store import queries, run_states
 from . import fields, tokens
 from .fields import ApiError, json_response
 
@@ -246,9 +246,10 @@ def runs(request: HttpRequest) -> HttpResponse:
         params = query.copy()
         params["cursor"] = page.next_cursor
         following = f"{request.path}?{params.urlencode()}"
+    states = run_states.states_of(page.runs)
     return json_response(
         {
-            "runs": [run_json(run, payloads=False) for run in page.runs],
+            "runs": [run_json(run, payloads=False, state=states[run.id]) for run in page.runs],
             "next_cursor": page.next_cursor,
             "next": following,
         }
