@@ -89,6 +89,8 @@ def start_workers(slots: int, stats: Stats) -> list[subprocess.Popen[bytes]]:
     for i, share in enumerate(share for share in shares if share):
         command = [sys.executable, "-m", "django", "runworkflows", "--settings=bench.harness.settings"]
         command += ["--concurrency", str(share), "--verbosity", "0"]
+        if os.environ.get("OWF_WORKER_PREFETCH"):  # runs claimed ahead of free slots (runworkflows --prefetch)
+            command += ["--prefetch", os.environ["OWF_WORKER_PREFETCH"]]
         env = dict(os.environ, PYTHONPATH=str(ROOT), OWF_HARNESS_APP_NAME=f"owf-harness-worker-{i}")
         # A session of its own: the signal to stop comes from this process only, once (a second one
         # sent to the whole group, as timeout(1) sends it, would make the worker exit without draining).
