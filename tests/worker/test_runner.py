@@ -283,7 +283,8 @@ def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back():
     runs = [WorkflowRun.objects.get(id=h.id) for h in handles]
     assert [run.status for run in runs].count("completed") == 1
     # The others are due now and held by nobody: the next claim, by any worker, takes them.
-    assert all(run.worker_id is None and run.available_at <= timezone.now() for run in runs if run.status != "completed")
+    handed_back = [run for run in runs if run.status != "completed"]
+    assert all(run.worker_id is None and run.available_at <= timezone.now() for run in handed_back)
     assert SideEffect.objects.count() == 1  # nothing ran twice, nothing ran that was handed back
 
 
