@@ -70,6 +70,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             messages.append(checks.Error(f"OPENWORKFLOW[{key!r}]: {exc}", id="openworkflow.E002"))
     for read_int in (
         lambda: owf_settings.concurrency,
+        lambda: owf_settings.prefetch,
         lambda: owf_settings.max_step_attempts,
         lambda: owf_settings.max_payload_bytes,
     ):
