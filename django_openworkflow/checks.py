@@ -21,7 +21,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 from . import metrics, tracing
 from .conf import DEFAULTS, owf_settings
 from .models import WorkflowRun
-from .routers import APP_LABEL
+from .routers import APP_LABEL, WITH_THE_USERS
 from .store import get_backend
 
 ROUTER_PATH = "django_openworkflow.routers.WorkflowRouter"
@@ -70,6 +70,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             messages.append(checks.Error(f"OPENWORKFLOW[{key!r}]: {exc}", id="openworkflow.E002"))
     for read_int in (
         lambda: owf_settings.concurrency,
+        lambda: owf_settings.prefetch,
         lambda: owf_settings.max_step_attempts,
         lambda: owf_settings.max_payload_bytes,
     ):
@@ -251,9 +252,13 @@ def is_missing_table(exc: BaseException) -> bool:
 
 
 def workflow_tables() -> set[str]:
-    """The tables of this app's models."""
+    """The tables of this app's models on the workflow alias (the API tokens' is where the users are)."""
     models = apps.get_app_config(APP_LABEL).get_models()
-    return {m._meta.db_table for m in models if m._meta.managed and not m._meta.proxy}
+    return {
+        m._meta.db_table
+        for m in models
+        if m._meta.managed and not m._meta.proxy and m._meta.model_name not in WITH_THE_USERS
+    }
 
 
 class MigrateHint(logging.Filter):

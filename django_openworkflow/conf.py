@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     "DRAIN_TIMEOUT": "30s",
     # Worker slots (threads) per `runworkflows` process.
     "CONCURRENCY": 10,
+    # Runs a worker claims ahead of its free slots, so that a slot that finishes finds its next
+    # run waiting instead of waiting for a claim (0: claim only for free slots).
+    "PREFETCH": 0,
     # A run may record at most this many step attempts.
     "MAX_STEP_ATTEMPTS": 1000,
     # Largest encoded JSON payload (input, step output, run output).
@@ -89,6 +92,13 @@ class Settings:
     @property
     def concurrency(self) -> int:
         return self._positive_int("CONCURRENCY")
+
+    @property
+    def prefetch(self) -> int:
+        value = self._get("PREFETCH")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"OPENWORKFLOW['PREFETCH'] must be a whole number of at least 0, got {value!r:.60}")
+        return value
 
     @property
     def max_step_attempts(self) -> int:

@@ -163,6 +163,8 @@ def runs_text(count: int) -> str:
 STATUS_LABELS: dict[str, Promise] = {
     "pending": pgettext_lazy("status", "pending"),
     "running": pgettext_lazy("status", "running"),
+    "retrying": pgettext_lazy("status", "retrying"),
+    "waiting": pgettext_lazy("status", "waiting"),
     "parked": pgettext_lazy("status", "parked"),
     "completed": pgettext_lazy("status", "completed"),
     "failed": pgettext_lazy("status", "failed"),
@@ -303,6 +305,114 @@ def executing_hint(run: WorkflowRun, attempts: Iterable[StepAttempt], now: datet
         "step": repr(step.step_name),
         "duration": format_duration(now - (step.started_at or step.created_at)),
     }
+
+
+ERROR_CHARS = 140
+"""How much of an error a list cell or a status line shows."""
+
+
+def shorten(text: str, limit: int = ERROR_CHARS) -> str:
+    """``text`` on one printable line of at most ``limit`` characters (``…`` where cut)."""
+    line = printable(" ".join(text.split()))
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def error_cell(error: dict[str, Any] | None) -> tuple[str, str]:
+    """What an error list column shows: (``Type: message``, the step), the innermost cause first.
+
+    A run failed by a child shows the child's error; a step that failed for
+    good shows its own (the ``step 'x' failed:`` of ``StepFailed`` is the step column).
+    """
+    if not error:
+        return "", ""
+    step = str(error.get("step") or "")
+    child = error.get("child_error")
+    if isinstance(child, dict) and (child.get("type") or child.get("message")):
+        return error_cell(child)[0], step
+    message = str(error.get("message") or "")
+    prefix = f"step {step!r} failed: "
+    if error.get("type") == "StepFailed" and step and message.startswith(prefix):
+        return shorten(message[len(prefix) :]), step
+    return shorten(_headline(error)), step
+
+
+def _in(at: datetime, now: datetime) -> str:
+    wait = at - now
+    if wait <= timedelta(0):
+        return gettext("due now")
+    return gettext("in %(duration)s") % {"duration": format_duration(wait)}
+
+
+def retry_line(error: dict[str, Any] | None, available_at: datetime, now: datetime) -> str:
+    """``step 'charge' · attempt 6 of 10 failed · next in 28 s · last error ValueError: boom`` for a retrying run."""
+    note = error or {}
+    retry: dict[str, Any] = note["retry"] if isinstance(note.get("retry"), dict) else {}
+    parts = []
+    if note.get("step"):
+        parts.append(gettext("step %(step)s") % {"step": repr(note["step"])})
+    elif retry.get("scope") == "workflow":
+        parts.append(gettext("the workflow"))
+    failures, maximum = retry.get("failures"), retry.get("max_attempts")
+    if failures and maximum:
+        parts.append(gettext("attempt %(n)s of %(max)s failed") % {"n": failures, "max": maximum})
+    elif failures:
+        parts.append(gettext("attempt %(n)s failed") % {"n": failures})
+    parts.append(gettext("next %(when)s") % {"when": _in(available_at, now)} if available_at < BLOCKED_UNTIL else "")
+    headline = _headline(note) if note else ""
+    if headline:
+        parts.append(gettext("last error %(error)s") % {"error": shorten(headline)})
+    return " · ".join(part for part in parts if part)
+
+
+def wait_line(wait: StepAttempt, now: datetime) -> str:
+    """``waiting for signal 'shipped' · times out in 2 h`` (an event, a child run likewise) for a waiting run."""
+    context = wait.context if isinstance(wait.context, dict) else {}
+    if wait.kind == StepKind.SIGNAL:
+        text = gettext("waiting for signal %(name)s") % {"name": repr(str(context.get("signal") or wait.step_name))}
+    elif wait.kind == StepKind.EVENT:
+        text = gettext("waiting for event %(name)s") % {"name": repr(str(context.get("event") or wait.step_name))}
+    else:
+        name = str(context.get("workflow") or wait.step_name)
+        if wait.child_workflow_run_id:
+            child = short_id(wait.child_workflow_run_id)
+            text = gettext("waiting for child run %(id)s (%(workflow)s)") % {"id": child, "workflow": name}
+        else:
+            text = gettext("waiting for a child run of %(workflow)s") % {"workflow": repr(name)}
+    timeout_at = _datetime(context.get("timeout_at"))
+    if timeout_at is not None and timeout_at < BLOCKED_UNTIL:
+        text += " · " + gettext("times out %(when)s") % {"when": _in(timeout_at, now)}
+    return printable(text)
+
+
+def _datetime(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+def state_hint(
+    status: str, run: WorkflowRun, error: dict[str, Any] | None, wait: StepAttempt | None, now: datetime
+) -> str:
+    """The line that goes with a display status: why a run retries, what it waits for, when it wakes."""
+    if status == "retrying":
+        return retry_line(error, run.available_at, now)
+    if status == "waiting" and wait is not None:
+        return wait_line(wait, now)
+    return wake_hint(run, now)
+
+
+def workflow_attempts(run: WorkflowRun) -> int:
+    """The workflow-level attempts the run made, the one in progress included (``attempts`` counts the failed ones).
+
+    A failed run's last attempt is one of its failures; a run never started
+    made none; any other run is on the attempt after its failures.
+    """
+    if run.status == RunStatus.FAILED:
+        return max(run.attempts, 1)
+    if run.started_at is None:
+        return run.attempts
+    return run.attempts + 1
 
 
 def _headline(error: dict[str, Any]) -> str:

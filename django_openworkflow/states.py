@@ -84,3 +84,51 @@ class StepKind(Choices):
     """``ctx.step.wait_for_event``: wait for a broadcast event matching a pattern."""
     PATCH = "patch", _("Patch")
     """``ctx.patched``: this run took the new branch of a patched workflow."""
+
+
+class DisplayStatus(Choices):
+    """What the admin, the command line and the API's ``display_status`` call a run: its status, made precise.
+
+    Not stored: derived from the stored status, the worker holding the run,
+    the note a run parked for a retry carries (its ``error``) and its open
+    waits. A stored ``running`` is ``running`` while a worker holds the run,
+    and else one of ``retrying``, ``waiting`` and ``parked``; every other
+    value is the stored status. Each run is in exactly one.
+    """
+
+    PENDING = "pending", _("Pending")
+    """Started, never claimed yet (or scheduled for later)."""
+    RUNNING = "running", _("Running")
+    """Held by a worker right now."""
+    RETRYING = "retrying", _("Retrying")
+    """Parked in a retry backoff: a step failed (or the workflow did, or the engine) and will be tried again."""
+    WAITING = "waiting", _("Waiting")
+    """Parked in a wait for a signal, an event or a child run."""
+    PARKED = "parked", _("Parked")
+    """Parked for another reason: sleeping, or waiting for a place under a concurrency limit."""
+    COMPLETED = "completed", _("Completed")
+    """Finished with an output."""
+    FAILED = "failed", _("Failed")
+    """Finished with an error."""
+    CANCELED = "canceled", _("Canceled")
+    """Canceled."""
+    CONTINUED = "continued", _("Continued as new")
+    """Handed over to a fresh run."""
+
+
+WAITING_KINDS = (StepKind.SIGNAL, StepKind.EVENT, StepKind.WORKFLOW)
+"""The step kinds whose open attempt makes a parked run ``waiting``."""
+
+
+def display_state(status: str, worker_id: str | None, *, has_note: bool, waiting: bool) -> DisplayStatus:
+    """The :class:`DisplayStatus` of a run: ``has_note`` when its ``error`` is set, ``waiting`` with an open wait.
+
+    A parked run with a note parked after a failure (it retries); one
+    without, with an open signal, event or child wait, waits; any other
+    parked run is ``parked``. The same rules as ``store.run_states``'s filters.
+    """
+    if status != RunStatus.RUNNING or worker_id is not None:
+        return DisplayStatus[status.upper()]  # every stored status is a display status of the same name
+    if has_note:
+        return DisplayStatus.RETRYING
+    return DisplayStatus.WAITING if waiting else DisplayStatus.PARKED

@@ -122,13 +122,18 @@ def command_options() -> list[tuple[str, str]]:
                     title = f"{name} {sub_name}"
                     found.append((title, ""))
                     found += [(title, option) for option in own_options(sub_parser, {"-h", "--help"})]
-    return found
+                    for nested in sub_parser._actions:  # workflows token create|list|revoke: in one section
+                        if isinstance(nested, argparse._SubParsersAction):
+                            for nested_parser in nested.choices.values():
+                                found += [(title, option) for option in own_options(nested_parser, {"-h", "--help"})]
+    return list(dict.fromkeys(found))
 
 
 def test_the_commands_are_found():
     assert {"runworkflows", "workflows"} <= set(commands())
     assert ("runworkflows", "--queue") in command_options()
     assert ("workflows prune", "--older-than") in command_options()
+    assert ("workflows token", "--expires") in command_options()
 
 
 @pytest.mark.parametrize(("title", "option"), command_options())

@@ -14,8 +14,8 @@ from django.db import connections, router, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_openworkflow.checks import check_settings, check_workflow_database
-from django_openworkflow.models import Event, Schedule, StepAttempt, WorkflowRun
+from django_openworkflow.checks import check_settings, check_workflow_database, workflow_tables
+from django_openworkflow.models import ApiToken, Event, Schedule, StepAttempt, WorkflowRun
 from django_openworkflow.routers import WorkflowRouter
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import atomic_write_to, three_steps
@@ -110,6 +110,29 @@ def test_migrate_with_the_router_creates_the_workflow_tables_on_the_workflow_ali
         assert model._meta.db_table not in connections["default"].introspection.table_names()
     # Other apps' tables: the router has no say, so they are on both.
     assert SideEffect._meta.db_table in connections["default"].introspection.table_names()
+    # The API tokens point to users: with them, on "default" only.
+    assert ApiToken._meta.db_table in connections["default"].introspection.table_names()
+    assert ApiToken._meta.db_table not in connections[settings.WORKFLOW_DATABASE].introspection.table_names()
+
+
+@ON_OTHER
+@override_settings(DATABASE_ROUTERS=[ROUTER])
+def test_api_tokens_live_with_the_users_and_authenticate_requests_for_runs_on_the_workflow_alias(
+    django_user_model: Any, client: Any
+) -> None:
+    workflow_router = WorkflowRouter()
+    assert workflow_router.db_for_read(ApiToken) == workflow_router.db_for_write(ApiToken) == "default"
+    assert ApiToken._meta.db_table not in workflow_tables()  # what the checks want on the workflow alias
+    assert workflow_router.allow_migrate("default", "django_openworkflow", model_name="apitoken") is True
+    assert workflow_router.allow_migrate("other", "django_openworkflow", model_name="apitoken") is False
+    user = django_user_model.objects.create_superuser("robot")
+    row, token = ApiToken.objects.create_token(user, "ci")
+    assert row._state.db == "default" and row.user == user
+    three_steps.run({"start": 1})
+    answer = client.get("/workflows/api/runs", HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert answer.status_code == 200 and len(answer.json()["runs"]) == 1
+    row.refresh_from_db()
+    assert row.last_used_at is not None
 
 
 # The system checks.

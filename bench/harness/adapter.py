@@ -14,7 +14,9 @@ What a project would run: the package's own install path (``migrate``), the
 public API to start jobs (``run_many``, in batches of up to
 ``PRODUCER_BATCH_MAX``), and ``manage.py runworkflows`` processes for the
 consumers, ``WORKER_COUNT`` slots in all (``OWF_WORKER_PROCESSES``
-processes; by default one per 8 slots, at most one per core). Each job is a
+processes; by default one per 8 slots, at most one per core), each claiming
+as many runs ahead as it has slots (``--prefetch``; ``OWF_WORKER_PREFETCH``
+to choose), as the harness's other adapters fetch jobs in batches. Each job is a
 workflow run of one step (workflows.py), whose worker reports the job's
 pickup latency on its stdout.
 
@@ -89,6 +91,9 @@ def start_workers(slots: int, stats: Stats) -> list[subprocess.Popen[bytes]]:
     for i, share in enumerate(share for share in shares if share):
         command = [sys.executable, "-m", "django", "runworkflows", "--settings=bench.harness.settings"]
         command += ["--concurrency", str(share), "--verbosity", "0"]
+        # Runs claimed ahead of free slots (runworkflows --prefetch), as the other adapters fetch in batches:
+        # by default as many as the process's slots.
+        command += ["--prefetch", os.environ.get("OWF_WORKER_PREFETCH", str(share))]
         env = dict(os.environ, PYTHONPATH=str(ROOT), OWF_HARNESS_APP_NAME=f"owf-harness-worker-{i}")
         # A session of its own: the signal to stop comes from this process only, once (a second one
         # sent to the whole group, as timeout(1) sends it, would make the worker exit without draining).

@@ -25,8 +25,9 @@ from ..definitions.flow import QUEUE_NAME
 from ..definitions.payload import check_text
 from ..definitions.registry import registry
 from ..errors import PayloadError
-from ..models import WorkflowRun
-from ..store import get_backend, queries
+from ..models import StepAttempt, WorkflowRun
+from ..states import DisplayStatus
+from ..store import get_backend, queries, run_states
 from ..store.containment import check_pattern
 from . import markup
 
@@ -54,7 +55,7 @@ def _storable(text: str) -> bool:
 
 
 class StatusFilter(admin.SimpleListFilter):
-    """Status, with ``parked`` (running, no worker holds it) apart from ``running``."""
+    """The display status: ``running`` (held by a worker) apart from ``retrying``, ``waiting`` and ``parked``."""
 
     title = _("status")
     parameter_name = "status"
@@ -189,16 +190,63 @@ def version(run: WorkflowRun) -> str:
     return run.version or "-"
 
 
+class RunChangeList(ChangeList):
+    """The admin's change list, which also reads the open waits of the page's parked runs (one query)."""
+
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        runs = list(self.result_list)
+        states = run_states.states_of(runs)
+        for run in runs:
+            run._owf_state = states[run.id]  # read by the status and error columns
+        self.result_list = runs
+
+
+def _state(run: WorkflowRun) -> run_states.RunState:
+    # RunChangeList sets it on the page's runs; a run shown otherwise reads its own (one query if parked).
+    state = getattr(run, "_owf_state", None)
+    return state if state is not None else run_states.state_of(run)
+
+
 @admin.display(description=_("status"), ordering="status")
 def status_badge(run: WorkflowRun) -> str:
-    badge = markup.status_badge(run.status, run.worker_id)
+    """The display status, with why a run retries, what it waits for, or that it waits for a concurrency place."""
+    state = _state(run)
+    badge = markup.badge(state.status)
+    now = timezone.now()
+    if state.status in (DisplayStatus.RETRYING, DisplayStatus.WAITING):
+        hint = fmt.state_hint(state.status, run, state.error, state.wait, now)
+        return format_html('{} <span class="owf-hint owf-state-hint">{}</span>', badge, hint)
     if not fmt.is_blocked(run):
         return badge
     return format_html(
         '{} <span class="owf-hint owf-blocked" title="{}">{}</span>',
         badge,
-        fmt.blocked_line(run, timezone.now()),
+        fmt.blocked_line(run, now),
         str(fmt.WAITING_FOR_PLACE),
+    )
+
+
+@admin.display(description=_("error"))
+def error(run: WorkflowRun) -> str:
+    """A failed run's error (or a retrying run's last one): ``Type: message``, truncated, and the step."""
+    state = _state(run)
+    if state.status not in (DisplayStatus.FAILED, DisplayStatus.RETRYING):
+        return ""
+    headline, step = fmt.error_cell(state.error)
+    if not headline:
+        return ""
+    child = isinstance((state.error or {}).get("child_error"), dict)
+    return format_html(
+        '<span class="owf-error-cell">{}</span>{}',
+        headline,
+        format_html(
+            ' <span class="owf-hint">{} <code>{}</code></span>',
+            gettext("in a child of step") if child else gettext("step"),
+            step,
+        )
+        if step
+        else "",
     )
 
 
@@ -217,8 +265,8 @@ def queue(run: WorkflowRun) -> str:
 
 @admin.display(description=_("attempts"), ordering="attempts")
 def attempts(run: WorkflowRun) -> str:
-    """Failed workflow-level attempts (claims and sleeps do not count)."""
-    return str(run.attempts)
+    """Workflow-level attempts made, the current one included (claims, sleeps and step retries do not count)."""
+    return str(fmt.workflow_attempts(run))
 
 
 @admin.display(description=_("duration"))
@@ -256,6 +304,7 @@ COLUMNS = (
     workflow,
     version,
     status_badge,
+    error,
     queue,
     duration,
     attempts,
@@ -271,7 +320,8 @@ LINKS = (run_id,)
 
 SEARCH_HELP = _(
     "A run id (whole, or its first 8 characters), a workflow name, an idempotency key, a queue,"
-    ' a concurrency or rate limit key, or a JSON object the input contains, such as {"customer": 42}.'
+    " a concurrency or rate limit key, a step name, words of an error's type or message,"
+    ' or a JSON object the input contains, such as {"customer": 42}.'
 )
 
 
@@ -291,9 +341,11 @@ def input_pattern(term: str) -> dict[str, Any] | None:
 
 
 def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
-    """Runs with ``term`` as their id (whole or short), in their workflow name, or as one of their keys or queue.
+    """Runs with ``term`` as their id (whole or short), in their workflow name or error, or as a key, queue or step.
 
-    Keys and queues match exactly (``charge/42``, as the run page shows them).
+    Keys, queues and step names match exactly (``charge/42``, ``send:1``, as
+    the run page shows them); the error's type and message (and a failed
+    child's) contain the term, whatever its case.
     A JSON object finds the runs whose input contains it (``{"customer": 42}``);
     one that cannot be used finds nothing (``get_search_results`` says why).
     """
@@ -315,6 +367,11 @@ def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:
         | Q(queue=term)
         | Q(concurrency_key=term)
         | Q(rate_key=term)
+        | Q(error__type__icontains=term)
+        | Q(error__message__icontains=term)
+        | Q(error__child_error__message__icontains=term)
+        | Q(error__step=term)
+        | Q(id__in=StepAttempt.objects.filter(step_name=term).values("workflow_run_id"))
     )
     if len(term) == 8 and all(c in "0123456789abcdefABCDEF" for c in term):
         condition |= Q(id__startswith=term.lower())  # the short id the list shows

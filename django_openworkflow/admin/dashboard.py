@@ -18,6 +18,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext, ngettext
 
 from .. import formatting as fmt
+from ..states import DisplayStatus
 from ..store import dashboard, get_backend
 from ..store.dashboard import OUTCOMES, Bucket, Durations
 
@@ -50,6 +51,8 @@ def dashboard_context(hours_param: str | None) -> dict[str, Any]:
             for queue in data.queues
         ],
         "due_total": sum(queue.due for queue in data.queues),
+        "retrying_now": data.parked.get(DisplayStatus.RETRYING, 0),
+        "waiting_now": data.parked.get(DisplayStatus.WAITING, 0),
     }
 
 

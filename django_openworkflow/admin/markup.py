@@ -16,7 +16,11 @@ def run_url(run_id: Any) -> str:
     return reverse("admin:django_openworkflow_workflowrun_change", args=[run_id])
 
 
-def status_badge(status: str, worker_id: str | None = None) -> str:
-    """A coloured badge; ``parked`` for a running run that no worker holds."""
-    shown = display_status(status, worker_id)
+def badge(shown: str) -> str:
+    """A coloured badge of a display status (``retrying``, ``waiting`` ... or a stored status)."""
     return format_html('<span class="owf-badge owf-status-{}">{}</span>', shown, status_label(shown))
+
+
+def status_badge(status: str, worker_id: str | None = None) -> str:
+    """A coloured badge; ``parked`` for a running run that no worker holds (:func:`badge` tells more)."""
+    return badge(display_status(status, worker_id))

@@ -30,7 +30,7 @@ from ..client.runs import send_signal
 from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
-from ..store import queries
+from ..store import queries, run_states
 from . import changelist
 from .actions import ACTIONS, RunAction, confirmation, perform_action
 from .dashboard import dashboard_context
@@ -82,7 +82,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     # -- list ------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRun]:
-        return super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS)
+        return run_states.with_error_summary(super().get_queryset(request).defer(*queries.PAYLOAD_FIELDS))
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[changelist.RunChangeList]:
+        return changelist.RunChangeList
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], search_term: str
@@ -164,15 +167,19 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         self, request: HttpRequest, run: WorkflowRun, signal_form: SendSignalForm | None = None
     ) -> HttpResponse:
         can_signal = not run.is_finished and self.has_change_permission(request, run)
+        page = run_page(run, timezone.now())
+        if signal_form is None and can_signal:
+            # Filled in with the signal the run waits for, if it waits for one.
+            signal_form = SendSignalForm(initial={"name": page["signal_wait"]} if page["signal_wait"] else None)
         context = self._context(
             request,
-            **run_page(run, timezone.now()),
+            **page,
             run_actions=[
                 (action, action.ask(gettext("this run")))
                 for action in ACTIONS.values()
                 if action.offered(run) and self._allowed(request, action, run)
             ],
-            signal_form=(signal_form or SendSignalForm()) if can_signal else None,
+            signal_form=signal_form if can_signal else None,
         )
         return PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
 

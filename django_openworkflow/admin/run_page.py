@@ -16,12 +16,13 @@ from django.utils.translation import gettext
 
 from .. import formatting as fmt
 from ..definitions.retention import expires_at
-from ..models import Signal, WorkflowRun
-from ..states import RunStatus
+from ..models import Signal, StepAttempt, WorkflowRun
+from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
 from ..store import get_backend, queries
 from .journal import journal_rows
-from .markup import status_badge
+from .markup import badge, status_badge
 from .timeline import build_timeline
+from .tracebacks import fold
 
 
 @dataclass
@@ -63,20 +64,71 @@ def expiry(run: WorkflowRun, now: datetime) -> tuple[str, str]:
     return fmt.format_time(expires), gettext("due for pruning") if expires <= now else ""
 
 
+def _cause(run: WorkflowRun, attempts: list[StepAttempt]) -> tuple[str, str]:
+    """Where the run's error started: (what, its traceback), from the failed step's last attempt.
+
+    The run's own traceback is the workflow function's, through the engine;
+    the user's code raised in the step, whose traceback the journal keeps. A
+    run failed by its child: the child's failed step (one query), else the child's own traceback.
+    """
+    error = run.error if isinstance(run.error, dict) else {}
+    child = error.get("child_error")
+    if isinstance(child, dict) and error.get("child_run_id"):
+        where = gettext("child run %(id)s") % {"id": fmt.short_id(error["child_run_id"])}
+        step = child.get("step")
+        attempt = queries.last_failed_attempt(error["child_run_id"], step) if step else None
+        traceback = _traceback(attempt.error if attempt is not None else None) or _traceback(child)
+        return (f"{where}, " + gettext("step %(step)s") % {"step": repr(step)} if step else where), traceback
+    step = error.get("step")
+    failed = [a for a in attempts if a.step_name == step and a.status == StepStatus.FAILED]
+    if step and failed and _traceback(failed[-1].error):
+        return gettext("step %(step)s") % {"step": repr(step)}, _traceback(failed[-1].error)
+    return "", ""
+
+
+def _traceback(error: Any) -> str:
+    return str(error.get("traceback") or "") if isinstance(error, dict) else ""
+
+
+def error_block(run: WorkflowRun, attempts: list[StepAttempt]) -> dict[str, Any]:
+    """The run's error as the page shows it: headline, the user's frame first, tracebacks with package frames folded."""
+    headline, traceback, rest = fmt.split_error(run.error, hide=("child_error",))
+    cause_of, cause_traceback = _cause(run, attempts)
+    folded, cause = fold(traceback), fold(cause_traceback)
+    child = (run.error or {}).get("child_error") if isinstance(run.error, dict) else None
+    return {
+        "error_headline": headline,
+        "error_child": fmt.error_line(child) if isinstance(child, dict) else "",
+        "error_raised_in": cause.raised_in or folded.raised_in,
+        "error_cause_of": cause_of,
+        "error_cause": cause.parts,
+        "error_traceback": folded.parts,
+        "error_rest": rest,
+    }
+
+
 def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
     """The run page's context: everything about ``run`` that needs no permission to show."""
     attempts = queries.journal(run.id)
     run_end = run.finished_at if run.is_finished else None
     rows = journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
-    headline, traceback, rest = fmt.split_error(run.error)
+    waits = [a for a in attempts if a.kind in WAITING_KINDS and a.status == StepStatus.RUNNING]
+    state = display_state(run.status, run.worker_id, has_note=run.error is not None, waiting=bool(waits))
+    wait = waits[-1] if state == DisplayStatus.WAITING else None
     pending_signals, consumed_signals = signal_rows(queries.run_signals(run.id), day_of=run.created_at)
     parent_step = run.parent_step_attempt
     return {
         "title": f"{run.workflow_name} · {fmt.short_id(run.id)}",
         "run": run,
         "short_id": fmt.short_id(run.id),
-        "status_badge": status_badge(run.status, run.worker_id),
-        "wake_hint": fmt.wake_hint(run, now),
+        "status_badge": badge(state),
+        "display_status": state,
+        "wake_hint": fmt.state_hint(state, run, run.error, wait, now),
+        "available_hint": fmt.wake_hint(run, now),
+        "signal_wait": str((wait.context or {}).get("signal") or wait.step_name)
+        if wait is not None and wait.kind == StepKind.SIGNAL
+        else "",
+        "workflow_attempts": fmt.workflow_attempts(run),
         "executing": fmt.executing_hint(run, attempts, now),
         "blocked_line": fmt.blocked_line(run, now),
         "concurrency_parked": fmt.parked_place(run),
@@ -103,9 +155,7 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
         "timeline": build_timeline(run, rows, now),
         "input_json": fmt.pretty_json(run.input),
         "output_json": fmt.pretty_json(run.output) if run.output is not None else "",
-        "error_headline": headline,
-        "error_traceback": traceback,
-        "error_rest": rest,
+        **error_block(run, attempts),
         "pending_signals": pending_signals,
         "consumed_signals": consumed_signals,
     }

@@ -12,7 +12,7 @@ from typing import Any
 from django.conf import settings
 
 from .. import __version__
-from ..store.queries import DISPLAY_STATUSES
+from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
 from .fields import LIMIT_SCHEMA, MOMENT_SCHEMA, NAME_SCHEMA, PRIORITY_SCHEMA, QUEUE_SCHEMA, STATUS_PATTERN, WHEN_SCHEMA
 
 TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -36,8 +36,15 @@ RUN = {
         "id": {"type": "string", "format": "uuid"},
         "workflow": TEXT,
         "version": OPTIONAL_TEXT,
-        "status": {"enum": list(DISPLAY_STATUSES)},
-        "attempts": {"type": "integer"},
+        "status": {
+            "enum": list(STATUS_FIELD_VALUES),
+            "description": "the stored status, but parked for a running run no worker holds",
+        },
+        "display_status": {
+            "enum": list(DISPLAY_STATUSES),
+            "description": "what the admin and the CLI show: parked runs told apart as retrying, waiting or parked",
+        },
+        "attempts": {"type": "integer", "description": "failed workflow-level attempts"},
         "worker_id": OPTIONAL_TEXT,
         "idempotency_key": OPTIONAL_TEXT,
         "created_at": TIME,
@@ -92,7 +99,8 @@ ERROR = {
                     "type": "string",
                     "description": "what a program can test: invalid, missing_field, unknown_field, "
                     "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, out_of_range "
-                    "(the last three: rules a JSON Schema cannot state), not_authenticated, permission_denied, "
+                    "(the last three: rules a JSON Schema cannot state), not_authenticated, malformed_token, "
+                    "unknown_token, revoked_token, expired_token, inactive_user, permission_denied, "
                     "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
                     "run_finished, too_large, not_json",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
@@ -117,7 +125,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
     why = {
         400: "bad input: malformed JSON, an unknown or missing field or parameter, a value of the wrong type, "
         "length, range or pattern; the error's field names it",
-        401: "not logged in",
+        401: "not logged in and no token, or a Bearer token that is malformed, unknown, revoked or expired, "
+        "or whose user is inactive (the code says which)",
         403: "no permission, or the CSRF check failed",
         404: "no such run or workflow",
         409: "the operation cannot apply to the run (the message says why)",
@@ -161,7 +170,8 @@ def _operation(
 
 
 def _security_schemes() -> dict[str, Any]:
-    """Django's session cookie, and for unsafe methods the CSRF token in its header, named as settings name them."""
+    """Django's session cookie with, for unsafe methods, the CSRF token in its header (named as settings name
+    them); or an API token."""
     header = settings.CSRF_HEADER_NAME.removeprefix("HTTP_").replace("_", "-")
     return {
         "session": {
@@ -175,7 +185,14 @@ def _security_schemes() -> dict[str, Any]:
             "in": "header",
             "name": header,
             "description": f"Django's CSRF token (the {settings.CSRF_COOKIE_NAME} cookie's value, or the "
-            "session's with CSRF_USE_SESSIONS), required on POST (403 csrf_failed without it)",
+            "session's with CSRF_USE_SESSIONS), required on POST with a session (403 csrf_failed without it)",
+        },
+        "token": {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "an API token, created in the admin (API tokens) or with `manage.py workflows token "
+            "create`: the request acts as the token's user, needs no CSRF token and ignores the session; a "
+            "malformed, unknown, revoked or expired token is a 401",
         },
     }
 
@@ -337,7 +354,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
     }
     for operations in paths.values():
         if "post" in operations:
-            operations["post"]["security"] = [{"session": [], "csrf": []}]
+            operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]
     workflow = _object(
         {
             "name": TEXT,
@@ -355,10 +372,11 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
             "title": "django-openworkflow",
             "version": __version__,
             "description": "Durable workflows: start, find, follow and operate runs. Django session "
-            "authentication and the admin's model permissions; unsafe methods need the CSRF token.",
+            "authentication (unsafe methods need the CSRF token) or an API token as 'Authorization: Bearer', "
+            "and the admin's model permissions.",
         },
         "servers": [{"url": prefix}],
-        "security": [{"session": []}],
+        "security": [{"session": []}, {"token": []}],
         "paths": paths,
         "components": {
             "schemas": {"Run": RUN, "Step": STEP, "Error": ERROR, "Workflow": workflow},

@@ -6,11 +6,13 @@ a bare install (Django only) serves it. ``schema.py`` describes it as
 OpenAPI 3.1 at ``openapi.json``.
 
 Who may call what: a logged-in user (Django's session authentication,
-whatever logs users in) holding the admin's model permissions on workflow
-runs: ``view`` (or ``change``) to read, ``add`` to start and re-run,
-``change`` to cancel, retry and signal; publishing an event, which can
-start and wake runs, needs both ``add`` and ``change``. Unsafe methods pass
-Django's CSRF check, which answers in JSON here. Every answer is JSON; an
+whatever logs users in), or the user of an API token sent as
+``Authorization: Bearer`` (``tokens.py``), holding the admin's model
+permissions on workflow runs: ``view`` (or ``change``) to read, ``add`` to
+start and re-run, ``change`` to cancel, retry and signal; publishing an
+event, which can start and wake runs, needs both ``add`` and ``change``.
+Unsafe methods with a session pass Django's CSRF check, which answers in
+JSON here; with a token they need none. Every answer is JSON; an
 error is ``{"error": {"code", "message", "field"}}`` with a 4xx status,
 and a refused request has written nothing. ``fields.py`` reads every field
 of a body or a query string before anything uses it, by the same rules the
@@ -47,8 +49,8 @@ from ..errors import (
     UnknownWorkflowError,
 )
 from ..formatting import numbered, read_json
-from ..store import queries
-from . import fields
+from ..store import queries, run_states
+from . import fields, tokens
 from .fields import ApiError, json_response
 
 APP = "django_openworkflow"
@@ -106,18 +108,28 @@ def endpoint(**methods: str) -> Callable[[Callable[..., HttpResponse]], Callable
                     ).response()
                     response["Allow"] = allowed
                     return response
-                if not request.user.is_authenticated:
-                    raise ApiError(401, "not_authenticated", "log in first: the API uses Django's authentication")
+                token = tokens.bearer_token(request)
+                if token is not None:  # the token alone decides, whatever session the request also has
+                    request.user = tokens.authenticate(token)
+                elif not request.user.is_authenticated:
+                    raise ApiError(
+                        401,
+                        "not_authenticated",
+                        "log in first, or send an API token in an 'Authorization: Bearer' header",
+                    )
                 if not _allowed(request, permission):
                     needed = " and ".join(PERMISSIONS[permission]) if "+" in permission else PERMISSIONS[permission][0]
                     raise ApiError(403, "permission_denied", f"this needs the {needed} permission")
-                if request.method != "GET":
+                if request.method != "GET" and token is None:  # no browser sends a token by itself
                     reason = _csrf_failure(request)
                     if reason is not None:
                         raise ApiError(403, "csrf_failed", f"the CSRF check failed: {reason}")
                 return view(request, **kwargs)
             except ApiError as exc:
-                return exc.response()
+                response = exc.response()
+                if exc.status == 401:
+                    response["WWW-Authenticate"] = tokens.challenge(exc)
+                return response
             except RunNotFound as exc:
                 return ApiError(404, "not_found", str(exc)).response()
             except UnknownWorkflowError as exc:
@@ -234,9 +246,10 @@ def runs(request: HttpRequest) -> HttpResponse:
         params = query.copy()
         params["cursor"] = page.next_cursor
         following = f"{request.path}?{params.urlencode()}"
+    states = run_states.states_of(page.runs)
     return json_response(
         {
-            "runs": [run_json(run, payloads=False) for run in page.runs],
+            "runs": [run_json(run, payloads=False, state=states[run.id]) for run in page.runs],
             "next_cursor": page.next_cursor,
             "next": following,
         }

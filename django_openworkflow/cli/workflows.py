@@ -1,70 +1,47 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs from a terminal.
+"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens.
 
-The management command only builds the parser (:func:`add_arguments`) and
-calls :func:`dispatch`. Every subcommand prints a human-readable answer, or
-JSON with ``--json``; every error is a ``CommandError`` with one clear line,
-which Django turns into a non-zero exit. A run in JSON has one shape, the
-HTTP API's (:func:`~.client.listing.run_json`): ``list`` prints a list of
-them, the other subcommands one. What comes from data (names, keys,
-payloads, error messages) is printed with its control characters escaped
-(:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
+The management command only builds the parser (:func:`add_arguments`) and calls :func:`dispatch`.
+Every subcommand prints a human-readable answer, or JSON with ``--json``; every error is a
+``CommandError`` with one clear line, which Django turns into a non-zero exit. A run in JSON has one
+shape, the HTTP API's (:func:`~.client.listing.run_json`): ``list`` prints a list of them, the other
+subcommands one. What comes from data (names, keys, payloads, error messages) is printed with its
+control characters escaped (:func:`~.formatting.printable`), so it cannot drive the operator's terminal.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
-from django.utils import timezone
 
 from ..client import operations
-from ..client.listing import attempt_json, run_filter, run_json
+from ..client.listing import run_json
 from ..client.runs import RunHandle, send_signal, start_run
-from ..definitions.flow import DEFAULT_QUEUE, QUEUE_NAME
-from ..definitions.payload import check_text
-from ..definitions.retention import expires_at
 from ..durations import parse_duration
 from ..errors import (
-    InvalidArgument,
     OpenWorkflowError,
     OperationRefused,
-    PayloadError,
     ResultTimeout,
     RunNotFound,
     WorkflowCanceled,
     WorkflowFailed,
 )
 from ..formatting import (
-    LINES,
-    attempt_result,
-    blocked_line,
-    compact_json,
-    concurrency_text,
-    elapsed,
     error_line,
-    executing_hint,
-    format_available,
-    format_duration,
-    format_table,
-    format_time,
-    is_blocked,
     json_text,
-    numbered,
-    plural,
     printable,
-    rate_limit_text,
-    read_json,
-    wake_hint,
 )
 from ..models import RunStatus, WorkflowRun
 from ..store import queries
+from .common import command_error, print_json, read_json_option, resolve_run
 from .input_index import add_input_index_parser, input_index_command
 from .prune import add_prune_parser, prune_command
+from .runs_view import list_command, show_command
 from .stats import add_stats_parser, stats_command
+from .tokens import add_token_parser, token_command
 
 Handler = Callable[[dict[str, Any], OutputWrapper], None]
 
@@ -158,9 +135,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
     signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
-    add_stats_parser(sub, common)
-    add_prune_parser(sub, common)
-    add_input_index_parser(sub, common)
+    for add_parser in (add_stats_parser, add_prune_parser, add_input_index_parser, add_token_parser):
+        add_parser(sub, common)
 
 
 def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
@@ -168,212 +144,21 @@ def dispatch(options: dict[str, Any], out: OutputWrapper) -> None:
     SUBCOMMANDS[options["subcommand"]](options, out)
 
 
-# -- output helpers -------------------------------------------------------------
-
-
-def _print_json(out: OutputWrapper, value: Any) -> None:
-    out.write(json_text(value, indent=2))
-
-
-def _error(exc: Exception) -> CommandError:
-    """An exception from the client as a one-line CommandError (its text may quote client data)."""
-    lines = str(exc).splitlines()
-    return CommandError(printable(lines[0]) if lines else type(exc).__name__)
-
-
-def _read_json(text: str | None, option: str) -> Any:
-    """An option's JSON text (None: null), or a CommandError saying what is wrong with it."""
-    if text is None:
-        return None
-    try:
-        return read_json(text)
-    except json.JSONDecodeError as exc:
-        raise CommandError(f"{option} is not valid JSON: {exc}") from None
-    except ValueError as exc:  # nested too deep to read
-        raise CommandError(f"{option} {exc}") from None
-
-
-def resolve_run(value: str) -> WorkflowRun:
-    """A run by full id or by a unique prefix of 8+ characters; CommandError otherwise."""
-    run_id = queries.parse_run_id(value)
-    if run_id is not None:
-        run = queries.runs().filter(id=run_id).first()
-        if run is None:
-            raise CommandError(f"no workflow run with id {value}")
-        return run
-    prefix = value.strip().lower()
-    if len(prefix) < 8 or any(c not in "0123456789abcdef-" for c in prefix):
-        raise CommandError(f"{value!r} is not a workflow run id (give the whole id or its first 8 characters)")
-    # Ids are stored without dashes on SQLite and compared as text on PostgreSQL:
-    # a prefix up to the first dash (the short id the list shows) works on both.
-    matches = list(queries.runs().filter(id__startswith=prefix.split("-")[0])[:2])
-    if not matches:
-        raise CommandError(f"no workflow run with an id starting with {prefix}")
-    if len(matches) > 1:
-        raise CommandError(f"more than one workflow run has an id starting with {prefix}; give more of it")
-    return matches[0]
-
-
 # -- subcommands ------------------------------------------------------------------
-
-
-def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows list``: the newest runs, newest first."""
-    statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
-    unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
-    if unknown:
-        raise CommandError(f"unknown status {unknown[0]!r}; choose from {', '.join(queries.DISPLAY_STATUSES)}")
-    if options["workflow"]:
-        try:
-            check_text(options["workflow"], "--workflow")  # a NUL is an error in a PostgreSQL query
-        except PayloadError as exc:
-            raise _error(exc) from None
-    queue = options.get("queue")
-    if queue is not None and not QUEUE_NAME.match(queue):
-        raise CommandError(
-            printable(f"--queue {queue!r:.80} is not a queue name: 1 to 64 letters, digits, '_', '.', ':' or '-'")
-        )
-    pattern = None if options.get("input") is None else _read_json(options["input"], "--input")
-    try:
-        where = run_filter(status=statuses, workflow=options["workflow"] or None, queue=queue, input_contains=pattern)
-    except InvalidArgument as exc:
-        raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
-    found = queries.list_runs(where=where, limit=options["limit"])
-    if options["json"]:
-        _print_json(out, [run_json(run, payloads=False) for run in found])
-        return
-    if not found:
-        out.write("No runs.")
-        return
-    now = timezone.now()
-    # The queue and priority columns only when they tell something: most projects use one queue, no priorities.
-    queued = any(run.queue != DEFAULT_QUEUE for run in found)
-    prioritized = any(run.priority for run in found)
-    flow_headers = ("queue",) * queued + ("priority",) * prioritized
-    out.write(
-        format_table(
-            ("id", "workflow", "version", "status", *flow_headers, "attempts", "created", "duration"),
-            [
-                (
-                    run.id,
-                    run.workflow_name,
-                    run.version or "-",
-                    _list_status(run),
-                    *(run.queue,) * queued,
-                    *(run.priority or "",) * prioritized,
-                    run.attempts,
-                    format_time(run.created_at),
-                    format_duration(elapsed(run.started_at, run.finished_at, now)) or "-",
-                )
-                for run in found
-            ],
-        )
-    )
-
-
-def expiry_text(run: WorkflowRun) -> str:
-    """When retention deletes the run: a time, ``never``, or how long after it finishes."""
-    if run.retention is None:
-        return "never (kept until deleted by hand)"
-    expires = expires_at(run.finished_at, run.retention)
-    if expires is None:
-        return f"{format_duration(run.retention)} after it finishes"
-    return format_time(expires)
-
-
-def _list_status(run: WorkflowRun) -> str:
-    """The display status, with ``(blocked)`` for a run waiting for a concurrency place."""
-    status = queries.display_status(run.status, run.worker_id)
-    return f"{status} (blocked)" if is_blocked(run) else status
-
-
-def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows show RUN_ID``: the run, its payloads and its journal as a table."""
-    run = resolve_run(options["run_id"])
-    attempts = queries.journal(run.id)
-    journal = numbered(attempts)
-    if options["json"]:  # the API's run, with its steps as GET /runs/<id>/steps gives them
-        _print_json(out, {**run_json(run), "steps": [attempt_json(a, n) for a, n in journal]})
-        return
-    now = timezone.now()
-    hint = wake_hint(run, now) or executing_hint(run, attempts, now)
-    fields = [
-        ("status", queries.display_status(run.status, run.worker_id) + (f" ({hint})" if hint else "")),
-        ("workflow", run.workflow_name + (f" {run.version}" if run.version else "")),
-        ("attempts", run.attempts),
-        ("worker", run.worker_id or "-"),
-        ("created", format_time(run.created_at)),
-        ("started", format_time(run.started_at) or "-"),
-        ("finished", format_time(run.finished_at) or "-"),
-        ("duration", format_duration(elapsed(run.started_at, run.finished_at, now)) or "-"),
-    ]
-    waiting = blocked_line(run, now)
-    if waiting:
-        fields.append(("waiting", waiting))
-    else:
-        fields.append(("available at", format_available(run.available_at)))
-    fields += [
-        ("deadline", format_time(run.deadline_at) or "-"),
-        ("idempotency key", run.idempotency_key or "-"),
-        ("queue", run.queue),
-        ("priority", run.priority),
-    ]
-    if run.concurrency_key:
-        fields.append(("concurrency", concurrency_text(run)))
-    if run.rate_key:
-        fields.append(("rate limit", rate_limit_text(run)))
-    if run.debounce_key:
-        fields.append(("debounce key", run.debounce_key))
-    fields.append(("expires", expiry_text(run)))
-    fields.append(("input", compact_json(run.input, 100)))
-    if run.output is not None:
-        fields.append(("output", compact_json(run.output, 100)))
-    if run.error is not None:
-        fields.append(("error", error_line(run.error)))
-    out.write(f"Run {run.id}")
-    out.write("\n".join(f"  {label:<17}{printable(str(value))}" for label, value in fields))
-    out.write("")
-    out.write(f"Journal: {plural(len(journal), 'step attempt')}")
-    if journal:
-        day = run.created_at
-        # An attempt left open when the run ended (canceled mid-sleep) stopped with the run.
-        run_end = run.finished_at if run.is_finished else None
-        out.write(
-            format_table(
-                ("#", "step", "kind", "status", "attempt", "started", "finished", "duration", "output or error"),
-                [
-                    (
-                        index,
-                        attempt.step_name,
-                        attempt.kind,
-                        attempt.status,
-                        number,
-                        format_time(attempt.started_at, precise=True, day_of=day),
-                        format_time(attempt.finished_at, precise=True, day_of=day) or "-",
-                        format_duration(elapsed(attempt.started_at, attempt.finished_at, run_end or now)),
-                        attempt_result(attempt),
-                    )
-                    for index, (attempt, number) in enumerate(journal, start=1)
-                ],
-            )
-        )
-    if isinstance(run.error, dict) and run.error.get("traceback"):
-        out.write("")
-        out.write(printable(str(run.error["traceback"]).rstrip(), LINES))
 
 
 def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows start NAME``: start a run (and with ``--wait``, wait for its output)."""
-    input_value = _read_json(options["input"], "--input")
+    input_value = read_json_option(options["input"], "--input")
     name, key = options["name"], options["idempotency_key"]
     try:
         handle = start_run(name, input_value, version=options["version"], idempotency_key=key)
     except (OpenWorkflowError, ValueError, OverflowError) as exc:
-        raise _error(exc) from None
+        raise command_error(exc) from None
     run = handle.fetch()
     if not options["wait"]:
         if options["json"]:  # the API's run, and whether this start created it, as POST /runs says
-            _print_json(out, {**run_json(run), "created": handle.created})
+            print_json(out, {**run_json(run), "created": handle.created})
         elif not handle.created:
             out.write(printable(f"Run {run.id} of {run.workflow_name} already exists for idempotency key {key!r}."))
         else:
@@ -383,7 +168,7 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
         return
     output = _wait(handle, options["timeout"])
     if options["json"]:
-        _print_json(out, {**run_json(handle.fetch()), "created": handle.created})
+        print_json(out, {**run_json(handle.fetch()), "created": handle.created})
     else:
         out.write(printable(f"Run {run.id} of {run.workflow_name} completed. Output:"))
         out.write(json_text(output, indent=2))
@@ -407,7 +192,7 @@ def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
     run = resolve_run(options["run_id"])
     _apply(operations.cancel, run)
     if options["json"]:
-        _print_json(out, run_json(_refetch(run)))
+        print_json(out, run_json(_refetch(run)))
     else:
         out.write(f"Canceled run {run.id}.")
 
@@ -428,7 +213,7 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
         _apply(operations.retry_now, run)
         message = f"Run {run.id} is due now."
     if options["json"]:
-        _print_json(out, run_json(_refetch(run)))
+        print_json(out, run_json(_refetch(run)))
     else:
         out.write(message)
 
@@ -444,7 +229,7 @@ def rerun_command(options: dict[str, Any], out: OutputWrapper) -> None:
         raise CommandError(f"no workflow run with id {run.id}") from None
     new = _refetch(run, new_id)
     if options["json"]:
-        _print_json(out, run_json(new))
+        print_json(out, run_json(new))
     else:
         out.write(printable(f"Started run {new.id} of {new.workflow_name}, a re-run of run {run.id}."))
 
@@ -467,7 +252,7 @@ def _apply(operation: Callable[[Any], Any], run: WorkflowRun) -> None:
 
 def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows signal RUN_ID NAME``: send a signal; says whether a waiting step took it or it is buffered."""
-    data = _read_json(options["data"], "--data")
+    data = read_json_option(options["data"], "--data")
     run = resolve_run(options["run_id"])
     name = options["name"]
     try:
@@ -475,9 +260,9 @@ def signal_command(options: dict[str, Any], out: OutputWrapper) -> None:
     except RunNotFound:  # deleted between the lookup and the send
         raise CommandError(f"no workflow run with id {run.id}") from None
     except (OpenWorkflowError, ValueError) as exc:  # SignalError (the run finished), PayloadError, a bad key
-        raise _error(exc) from None
+        raise command_error(exc) from None
     if options["json"]:
-        _print_json(
+        print_json(
             out, {"id": str(run.id), "signal": name, "delivered": delivered, "buffered": not delivered, "data": data}
         )
     elif delivered:
@@ -497,4 +282,5 @@ SUBCOMMANDS: dict[str, Handler] = {
     "stats": stats_command,
     "prune": prune_command,
     "input-index": input_index_command,
+    "token": token_command,
 }

@@ -25,8 +25,9 @@ from ..definitions.retention import expires_at
 from ..errors import InvalidArgument, RunNotFound
 from ..formatting import numbered
 from ..models import StepAttempt, WorkflowRun
-from ..store import queries
+from ..store import queries, run_states
 from ..store.containment import check_pattern
+from ..store.run_states import RunState
 
 MAX_PAGE = 500
 """The most runs one page holds."""
@@ -86,7 +87,8 @@ def list_runs(
     """The newest runs that match every filter given, one page at a time.
 
     ``status`` is one display status or several (``pending``, ``running``,
-    ``parked``, ``completed``, ``failed``, ``canceled``, ``continued``);
+    ``retrying``, ``waiting``, ``parked``, ``completed``, ``failed``,
+    ``canceled``, ``continued``: :class:`~django_openworkflow.states.DisplayStatus`);
     ``created_after`` (inclusive) and ``created_before`` (exclusive) are
     aware datetimes; ``input_contains`` is a JSON object the input must
     contain (``{"customer": 42}``). Pass the page's ``next_cursor`` as
@@ -199,13 +201,22 @@ def run_steps(run_id: uuid.UUID) -> list[StepRecord]:
 # -- the JSON shapes of ``workflows ... --json`` and the HTTP API --
 
 
-def run_json(run: WorkflowRun, payloads: bool = True) -> dict[str, Any]:
-    """A run as the JSON of ``workflows ... --json`` and the HTTP API: one shape for both."""
+def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = None) -> dict[str, Any]:
+    """A run as the JSON of ``workflows ... --json`` and the HTTP API: one shape for both.
+
+    ``status`` is the stored status but ``parked`` for a running run no
+    worker holds (as it always was); ``display_status`` tells a parked run's
+    ``retrying``, ``waiting`` and ``parked`` apart, as the admin and the CLI
+    show it. ``state`` is the run's :class:`~.store.run_states.RunState`
+    (read here, one query, when not given: a list reads them all at once).
+    """
+    state = state or run_states.state_of(run)
     data: dict[str, Any] = {
         "id": str(run.id),
         "workflow": run.workflow_name,
         "version": run.version,
         "status": queries.display_status(run.status, run.worker_id),
+        "display_status": str(state.status),
         "attempts": run.attempts,
         "worker_id": run.worker_id,
         "idempotency_key": run.idempotency_key,

@@ -27,8 +27,8 @@ from ..errors import (
     WorkflowFailed,
 )
 from ..models import WorkflowRun
-from ..states import RunStatus
-from ..store import get_backend
+from ..states import DisplayStatus, RunStatus
+from ..store import get_backend, run_states
 from ..store.notify import run_waiters
 from .dispatcher import get_dispatcher
 
@@ -244,8 +244,21 @@ class RunHandle:
         return run
 
     def status(self) -> str:
-        """One of ``pending``, ``running``, ``completed``, ``failed``, ``canceled``, ``continued``."""
+        """The stored status: ``pending``, ``running``, ``completed``, ``failed``, ``canceled`` or ``continued``.
+
+        A run that sleeps, waits or backs off before a retry is ``running``:
+        it has not finished. :meth:`display_status` says which.
+        """
         return self.fetch().status
+
+    def display_status(self) -> DisplayStatus:
+        """What the admin, the CLI and the API's ``display_status`` call the run now (see :class:`DisplayStatus`).
+
+        :meth:`status` split further: ``running`` only while a worker holds
+        the run, else ``retrying``, ``waiting`` or ``parked``. Meant for
+        people and dashboards; branch on :meth:`status` in code.
+        """
+        return run_states.state_of(self.fetch()).status
 
     def result(self, timeout: float | timedelta | None = None) -> Any:
         """Wait for the run to finish and return its output.

@@ -178,11 +178,14 @@ class ChildSteps:
         if outcome is None:
             error = engine_error("ChildWorkflowMissing", f"the child run of step {key!r} no longer exists", key)
         else:
-            error = engine_error("ChildWorkflowFailed", f"child run {child_id} {outcome.status}", key)
             # The child's own error, without the errors of its children: a chain of
             # failed descendants would otherwise nest one level deeper per generation
             # (each run's error links its child by child_run_id).
-            error["child_error"] = {k: v for k, v in (outcome.error or {}).items() if k != "child_error"}
+            child_error = {k: v for k, v in (outcome.error or {}).items() if k != "child_error"}
+            cause = ": ".join(str(child_error[k]) for k in ("type", "message") if child_error.get(k))
+            message = f"child run {child_id} {outcome.status}" + (f": {cause}" if cause else "")
+            error = engine_error("ChildWorkflowFailed", message, key)
+            error["child_error"] = child_error
         error.update(child_run_id=str(child_id), run_attempt=s.run.attempts, retryable=False)
         s.add_finished(AttemptUpdate(attempt_id, StepStatus.FAILED, now, error=error))
         s.history.add_failure(key, error)

@@ -19,7 +19,15 @@ from ..definitions.retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACK
 from ..errors import PayloadError, StepFailed
 from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import WorkflowContext
-from .interrupts import CancelRun, ContinueAsNew, FailRun, Suspend, engine_error, error_from_exception
+from .interrupts import (
+    CancelRun,
+    ContinueAsNew,
+    FailRun,
+    Suspend,
+    engine_error,
+    error_from_exception,
+    retry_note,
+)
 from .slice import Slice
 from .steps import StepApi
 from .watchdog import watchdog
@@ -153,7 +161,9 @@ def _engine_failure(
     try:
         if occurrences >= ENGINE_ERROR_LIMIT:
             error["message"] += f" ({occurrences} slices in a row ended in an engine error: the run is failed)"
-            store.fail_run(run.id, claimed.worker_id, claimed.clock(), [], error, run.parent_step_attempt_id)
+            store.fail_run(
+                run.id, claimed.worker_id, claimed.clock(), [], error, run.parent_step_attempt_id, run.attempts + 1
+            )
             return Outcome.FAILED, error["message"], None
     except (LeaseLost, StoreUnavailable):
         logger.warning("run %s: could not record its failure; its lease will expire", run.id)
@@ -171,7 +181,9 @@ def _execute(
         # Checked before the registry: a run past its deadline fails even on a
         # worker that does not have its workflow.
         error = engine_error("DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} has passed")
-        store.fail_run(run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id)
+        store.fail_run(
+            run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id, run.attempts + 1
+        )
         return Outcome.FAILED, error["message"], None
     spec = registry.get(run.workflow_name, run.version)
     if spec is None:
@@ -238,13 +250,18 @@ def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, 
     step = getattr(exc, "step_name", None)
     if step is not None:
         error["step"] = step
+    failed_step = exc.error if isinstance(exc, StepFailed) and isinstance(exc.error, dict) else {}
+    if failed_step.get("child_error"):
+        # A child's failure that nobody caught: the parent says what went wrong in the child, not only which child.
+        error.update(child_error=failed_step["child_error"], child_run_id=failed_step.get("child_run_id"))
     attempts = slice_.run.attempts + 1
     policy = slice_.spec.retry_policy
     if policy.allows_another(attempts):
         wake = slice_.now() + policy.delay_after(attempts)
         deadline = slice_.run.deadline_at
         if deadline is None or wake <= deadline:
-            slice_.reschedule(wake, error, attempts)
+            note = {**error, "retry": retry_note("workflow", attempts, policy.maximum_attempts)}
+            slice_.reschedule(wake, note, attempts)
             return Outcome.RETRY, error["message"], wake
     if slice_.compensations:
         try:

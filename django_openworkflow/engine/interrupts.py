@@ -27,8 +27,10 @@ class Suspend(EngineInterrupt):
         wake_when_child_done: list[Any] | None = None,
         written: bool = False,
         wake_on_attempt: int | None = None,
+        note: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(reason)
+        self.note = note  # kept on the run while it is parked: a step's retry backoff says which error
         self.written = written  # the park was already committed (signal and event waits)
         self.until = until
         self.reason = reason
@@ -86,6 +88,17 @@ def retry_decision(exc: BaseException) -> tuple[bool, timedelta | None]:
     """Whether a step's exception may be retried, and after what fixed delay (``RetryAfter``)."""
     retryable = not isinstance(exc, (NonRetryableError, StepUsageError))
     return retryable, exc.delay if isinstance(exc, RetryAfter) else None
+
+
+def retry_note(scope: str, failures: int, max_attempts: int) -> dict[str, Any]:
+    """What a run parked for a retry carries in its error (the ``retry`` key): the admin, CLI and API show it.
+
+    ``scope`` is ``step`` (a step's retry backoff) or ``workflow`` (the
+    workflow's own retry policy); ``failures`` counts the failed attempts so
+    far, ``max_attempts`` is the policy's (0: unlimited). The note is dropped
+    when the run executes again (see ``Slice``).
+    """
+    return {"scope": scope, "failures": failures, "max_attempts": max_attempts}
 
 
 def engine_error(kind: str, message: str, step: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from ..errors import PayloadError, StepFailed, StepTimeout, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import AttemptRecord, AttemptUpdate, EngineInterrupt, NewAttempt
 from .attempt import in_attempt
-from .interrupts import Suspend, error_from_exception, retry_decision
+from .interrupts import Suspend, error_from_exception, retry_decision, retry_note
 from .threads import Ended, run_on_threads
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Settled:
     error: dict[str, Any] | None = None
     retry_at: datetime | None = None  # None with an error: failed for good
     failures: int = 0
+    max_attempts: int = 0  # the step's retry policy's (0: unlimited)
 
 
 class RunSteps:
@@ -206,7 +207,10 @@ class RunSteps:
         assert settled.error is not None
         if settled.retry_at is not None:
             self._slice.check_deadline(settled.retry_at, settled.key)
-            raise Suspend(settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}")
+            # The run keeps the failure as a note while it backs off: it shows as retrying, with the error.
+            note: dict[str, Any] = {key: settled.error[key] for key in ("type", "message") if key in settled.error}
+            note.update(step=settled.key, retry=retry_note("step", settled.failures, settled.max_attempts))
+            raise Suspend(settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}", note=note)
         raise StepFailed(settled.key, settled.error)
 
     def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:
@@ -260,7 +264,7 @@ class RunSteps:
         retry_at = None
         if retryable and policy.allows_another(failures):
             retry_at = now + (policy.delay_after(failures) if delay is None else delay)
-        return Settled(key, error=error, retry_at=retry_at, failures=failures)
+        return Settled(key, error=error, retry_at=retry_at, failures=failures, max_attempts=policy.maximum_attempts)
 
     def parallel(
         self,

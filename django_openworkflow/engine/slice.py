@@ -99,9 +99,9 @@ class Slice(RunningStepTracking):
         self._next_index: dict[str, int] = {}
         self.max_attempts = owf_settings.max_step_attempts
         self._close_abandoned_attempts()
-        if note.get("type") in STALE_NOTES:
+        if note.get("type") in STALE_NOTES or "retry" in note:
             # A note about an earlier slice (no code for this version, an engine
-            # error) is stale once the run executes again.
+            # error, the failure a retry waited after) is stale once the run executes again.
             self.store.clear_error(self.run.id, self.worker_id, self.now())
 
     def now(self) -> datetime:
@@ -261,6 +261,7 @@ class Slice(RunningStepTracking):
             child=suspend.start_child,
             wake_if_child_done=suspend.wake_when_child_done,
             wake_on_attempt=suspend.wake_on_attempt,
+            note=suspend.note,
             starts=True,
         )
         if suspend.insert is not None:
@@ -275,7 +276,13 @@ class Slice(RunningStepTracking):
         self._journal(self.store.cancel_held, error, self.run.parent_step_attempt_id)
 
     def fail(self, error: dict[str, Any], attempts: int | None = None) -> None:
-        """Fail the run for good (and wake a parent waiting on it)."""
+        """Fail the run for good (and wake a parent waiting on it); this workflow-level attempt counts as failed.
+
+        ``attempts`` is the run's new count of failed workflow-level attempts:
+        by default one more than it had, however the run failed, so a retry
+        from the failed step gives its steps a fresh budget (``History``).
+        """
+        attempts = self.run.attempts + 1 if attempts is None else attempts
         self._journal(self.store.fail_run, error, self.run.parent_step_attempt_id, attempts)
 
     def reschedule(self, until: datetime, error: dict[str, Any], attempts: int) -> None:

@@ -167,6 +167,13 @@ class BackendCore:
 
     # -- JSON containment --
 
+    def json_key_text(self, expression: Any) -> Any:
+        """``expression`` (a JSON key read as text) as this database can hand it to Python.
+
+        The text itself here; SQLite reads bytes instead (see its backend).
+        """
+        return expression
+
     def event_waits(self, queryset: Any, payload: Any) -> list[Any]:
         """The open event waits in ``queryset`` whose ``context["match"]`` the payload contains.
 

@@ -3,22 +3,24 @@
 A fixed number of queries whatever the number of runs: one aggregate by
 minute and outcome over the finished-runs index, one read of the latest
 finished runs' start and end (at most :data:`DURATION_SAMPLE` rows) for the
-percentiles, and the metrics' queue gauges (``store/telemetry.py``).
+percentiles, the metrics' queue gauges (``store/telemetry.py``), and the
+retrying and waiting runs now (one aggregate over the parked runs).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Trunc
 
 from ..models import WorkflowRun
-from ..states import RunStatus
+from ..states import DisplayStatus, RunStatus
 from .gauges import QueueDepth, due_by_queue, held_by_workflow
+from .run_states import status_q
 
 OUTCOMES = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELED)
 """How runs end, in the order the charts stack them."""
@@ -59,6 +61,7 @@ class Dashboard:
     queues: list[QueueDepth]
     in_flight: int
     sampled: bool  # the percentiles come from the latest DURATION_SAMPLE runs, not all
+    parked: dict[str, int] = field(default_factory=dict)  # retrying and waiting runs now (run_states)
 
     @property
     def failure_rate(self) -> float | None:
@@ -88,7 +91,15 @@ def read(now: datetime, hours: int, bucket_minutes: int) -> Dashboard:
     buckets = [Bucket(first + i * width, bucket_minutes, {o: counts[i][o] for o in OUTCOMES}) for i in range(slots)]
     durations, sampled = _durations(finished)
     queues = due_by_queue(now)
-    return Dashboard(now, since, buckets, dict(totals), durations, queues, sum(held_by_workflow().values()), sampled)
+    in_flight = sum(held_by_workflow().values())
+    return Dashboard(now, since, buckets, dict(totals), durations, queues, in_flight, sampled, parked_now())
+
+
+def parked_now() -> dict[str, int]:
+    """How many runs are retrying and how many are waiting now (one aggregate over the parked runs)."""
+    statuses = (DisplayStatus.RETRYING, DisplayStatus.WAITING)
+    counts = WorkflowRun.objects.parked().aggregate(**{s: Count("status", filter=status_q(s)) for s in statuses})
+    return {status: int(counts[status] or 0) for status in statuses}
 
 
 def _durations(finished: QuerySet[WorkflowRun]) -> tuple[list[Durations], bool]:

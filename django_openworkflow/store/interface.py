@@ -103,6 +103,7 @@ class EngineStore(Protocol):
         child: ChildStart | None = None,
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
+        note: dict[str, Any] | None = None,
         unless_canceling: bool = False,
     ) -> None: ...
 

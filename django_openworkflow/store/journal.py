@@ -103,6 +103,7 @@ class JournalOps(FenceOps):
         child: ChildStart | None = None,
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
+        note: dict[str, Any] | None = None,
         unless_canceling: bool = False,
     ) -> None:
         """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
@@ -113,15 +114,19 @@ class JournalOps(FenceOps):
         at once if one of those children has already finished. ``wake_on_attempt`` (a child's step
         attempt) lets only that child's end wake the run early, so a parent
         waiting for 300 children is not woken 300 times; without it, any
-        child's end does.
+        child's end does. ``note`` (a step's retry backoff: its error) is kept
+        as the run's ``error`` until the run executes again.
         """
+        fields: dict[str, Any] = {"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt}
+        if note is not None:
+            fields["error"] = note
         self._commit(
             run_id,
             worker_id,
             now,
             pending,
             insert=attempt,
-            run_fields={"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt},
+            run_fields=fields,
             start_child=child,
             wake_when_child_done=wake_if_child_done,
             unless_canceling=unless_canceling,

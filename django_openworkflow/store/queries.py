@@ -15,44 +15,32 @@ from django.db import connections
 from django.db.models import Count, F, Q, QuerySet
 
 from ..conf import owf_settings
-from ..models import IS_HELD, IS_PARKED, Signal, StepAttempt, WorkflowRun
-from ..states import CLAIMABLE_STATUSES, RunStatus, StepKind, StepStatus
+from ..models import IS_HELD, Signal, StepAttempt, WorkflowRun
+from ..states import CLAIMABLE_STATUSES, DisplayStatus, RunStatus, StepKind, StepStatus
+from .run_states import DISPLAY_STATUSES, status_q, with_error_summary
 
-PARKED = "parked"
-"""A display status, not a stored one: ``running`` with no worker holding the run."""
-
-DISPLAY_STATUSES: tuple[str, ...] = (
-    RunStatus.PENDING,
-    RunStatus.RUNNING,
-    PARKED,
-    RunStatus.COMPLETED,
-    RunStatus.FAILED,
-    RunStatus.CANCELED,
-    RunStatus.CONTINUED,
-)
-"""Every status the admin and CLI show, in life-cycle order; ``running`` excludes ``parked``."""
+PARKED = DisplayStatus.PARKED
+"""A display status, not a stored one (see :class:`~django_openworkflow.states.DisplayStatus`)."""
 
 # JSON columns the list views never show: leaving them out keeps a page of
 # 100 runs from reading 100 inputs and outputs of up to 1 MiB each.
 PAYLOAD_FIELDS = ("input", "output", "error")
 
 
+STATUS_FIELD_VALUES: tuple[str, ...] = (RunStatus.PENDING, RunStatus.RUNNING, PARKED, *RunStatus.values()[2:])
+"""What :func:`display_status` (a run's JSON ``status``) may say."""
+
+
 def display_status(status: str, worker_id: str | None) -> str:
-    """``parked`` for a running run no worker holds (sleeping, waiting, backing off), else ``status``."""
+    """``parked`` for a running run no worker holds (retrying, waiting or parked), else ``status``.
+
+    The coarse status: what the JSON ``status`` field of a run says (kept for
+    compatibility). Pages show :func:`~.run_states.state_of`, which tells
+    retrying, waiting and parked runs apart.
+    """
     if status == RunStatus.RUNNING and worker_id is None:
         return PARKED
     return status
-
-
-def status_q(status: str) -> Q:
-    """The filter for one display status (``running`` means held by a worker)."""
-    if status == PARKED:
-        return IS_PARKED
-    if status == RunStatus.RUNNING:
-        return IS_HELD
-    if status in RunStatus.values():
-        return Q(status=status)
-    raise ValueError(f"unknown status {status!r}; expected one of {', '.join(DISPLAY_STATUSES)}")
 
 
 def runs() -> QuerySet[WorkflowRun]:
@@ -265,7 +253,7 @@ def list_runs(
     where = where or RunFilter(tuple(statuses or ()), workflow_name, queue)
     qs = where.apply(runs())
     if not payloads:
-        qs = qs.defer(*PAYLOAD_FIELDS)
+        qs = with_error_summary(qs.defer(*PAYLOAD_FIELDS))
     if after is not None:
         created_at, run_id = after
         qs = qs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=run_id))
@@ -308,6 +296,15 @@ def journal(run_id: Any) -> list[StepAttempt]:
         .defer(*(f"child_workflow_run__{name}" for name in PAYLOAD_FIELDS))
         .order_by("id")
     )
+
+
+def last_failed_attempt(run_id: Any, step_name: str) -> StepAttempt | None:
+    """The latest failed attempt of one step of a run, or None (one query)."""
+    parsed = parse_run_id(run_id)
+    if parsed is None:
+        return None
+    attempts = StepAttempt.objects.filter(workflow_run_id=parsed, step_name=step_name, status=StepStatus.FAILED)
+    return attempts.order_by("-id").first()
 
 
 def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:

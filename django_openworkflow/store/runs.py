@@ -9,7 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.db.models.constants import OnConflict
 from django.utils import timezone
 
@@ -406,8 +405,9 @@ class RunOps(JournalOps):
     def retry_failed_runs(self, run_ids: list[Any]) -> list[Any]:
         """Send failed runs back to pending; completed steps keep their outputs. Returns the ids sent back.
 
-        Bumping ``attempts`` starts a new workflow-level attempt, which gives the
-        failed step a fresh retry budget (budgets count failures per attempt).
+        ``attempts`` is left as is: it counts failed workflow-level attempts, and
+        the failure already counted itself, which gives the failed step a fresh
+        retry budget (budgets count failures per workflow attempt).
         """
         now = self.now_expr()
         with transaction.atomic(using=self.alias):
@@ -415,7 +415,6 @@ class RunOps(JournalOps):
             ids = list(failed.select_for_update().values_list("id", flat=True))
             WorkflowRun.objects.filter(id__in=ids).update(
                 status=RunStatus.PENDING,
-                attempts=F("attempts") + 1,
                 error=None,
                 finished_at=None,
                 worker_id=None,

@@ -56,6 +56,7 @@ class Worker:
         self,
         *,
         concurrency: int | None = None,
+        prefetch: int | None = None,
         lease: Duration | None = None,
         poll_interval: Duration | None = None,
         drain_timeout: Duration | None = None,
@@ -67,6 +68,9 @@ class Worker:
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
+        self.prefetch = owf_settings.prefetch if prefetch is None else int(prefetch)
+        if self.prefetch < 0:
+            raise ValueError(f"prefetch must be at least 0, got {self.prefetch}")
         self.lease: timedelta = parse_duration(owf_settings.lease if lease is None else lease)
         if self.lease < timedelta(seconds=1):
             raise ValueError(f"lease must be at least 1s, got {self.lease}")
@@ -185,7 +189,8 @@ class Worker:
             raise WorkerUnhealthy(self.failure)
 
     def _drain(self) -> None:
-        """Let the slots finish their slices, for at most the drain timeout."""
+        """Hand back the runs claimed ahead; let the slots finish their slices, for at most the drain timeout."""
+        self._release_prefetched()
         with self._lock:
             threads = list(self._slot_threads.values())
         for _ in threads:
@@ -193,6 +198,24 @@ class Worker:
         give_up = time.monotonic() + self.drain_timeout.total_seconds()
         for thread in threads:
             thread.join(max(0.0, give_up - time.monotonic()))
+
+    def _release_prefetched(self) -> None:
+        """The runs claimed ahead that no slot has taken yet: released at once, for another worker to claim."""
+        while True:
+            try:
+                claimed = self._slots.get_nowait()
+            except queue.Empty:
+                return
+            if claimed is None:  # not put there before the drain; kept for the slot it was meant for
+                self._slots.put(None)
+                return
+            with self._lock:
+                self._in_flight.pop(claimed.run.id, None)
+            try:
+                self.store.release(claimed, timedelta(0))
+            except DatabaseError as exc:  # its lease expires instead, and another worker takes it then
+                logger.warning("run %s: could not release it (%s); its lease will expire", claimed.run.id, exc)
+                recycle_connections()
 
     def _release_stuck(self) -> None:
         """After the drain timeout: hand back what slots are still executing, so another worker takes it now.
@@ -228,7 +251,8 @@ class Worker:
                 return
             self.scheduler.tick()  # at most once a second, never raises
             with self._lock:
-                free = self.concurrency - len(self._in_flight)
+                # Held runs: executing, or claimed ahead (prefetch) and waiting in _slots for a slot.
+                free = self.concurrency + self.prefetch - len(self._in_flight)
             if free <= 0:
                 self._ask_for_wakeups(False)  # a notification could not be acted on: spare the writers
                 self._wake.wait(poll)

@@ -42,6 +42,8 @@ from typing import Any
 
 import pytest
 
+from tests.admin.browser_checks import COLUMNS_JS, CONTRAST_JS, JOURNAL_JS
+
 # CI sets this: there a missing browser or Playwright is a failure, not a skip.
 REQUIRE_BROWSER = bool(os.environ.get("OPENWORKFLOW_REQUIRE_BROWSER"))
 if REQUIRE_BROWSER:
@@ -87,10 +89,10 @@ def seed_example_project() -> None:
     """Run in a subprocess on the example project's settings: a superuser, and runs in every state shown.
 
     The demo's onboarding (completed, with a child run whose first call
-    failed), the same parked in a one-hour sleep, an expense claim parked
-    on a signal, a run that failed, and one whose steps have 200-character
-    names. A worker in this process works them until each has finished or
-    parked.
+    failed), the same parked in a one-hour sleep, an expense claim waiting
+    for a signal, a run that failed, one whose steps have 200-character
+    names, and one whose step keeps failing (retrying, an hour's backoff).
+    A worker in this process works them until each has finished or parked.
     """
     import django
 
@@ -105,6 +107,16 @@ def seed_example_project() -> None:
 
     def parse_orders() -> None:
         raise ValueError("order 17: unknown currency 'XBT'")
+
+    def charge_card() -> None:
+        raise ConnectionError("payment gateway timed out")
+
+    @workflow(
+        name="charge-card",
+        step_retry_policy=RetryPolicy(initial_interval="1h", maximum_interval="1h", maximum_attempts=10),
+    )
+    def charge_card_workflow(ctx: Any) -> None:
+        ctx.step.run("charge", charge_card)
 
     @workflow(name="import-orders", version="2026.11-hotfix", step_retry_policy=RetryPolicy(maximum_attempts=1))
     def import_orders(ctx: Any) -> None:
@@ -122,6 +134,7 @@ def seed_example_project() -> None:
     waiting = expense_approval.run({"employee": "ada", "amount": 120})
     failing = import_orders.run({"date": "2026-11-21"})
     long_names = reconcile_invoices.run({"month": "2026-10"})
+    retrying = charge_card_workflow.run({"order": 17})
 
     def parked(handle: Any) -> bool:
         run = handle.fetch()
@@ -129,10 +142,10 @@ def seed_example_project() -> None:
 
     def settled() -> bool:
         finished = all(h.status() in ("completed", "failed") for h in (completed, failing, long_names))
-        return finished and parked(sleeping) and parked(waiting)
+        return finished and parked(sleeping) and parked(waiting) and parked(retrying)
 
     Worker(poll_interval="50ms").run(until=settled, install_signal_handlers=False)
-    print(f"seeded: {completed.id} {sleeping.id} {waiting.id} {failing.id} {long_names.id}")
+    print(f"seeded: {completed.id} {sleeping.id} {waiting.id} {failing.id} {long_names.id} {retrying.id}")
 
 
 def _free_port() -> int:
@@ -228,100 +241,6 @@ class Watched:
         page.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status}: {r.url}"))
 
 
-# Runs in the page: the contrast ratio (WCAG 2) of an element's text against what is behind it.
-CONTRAST_JS = """
-element => {
-    const parse = value => {
-        const m = value.match(/rgba?\\(([^)]+)\\)/);
-        if (!m) return [0, 0, 0, 0];
-        const parts = m[1].split(/[ ,\\/]+/).filter(Boolean).map(Number);
-        return [parts[0], parts[1], parts[2], parts.length > 3 ? parts[3] : 1];
-    };
-    const over = (top, bottom) => [0, 1, 2].map(i => top[i] * top[3] + bottom[i] * (1 - top[3])).concat([1]);
-    // The background the text is drawn on: the element's and its ancestors', composed.
-    let layers = [];
-    for (let node = element; node; node = node.parentElement) {
-        const colour = parse(getComputedStyle(node).backgroundColor);
-        if (colour[3] > 0) layers.push(colour);
-        if (colour[3] >= 1) break;
-    }
-    let background = [255, 255, 255, 1];
-    for (const layer of layers.reverse()) background = over(layer, background);
-    const text = over(parse(getComputedStyle(element).color), background);
-    const luminance = rgb => {
-        const [r, g, b] = rgb.slice(0, 3).map(v => {
-            v /= 255;
-            return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
-        });
-        return 0.2126 * r + 0.7152 * g + 0.0722 * b;
-    };
-    const [a, b] = [luminance(text), luminance(background)].sort((x, y) => y - x);
-    return (a + 0.05) / (b + 0.05);
-}
-"""
-
-# Runs in the page: the list's columns that do not fit, each with why.
-COLUMNS_JS = """
-([viewportWidth, mustFit]) => {
-    const problems = [];
-    const results = document.querySelector('#changelist .results') || document.querySelector('#result_list');
-    if (mustFit && results.scrollWidth > results.clientWidth + 1)
-        problems.push(`the list scrolls sideways: ${results.scrollWidth} px of content in ${results.clientWidth} px`);
-    for (const cell of document.querySelectorAll('#result_list th, #result_list td')) {
-        if (cell.classList.contains('action-checkbox') || cell.classList.contains('action-checkbox-column')) continue;
-        const name = (cell.className || cell.tagName).toString();
-        const box = cell.getBoundingClientRect();
-        if (mustFit && box.right > viewportWidth + 1)
-            problems.push(`${name} ends at ${Math.round(box.right)} px, past the ${viewportWidth} px window`);
-        // Cut off by a box that hides what overflows it (one that scrolls lets the user reach it).
-        for (let box2 = cell.parentElement; box2; box2 = box2.parentElement) {
-            const overflow = getComputedStyle(box2).overflowX;
-            if (overflow === 'visible') continue;
-            const edge = box2.getBoundingClientRect();
-            const outside = box.right > edge.right + 1 || box.left < edge.left - 1;
-            if ((overflow === 'hidden' || overflow === 'clip') && outside)
-                problems.push(`${name} is cut off by ${box2.tagName.toLowerCase()}.${box2.className}`);
-            break;
-        }
-        // Clipped: text wider than its cell, or a child (a badge, a time) cut by the cell's edge.
-        if (cell.scrollWidth > cell.clientWidth + 1)
-            problems.push(`${name}: its content (${cell.scrollWidth} px) is wider than its cell (${cell.clientWidth})`);
-        for (const child of cell.querySelectorAll('*')) {
-            const inner = child.getBoundingClientRect();
-            if (inner.width && (inner.right > box.right + 1 || inner.left < box.left - 1))
-                problems.push(`${name}: ${child.tagName.toLowerCase()}.${child.className} sticks out of its cell`);
-        }
-    }
-    return problems;
-}
-"""
-
-# Runs in the page: what of the journal (and the timeline) sticks out of the page's content box.
-JOURNAL_JS = """
-() => {
-    const problems = [];
-    const content = document.querySelector('#content').getBoundingClientRect();
-    if (document.documentElement.scrollWidth > window.innerWidth + 1)
-        problems.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} px`);
-    for (const selector of ['.owf-journal th', '.owf-journal td', '.owf-tl-row']) {
-        for (const cell of document.querySelectorAll(selector)) {
-            const head = cell.closest('thead');
-            // Visually hidden on a phone, where the cards name their cells.
-            if (head && head.getBoundingClientRect().width <= 1) continue;
-            const box = cell.getBoundingClientRect();
-            if (box.right > content.right + 1)
-                problems.push(`${selector} "${cell.textContent.trim().slice(0, 30)}…" ends at `
-                              + `${Math.round(box.right)} px, past the content's ${Math.round(content.right)} px`);
-        }
-    }
-    const wrap = document.querySelector('.owf-table-wrap');
-    if (wrap && wrap.scrollWidth > wrap.clientWidth + 1)
-        problems.push(`the journal scrolls sideways: ${wrap.scrollWidth} px in ${wrap.clientWidth} px`);
-    return problems;
-}
-"""
-
-
 def _list_url(base: str, query: str = "") -> str:
     return f"{base}/admin/django_openworkflow/workflowrun/{query}"
 
@@ -381,9 +300,18 @@ def _look(page: Any, base: str, scheme: str) -> None:
     assert "admin-interface" in (page.locator("body").get_attribute("class") or "")
 
     # The list: every run, the counts, and every column readable.
-    assert page.locator("#result_list tbody tr").count() == 6  # five seeded runs and the child run
-    assert page.locator(".owf-count-parked .owf-count-number").inner_text() == "2"
+    assert page.locator("#result_list tbody tr").count() == 7  # six seeded runs and the child run
+    assert page.locator(".owf-count-parked .owf-count-number").inner_text() == "1"
     assert page.locator("#result_list .owf-status-failed").inner_text() == "failed"
+    # A run stuck in retries and one waiting for a signal, each told from the list alone: badge, hint, error.
+    retrying = page.locator("#result_list tbody tr", has=page.locator(".owf-status-retrying"))
+    assert retrying.count() == 1 and "charge-card" in retrying.inner_text()
+    assert page.locator(".owf-count-retrying .owf-count-number").inner_text() == "1"
+    assert "step 'charge' · attempt 1 of 10 failed · next in" in retrying.inner_text()
+    assert "ConnectionError: payment gateway timed out" in retrying.locator(".owf-error-cell").inner_text()
+    waiting = page.locator("#result_list tbody tr", has=page.locator(".owf-status-waiting"))
+    assert waiting.count() == 1 and "expense-approval" in waiting.inner_text()
+    assert "waiting for signal 'manager-decision' · times out in" in waiting.inner_text()
     if not _sidebar_open(page):
         page.click("#toggle-nav-sidebar")
     assert _sidebar_open(page) and page.locator("#nav-sidebar").is_visible()
@@ -413,6 +341,12 @@ def _look(page: Any, base: str, scheme: str) -> None:
     # The failed run: its error, and the actions at AA contrast, closed and open.
     _open_run(page, base, "import-orders", "failed")
     assert "ValueError: order 17: unknown currency 'XBT'" in page.locator(".owf-error").inner_text()
+    assert "in parse_orders" in page.locator(".owf-raised-in").inner_text()  # the user's frame, first
+    page.set_viewport_size(PHONE)
+    error_top = page.locator(".owf-error").bounding_box()["y"]
+    assert error_top < page.locator(".owf-summary").bounding_box()["y"], "on a phone the error comes first"
+    page.screenshot(path=str(ARTIFACTS / f"run-failed-{scheme}-{PHONE['width']}.png"), full_page=True)
+    page.set_viewport_size(WIDE)
     assert page.locator(".owf-action").count() >= 1
     problems = _contrast_problems(page, ".owf-action > summary")
     for index in range(page.locator(".owf-action").count()):
@@ -432,9 +366,10 @@ def _look(page: Any, base: str, scheme: str) -> None:
     page.wait_for_load_state()
     assert page.locator(".owf-tl-bar.owf-bar-failed").count() == 1  # the flaky call's first attempt
 
-    # The parked runs: a sleep with its wake time, a signal wait with the send form.
-    _open_run(page, base, "expense-approval", "parked")
+    # The parked runs: a sleep with its wake time, a signal wait with the send form on top, filled in.
+    _open_run(page, base, "expense-approval", "waiting")
     assert page.locator(".owf-wait").count() == 1 and page.locator(".owf-send-signal").count() == 1
+    assert page.locator(".owf-send-signal-top #id_name").input_value() == "manager-decision"
     problems = _contrast_problems(page, ".owf-action > summary")
     assert problems == [], f"{scheme}: action buttons under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
     page.screenshot(path=str(ARTIFACTS / f"run-waiting-{scheme}.png"), full_page=True)

@@ -2,7 +2,8 @@
 
 The page's ```bash blocks are read from the page and run as printed, with
 curl, against a live server: log in through the admin's login form, start a
-run, find the failed runs of a customer, and send a body the API refuses.
+run, find the failed runs of a customer, start one with an API token, and
+send a body the API refuses.
 The same requests are made with Django's test client (CSRF checks on), so
 they are tested where curl is missing too.
 """
@@ -23,6 +24,7 @@ from django.test import Client
 
 from django_openworkflow import workflow
 from django_openworkflow.definitions.registry import registry
+from django_openworkflow.models import ApiToken
 from django_openworkflow.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,9 +35,9 @@ PASSWORD = "a-password-for-the-docs"
 
 
 def bash_blocks() -> list[str]:
-    """The page's ```bash blocks, in order: log in, start a run, search, a refused start."""
+    """The page's ```bash blocks, in order: log in, start a run, search, start with a token, a refused start."""
     blocks = re.findall(r"```bash\n(.*?)```", PAGE.read_text(), re.S)
-    assert len(blocks) == 4, "docs/howto/http-api.md should have four bash samples"
+    assert len(blocks) == 5, "docs/howto/http-api.md should have five bash samples"
     return blocks
 
 
@@ -85,7 +87,8 @@ def run_bash(script: str, state: Path, env: dict[str, str]) -> str:
 def test_the_curl_samples_on_a_live_server(
     live_server: Any, charge_order: None, script_user: Any, tmp_path: Path
 ) -> None:
-    login, start, search, refused = (block.replace(PAGE_BASE, live_server.url) for block in bash_blocks())
+    login, start, search, with_token, refused = (block.replace(PAGE_BASE, live_server.url) for block in bash_blocks())
+    _, api_token = ApiToken.objects.create_token(script_user, "docs")
     env = {"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path), "API_USER": "script", "API_PASSWORD": PASSWORD}
     state = tmp_path / "state.sh"
 
@@ -100,6 +103,10 @@ def test_the_curl_samples_on_a_live_server(
     assert [run["id"] for run in found["runs"]] == [started["run"]["id"]]
     assert found["runs"][0]["status"] == "failed"
     assert found["next_cursor"] is None and found["next"] is None
+
+    # No cookie jar, no CSRF token: the token alone.
+    by_token = json.loads(run_bash(with_token, state, {**env, "API_TOKEN": api_token}))
+    assert by_token["created"] is True and by_token["run"]["input"] == {"customer": 7}
 
     error = json.loads(run_bash(refused, state, env))["error"]
     assert error == {

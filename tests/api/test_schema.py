@@ -6,9 +6,10 @@ out-of-range numbers, strings that break a pattern), then checks every
 answer: no 5xx, a status and body the document names, a refusal for data
 the document forbids and an acceptance for data it allows, a 401 or 403
 when the credentials are left out or wrong, and nothing written by a
-refused request. It does so once anonymously and once as a staff user with
-every workflow-run permission, logged in by session cookie and sending the
-CSRF token, as a browser does.
+refused request. It does so anonymously, as a staff user with every
+workflow-run permission, logged in by session cookie and sending the CSRF
+token, as a browser does, and with an API token of such a user (no cookie,
+no CSRF token), as a script does.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.failures import Failure
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from django_openworkflow.models import Event, Signal, StepAttempt, WorkflowRun
+from django_openworkflow.models import ApiToken, Event, Signal, StepAttempt, WorkflowRun
 from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -84,6 +85,17 @@ def staff_headers(django_user_model: Any) -> dict[str, str]:
         "Cookie": f"{django_settings.SESSION_COOKIE_NAME}={session}; {django_settings.CSRF_COOKIE_NAME}={token}",
         "X-CSRFToken": token,
     }
+
+
+@pytest.fixture
+def token_headers(django_user_model: Any) -> dict[str, str]:
+    """An API token of a user with every workflow-run permission, as the ``token`` security scheme sends it."""
+    user = django_user_model.objects.create_user("script")
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="django_openworkflow", codename__endswith="_workflowrun")
+    )
+    _, token = ApiToken.objects.create_token(user, "schemathesis")
+    return {"Authorization": f"Bearer {token}"}
 
 
 @pytest.fixture
@@ -156,3 +168,12 @@ def test_staff_with_every_permission(
 ) -> None:
     aim_at_a_real_run(case, some_runs)
     exercise(case, f"{live_server.url}{API}", staff_headers)
+
+
+@schema.parametrize()
+@HYPOTHESIS
+def test_a_token_with_every_permission(
+    case: Any, live_server: Any, token_headers: dict[str, str], some_runs: list[uuid.UUID]
+) -> None:
+    aim_at_a_real_run(case, some_runs)
+    exercise(case, f"{live_server.url}{API}", token_headers)

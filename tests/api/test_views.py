@@ -427,11 +427,12 @@ def test_the_openapi_schema_states_the_constraints_the_server_enforces(client: C
     schemes = schema["components"]["securitySchemes"]
     assert schemes["session"] == {**schemes["session"], "type": "apiKey", "in": "cookie", "name": "sessionid"}
     assert schemes["csrf"]["in"] == "header" and schemes["csrf"]["name"].lower() == "x-csrftoken"
-    assert schema["security"] == [{"session": []}]
+    assert schemes["token"] == {**schemes["token"], "type": "http", "scheme": "bearer"}
+    assert schema["security"] == [{"session": []}, {"token": []}]  # either
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             if method == "post":
-                assert operation["security"] == [{"session": [], "csrf": []}], path
+                assert operation["security"] == [{"session": [], "csrf": []}, {"token": []}], path
             for status, answer in operation["responses"].items():
                 if status.startswith("4"):
                     assert answer["content"][JSON]["schema"] == {"$ref": "#/components/schemas/Error"}, (path, method)

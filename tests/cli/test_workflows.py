@@ -115,7 +115,8 @@ def test_list_limit() -> None:
 
 @pytest.mark.django_db
 def test_list_unknown_status_is_an_error() -> None:
-    with pytest.raises(CommandError, match="unknown status 'sleeping'; choose from pending, running, parked"):
+    expected = "unknown status 'sleeping'; choose from pending, running, retrying, waiting, parked"
+    with pytest.raises(CommandError, match=expected):
         workflows("list", "--status", "sleeping")
 
 
@@ -319,6 +320,8 @@ def test_stats() -> None:
         "WORKFLOW",
         "PENDING",
         "RUNNING",
+        "RETRYING",
+        "WAITING",
         "PARKED",
         "COMPLETED",
         "FAILED",
@@ -328,16 +331,18 @@ def test_stats() -> None:
     ]
     rows = {line.split()[0]: [int(n) for n in line.split()[1:]] for line in lines[1:]}
     assert rows == {
-        "always-fails": [0, 0, 0, 0, 1, 0, 0, 1],
-        "sleeper": [0, 0, 1, 0, 0, 0, 0, 1],
-        "three-steps": [1, 1, 0, 2, 0, 0, 0, 4],
-        "(all)": [1, 1, 1, 2, 1, 0, 0, 6],
+        "always-fails": [0, 0, 0, 0, 0, 0, 1, 0, 0, 1],
+        "sleeper": [0, 0, 0, 0, 1, 0, 0, 0, 0, 1],
+        "three-steps": [1, 1, 0, 0, 0, 2, 0, 0, 0, 4],
+        "(all)": [1, 1, 0, 0, 1, 2, 1, 0, 0, 6],
     }
     data = as_json("stats")
     assert data[2] == {
         "workflow": "three-steps",
         "pending": 1,
         "running": 1,
+        "retrying": 0,
+        "waiting": 0,
         "parked": 0,
         "completed": 2,
         "failed": 0,

@@ -109,7 +109,14 @@ def test_bad_duration_setting_is_a_check_error(key, value):
 
 @pytest.mark.parametrize(
     ("key", "value"),
-    [("MAX_PAYLOAD_BYTES", "abc"), ("CONCURRENCY", 0), ("MAX_STEP_ATTEMPTS", True), ("CONCURRENCY", 2.5)],
+    [
+        ("MAX_PAYLOAD_BYTES", "abc"),
+        ("CONCURRENCY", 0),
+        ("MAX_STEP_ATTEMPTS", True),
+        ("CONCURRENCY", 2.5),
+        ("PREFETCH", -1),
+        ("PREFETCH", "4"),
+    ],
 )
 def test_bad_number_setting_is_a_check_error_naming_it(key, value):
     with override_settings(OPENWORKFLOW={key: value}):

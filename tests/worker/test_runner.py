@@ -264,3 +264,30 @@ def test_the_signal_handler_takes_no_lock_the_main_thread_may_hold():
         landed.join(10)
         assert not landed.is_alive(), "the signal handler waited for a lock its own thread holds"
         wait_until(worker._stopping.is_set)
+
+
+def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back():
+    """With PREFETCH a worker claims runs for its busy slots; when it stops, those go back at once."""
+    handles = [slow_steps.run({"steps": 1, "pause": 1.0}) for _ in range(4)]
+    worker = Worker(concurrency=1, prefetch=2, lease="30s", poll_interval="20ms")
+    held: list[int] = []
+    give_up = time.monotonic() + 30
+
+    def until() -> bool:  # the claim loop's own thread
+        held.append(WorkflowRun.objects.filter(worker_id=worker.worker_id, status="running").count())
+        return held[-1] == 3 or time.monotonic() > give_up
+
+    worker.run(until=until, install_signal_handlers=False)
+    assert held[-1] == 3  # one executing, two claimed ahead
+    assert worker.slices_done == 1  # the one executing finished; the two ahead never started
+    runs = [WorkflowRun.objects.get(id=h.id) for h in handles]
+    assert [run.status for run in runs].count("completed") == 1
+    # The others are due now and held by nobody: the next claim, by any worker, takes them.
+    handed_back = [run for run in runs if run.status != "completed"]
+    assert all(run.worker_id is None and run.available_at <= timezone.now() for run in handed_back)
+    assert SideEffect.objects.count() == 1  # nothing ran twice, nothing ran that was handed back
+
+
+def test_prefetch_must_not_be_negative():
+    with pytest.raises(ValueError, match="prefetch must be at least 0"):
+        Worker(prefetch=-1)

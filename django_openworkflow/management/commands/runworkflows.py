@@ -53,6 +53,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--concurrency", type=int, default=None, help="worker slots (threads); default OPENWORKFLOW['CONCURRENCY']"
         )
+        parser.add_argument(
+            "--prefetch",
+            type=int,
+            default=None,
+            help="runs claimed ahead of free slots, so a slot that finishes has its next run at once; "
+            "default OPENWORKFLOW['PREFETCH'] (0)",
+        )
         parser.add_argument("--lease", type=_duration, default=None, help="lease per claimed run, e.g. 30s")
         parser.add_argument("--poll", type=_duration, default=None, help="idle poll interval, e.g. 100ms")
         parser.add_argument(
@@ -139,6 +146,7 @@ class Command(BaseCommand):
         try:
             return Worker(
                 concurrency=options["concurrency"],
+                prefetch=options["prefetch"],
                 lease=options["lease"],
                 poll_interval=options["poll"],
                 drain_timeout=options["drain_timeout"],

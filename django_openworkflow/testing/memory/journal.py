@@ -80,12 +80,16 @@ class JournalOps(MemoryCore):
         child: ChildStart | None = None,
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
+        note: dict[str, Any] | None = None,
         unless_canceling: bool = False,
     ) -> None:
         """Let go of the run until ``until`` (a sleep, a wait for children, a retry backoff)."""
+        fields: dict[str, Any] = {"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt}
+        if note is not None:
+            fields["error"] = note
         fenced = _Fenced(
             insert=attempt,
-            run_fields={"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt},
+            run_fields=fields,
             start_child=child,
             wake_when_child_done=wake_if_child_done,
         )

@@ -177,7 +177,7 @@ class RunOps(MemoryCore):
         return bool(self.retry_failed_runs([run_id]))
 
     def retry_failed_runs(self, run_ids: list[Any]) -> list[Any]:
-        """Send failed runs back to pending with a new workflow-level attempt; the ids sent back."""
+        """Send failed runs back to pending for a new workflow-level attempt; the ids sent back."""
         with self.lock:
             now = self.now()
             failed = [run for run_id in run_ids if (run := self.runs.get(run_id)) and run.status == RunStatus.FAILED]
@@ -186,7 +186,6 @@ class RunOps(MemoryCore):
                     run,
                     now,
                     status=RunStatus.PENDING,
-                    attempts=run.attempts + 1,
                     error=None,
                     finished_at=None,
                     worker_id=None,
