@@ -26,6 +26,7 @@ from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
 from ..store.queries import PAYLOAD_FIELDS, display_status, open_waits
+from ..store.run_states import states_of
 from .dispatcher import get_dispatcher
 
 CHUNK = 500
@@ -72,10 +73,13 @@ def retry_now_refusal(run: WorkflowRun, wait: StepAttempt | None) -> str:
     return ""
 
 
-def retry_failed_refusal(run: WorkflowRun) -> str:
-    """Why "retry from the failed step" cannot help; empty when it can."""
+def retry_failed_refusal(run: WorkflowRun, shown: str = "") -> str:
+    """Why "retry from the failed step" cannot help; empty when it can.
+
+    ``shown``: the run's display status (retrying, waiting...), when known.
+    """
     if run.status != RunStatus.FAILED:
-        return f"it has not failed (it is {display_status(run.status, run.worker_id)})"
+        return f"it has not failed (it is {shown or display_status(run.status, run.worker_id)})"
     if isinstance(run.error, dict) and run.error.get("type") == STEP_LIMIT_EXCEEDED:
         # A retry keeps the journal, so the run is at the limit again at once.
         return (
@@ -143,10 +147,17 @@ def _retry_now_refusals(runs: dict[Any, WorkflowRun]) -> dict[Any, str]:
     return _refusals(runs, lambda run: retry_now_refusal(run, waits.get(run.id)))
 
 
+def _retry_failed_refusals(runs: dict[Any, WorkflowRun]) -> dict[Any, str]:
+    # A run that has not failed is named as the pages name it (retrying, waiting, parked): one query.
+    states = states_of([run for run in runs.values() if run.status == RunStatus.RUNNING])
+    shown = {run_id: str(state.status) for run_id, state in states.items()}
+    return _refusals(runs, lambda run: retry_failed_refusal(run, shown.get(run.id, "")))
+
+
 REFUSALS: dict[str, Callable[[dict[Any, WorkflowRun]], dict[Any, str]]] = {
     "cancel": lambda runs: _refusals(runs, cancel_refusal),
     "retry_now": _retry_now_refusals,
-    "retry_from_failed_step": lambda runs: _refusals(runs, retry_failed_refusal),
+    "retry_from_failed_step": lambda runs: _retry_failed_refusals(runs),
     "rerun": lambda runs: _refusals(runs, rerun_refusal),
 }
 

@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from io import StringIO
-from typing import Any
-
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError
 
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import drain
+from tests.cli.helpers import as_json, workflows
 from tests.fixtures.testapp.workflows import always_fails, approval, keeps_failing, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def workflows(*args: str) -> str:
-    out = StringIO()
-    call_command("workflows", *args, stdout=out)
-    return out.getvalue()
-
-
-def as_json(*args: str) -> Any:
-    return json.loads(workflows(*args, "--json"))
 
 
 def test_list_says_why_a_run_retries_and_what_a_run_waits_for() -> None:
@@ -69,3 +56,12 @@ def test_attempts_count_the_attempts_made() -> None:
     assert lines[str(failed.id)][column] == "2"  # two real failures: two attempts, not three
     assert "attempts         2 (2 failed)" in workflows("show", str(failed.id))
     assert as_json("show", str(failed.id))["attempts"] == 2  # the stored count of failed attempts
+
+
+def test_retry_from_the_failed_step_names_a_retrying_or_waiting_run_as_pages_do() -> None:
+    retrying = keeps_failing.run()
+    waiting = approval.run()
+    drain(skip_sleeps=False)
+    for run, state in ((retrying, "retrying"), (waiting, "waiting")):
+        with pytest.raises(CommandError, match=rf"it has not failed \(it is {state}\)"):
+            workflows("retry", "--from-failed-step", str(run.id))

@@ -8,29 +8,19 @@ import subprocess
 import sys
 import uuid
 from datetime import timedelta
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 from django.db import connection
 from django.utils import timezone
 
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
+from tests.cli.helpers import as_json, workflows
 from tests.fixtures.testapp.workflows import always_fails
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def workflows(*args: str) -> str:
-    out = StringIO()
-    call_command("workflows", *args, stdout=out)
-    return out.getvalue()
-
-
-def as_json(*args: str) -> Any:
-    return json.loads(workflows(*args, "--json"))
 
 
 def make_run(**fields: Any) -> WorkflowRun:
