@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, connections
@@ -46,9 +48,19 @@ class SweepLoop:
     def stop(self, signum: int | None = None) -> None:
         self._stop.set()
 
-    def run(self) -> None:
-        """Sweep until stopped: by ``stop()``, or SIGTERM or SIGINT when called on the main thread."""
+    @contextlib.contextmanager
+    def signals_handled(self) -> Iterator[None]:
+        """Inside, SIGTERM and SIGINT stop this loop; outside, the handlers before (main thread only).
+
+        ``run()`` installs them itself; ``runworkflows --dispatch-only``
+        installs them first, so that a signal while it starts up stops it too.
+        """
         with relayed_signals(self.stop):
+            yield
+
+    def run(self, install_signal_handlers: bool = True) -> None:
+        """Sweep until stopped: by ``stop()``, or SIGTERM or SIGINT when called on the main thread."""
+        with self.signals_handled() if install_signal_handlers else contextlib.nullcontext():
             self._run()
 
     def _run(self) -> None:

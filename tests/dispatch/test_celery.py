@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.core import checks
+from django.core.management import call_command
 from django.db import connection, transaction
 from django.db.models import Count
 
@@ -361,3 +364,48 @@ def test_the_package_works_without_celery_and_the_check_says_so():
     )
     assert done.returncode == 0, done.stderr
     assert "('openworkflow.E011', \"OPENWORKFLOW['DISPATCH'] is 'celery' but Celery is not installed\")" in done.stdout
+
+
+class _SignalOnceLogged(logging.Handler):
+    """Sends ``signum`` to this process when a record says ``words``: a signal at that very point of start-up."""
+
+    def __init__(self, words: str, signum: int) -> None:
+        super().__init__()
+        self.words, self.signum = words, signum
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.words in record.getMessage():
+            os.kill(os.getpid(), self.signum)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_while_dispatch_only_starts_up_stops_it_cleanly(celery_dispatch, caplog, signum):
+    """The signal lands after the start-up line, before the loop's first sweep: it stops the loop, no traceback.
+
+    The handlers used to go in only when the loop started, after that line:
+    Ctrl-C then raised KeyboardInterrupt, and SIGTERM killed the process
+    with no clean-up.
+    """
+    before = signal.getsignal(signum)
+    trigger = _SignalOnceLogged("sweeping due runs to Celery", signum)
+    logger = logging.getLogger("django_openworkflow.dispatch")
+    logger.addHandler(trigger)
+    # Should the signal be lost, a second one ends the loop after 30 s, and the test fails instead of hanging.
+    rescued: list[bool] = []  # appended by the timer's thread only, read after it is canceled
+
+    def rescue_signal() -> None:
+        rescued.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    rescue = threading.Timer(30, rescue_signal)
+    rescue.start()
+    try:
+        with caplog.at_level("INFO", logger="django_openworkflow.dispatch"):
+            call_command("runworkflows", "--dispatch-only", "--poll", "60s", verbosity=1)  # returns: it stopped
+    finally:
+        logger.removeHandler(trigger)
+        rescue.cancel()
+    assert not rescued, "the signal sent while it started up was lost: only the rescue signal stopped it"
+    assert "sweeping due runs to Celery" in caplog.text  # the signal was sent
+    assert signal.getsignal(signum) is before  # the handlers from before, again

@@ -106,11 +106,12 @@ class Command(BaseCommand):
             sys.exit(reload.supervise())  # this process only starts the one that works, again after each change
         if options["dispatch_only"]:
             loop = self._sweep_loop(options["poll"])
-            self._start(options["metrics_port"])
-            logging.getLogger("django_openworkflow.dispatch").info(
-                "sweeping due runs to Celery every %ss", loop.interval
-            )
-            self._run(loop.run, loop.stop, options["reload"])
+            with loop.signals_handled():  # first, as for a worker: a signal while it starts up stops it too
+                self._start(options["metrics_port"])
+                logging.getLogger("django_openworkflow.dispatch").info(
+                    "sweeping due runs to Celery every %ss", loop.interval
+                )
+                self._run(functools.partial(loop.run, install_signal_handlers=False), loop.stop, options["reload"])
             return
         worker = self._worker(options)
         # The worker's handlers go in before anything more starts (the code watcher of --reload says it
