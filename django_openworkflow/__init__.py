@@ -4,6 +4,7 @@ The public API: declare with :func:`workflow`, start with ``spec.run()``,
 follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`.
 """
 
+from .definitions.alerts import RunFailure
 from .definitions.flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
 from .definitions.registry import WorkflowSpec, workflow
 from .definitions.retry import RetryPolicy
@@ -41,6 +42,7 @@ __all__ = [
     "ResultTimeout",
     "RetryAfter",
     "RetryPolicy",
+    "RunFailure",
     "RunHandle",
     "RunNotFound",
     "RunPage",

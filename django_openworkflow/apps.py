@@ -15,11 +15,12 @@ class SimpleOpenWorkflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  (registers system checks)
+        from . import alerts, checks  # noqa: F401  (checks: registers the system checks)
         from .client.runs import start_run  # noqa: F401  (the client hands itself to the registry: spec.run() needs it)
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
 
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
+        alerts.connect()  # mails the admins about failed runs when OPENWORKFLOW["MAIL_ADMINS_ON_FAILURE"] says
         _enable_telemetry()  # metrics and tracing, when the settings turn them on
         if _tasks_backend_configured():
             # Django Tasks: every process that may execute a task needs the built-in workflow.

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from . import metrics, tracing
+from .alerts import SETTING, mail_period
 from .conf import DEFAULTS, owf_settings
 from .models import WorkflowRun
 from .routers import APP_LABEL, WITH_THE_USERS
@@ -79,6 +80,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ValueError as exc:
             messages.append(checks.Error(str(exc), id="openworkflow.E005"))
     messages.extend(check_retention_settings())
+    try:
+        mail_period()
+    except ValueError as exc:
+        messages.append(checks.Error(f"OPENWORKFLOW[{SETTING!r}]: {exc}", id="openworkflow.E006"))
     if owf_settings.database not in settings.DATABASES:
         messages.append(
             checks.Error(

@@ -50,6 +50,10 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_SIZE": 500,
     # How often runworkflows workers prune (one of them at a time); None or 0: never.
     "PRUNE_INTERVAL": "5m",
+    # Mail ADMINS when a run fails, at most once per workflow per this duration (alerts.py); None: never.
+    "MAIL_ADMINS_ON_FAILURE": None,
+    # The site's address ("https://example.com"), for absolute links to run pages in mails.
+    "SITE_URL": None,
     # -- Telemetry (docs/operations-telemetry.md) --
     # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
     "METRICS": False,

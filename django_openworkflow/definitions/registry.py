@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
+from .alerts import RunFailure
 from .flow import (
     DEFAULT_QUEUE,
     Concurrency,
@@ -98,6 +99,7 @@ class WorkflowSpec:
     step_timeout: Duration | None = None
     compensate_on_cancel: bool = False
     retention: timedelta | None = None
+    on_failure: Callable[[RunFailure], Any] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -335,6 +337,7 @@ def workflow(
     step_timeout: Duration | None = None,
     compensate_on_cancel: bool = False,
     retention: Duration | None = None,
+    on_failure: Callable[[RunFailure], Any] | None = None,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -355,6 +358,9 @@ def workflow(
     its steps' compensations (``ctx.step.run(..., compensate=...)``) before
     it ends as canceled. ``retention`` is how long its runs are kept once
     finished (default ``OPENWORKFLOW["RETENTION"]``; a start may override it).
+    ``on_failure(failure)`` (a :class:`~django_openworkflow.definitions.alerts.RunFailure`)
+    runs as a durable step named ``on-failure`` once a run has failed for
+    good, after its compensations, before it is stored as failed.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -415,6 +421,8 @@ def workflow(
                     raise ValueError("it must be positive")
             except (TypeError, ValueError) as exc:
                 raise WorkflowRegistrationError(f"{where}: step_timeout {step_timeout!r:.40}: {exc}") from exc
+        if on_failure is not None and not callable(on_failure):
+            raise WorkflowRegistrationError(f"{where}: on_failure must be a callable, got {on_failure!r:.80}")
         try:
             kept = parse_retention(retention, f"{where}: retention")
         except ValueError as exc:
@@ -435,6 +443,7 @@ def workflow(
             step_timeout=step_timeout,
             compensate_on_cancel=bool(compensate_on_cancel),
             retention=kept,
+            on_failure=on_failure,
         )
         return registry.register(spec)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..definitions.alerts import RunFailure
 from ..definitions.payload import to_json_value
 from ..definitions.registry import registry
 from ..definitions.retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
@@ -177,22 +178,24 @@ def _execute(
     store: EngineStore, claimed: ClaimedRun, lease_valid: Callable[[], bool] | None, slices: list[Slice]
 ) -> tuple[Outcome, str, datetime | None]:
     run = claimed.run
-    if run.deadline_at is not None and claimed.claimed_at > run.deadline_at:
+    spec = registry.get(run.workflow_name, run.version)
+    overdue = run.deadline_at is not None and claimed.claimed_at > run.deadline_at
+    if overdue and (spec is None or spec.on_failure is None):
         # Checked before the registry: a run past its deadline fails even on a
         # worker that does not have its workflow.
-        error = engine_error("DeadlineExceeded", f"the run's deadline {run.deadline_at.isoformat()} has passed")
+        error = _deadline_error(run.deadline_at)
         store.fail_run(
             run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id, run.attempts + 1
         )
         return Outcome.FAILED, error["message"], None
-    spec = registry.get(run.workflow_name, run.version)
     if spec is None:
         return _reschedule_unknown(store, claimed)
     slice_ = Slice(store, claimed, spec, lease_valid)
     slices.append(slice_)
     watchdog.watch(slice_)
     try:
-        return _replay(slice_)
+        # Overdue with an on_failure: it runs (its one step may pass the deadline), then the run fails.
+        return _fail(slice_, _deadline_error(run.deadline_at)) if overdue else _replay(slice_)
     except CancelRun:
         # A write that would have started something, or ended the run, found its cancel
         # requested: it kept the completions it carried, which are compensated with the rest.
@@ -200,6 +203,10 @@ def _execute(
     finally:
         slice_.active = False
         watchdog.forget(slice_)
+
+
+def _deadline_error(deadline: Any) -> dict[str, Any]:
+    return engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed")
 
 
 def _replay(slice_: Slice) -> tuple[Outcome, str, datetime | None]:
@@ -230,12 +237,10 @@ def _replay(slice_: Slice) -> tuple[Outcome, str, datetime | None]:
         if not interrupt.written:
             slice_.park(interrupt)
         return Outcome.PARKED, interrupt.reason, interrupt.until
-    except FailRun as failure:
-        slice_.fail(failure.error)
-        return Outcome.FAILED, failure.error["message"], None
+    except FailRun as failure:  # the step cap, the deadline, a determinism error
+        return _fail(slice_, failure.error)
     except PayloadError as exc:
-        slice_.fail(error_from_exception(exc))
-        return Outcome.FAILED, str(exc), None
+        return _fail(slice_, error_from_exception(exc))
     except EngineInterrupt:
         raise
     except BaseException as exc:  # user code: any Exception, and SystemExit, KeyboardInterrupt ...
@@ -273,8 +278,56 @@ def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, 
             failures = [failure.error]
         if failures:
             error["compensation_errors"] = failures
+    return _fail(slice_, error, attempts)
+
+
+def _fail(slice_: Slice, error: dict[str, Any], attempts: int | None = None) -> tuple[Outcome, str, datetime | None]:
+    """Fail the run for good, once its ``on_failure`` step (if it declares one) has run."""
+    hook = slice_.spec.on_failure
+    if hook is not None:
+        try:
+            alert_error = _on_failure(slice_, hook, error, slice_.run.attempts + 1 if attempts is None else attempts)
+        except Suspend as suspend:  # on_failure waits for its retry: the run fails once it ran
+            slice_.park(suspend)
+            return Outcome.PARKED, suspend.reason, suspend.until
+        if alert_error is not None:
+            error["on_failure_error"] = alert_error
     slice_.fail(error, attempts)
     return Outcome.FAILED, error["message"], None
+
+
+ON_FAILURE_STEP = "on-failure"
+"""The durable key of the step that calls a workflow's ``on_failure``."""
+
+
+def _on_failure(
+    slice_: Slice, hook: Callable[[RunFailure], Any], error: dict[str, Any], attempts: int
+) -> dict[str, Any] | None:
+    """Call ``on_failure`` as a durable step (retried as compensations are); its error if it failed for good.
+
+    Replay makes it exactly-once: a worker that dies after it ran and before
+    the run's failure is stored finds it completed in the journal.
+    """
+    run = slice_.run
+    failure = RunFailure(run.id, run.workflow_name, run.version, run.input, dict(error), attempts)
+    slice_.alerting = True
+    try:
+        StepApi(slice_).run(
+            ON_FAILURE_STEP,
+            functools.partial(_call_on_failure, hook, failure),
+            retry_policy=COMPENSATION_RETRY_POLICY,
+        )
+    except StepFailed as failed:
+        return failed.error
+    finally:
+        slice_.alerting = False
+    return None
+
+
+def _call_on_failure(hook: Callable[[RunFailure], Any], failure: RunFailure) -> None:
+    result = hook(failure)
+    if inspect.isawaitable(result):  # an async on_failure
+        asyncio.run(_awaited(result))
 
 
 def _cancel(slice_: Slice) -> tuple[Outcome, str, datetime | None]:
