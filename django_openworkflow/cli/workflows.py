@@ -39,6 +39,7 @@ from ..store import queries
 from .common import command_error, print_json, read_json_option, resolve_run
 from .input_index import add_input_index_parser, input_index_command
 from .prune import add_prune_parser, prune_command
+from .replay import add_check_replay_parser, check_replay_command
 from .runs_view import list_command, show_command
 from .stats import add_stats_parser, stats_command
 from .tokens import add_token_parser, token_command
@@ -135,7 +136,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     signal.add_argument("--data", default=None, metavar="JSON", help="the signal's data as JSON (default: null)")
     signal.add_argument("--idempotency-key", default=None, metavar="KEY", help="deliver at most once with this key")
 
-    for add_parser in (add_stats_parser, add_prune_parser, add_input_index_parser, add_token_parser):
+    for add_parser in (
+        add_stats_parser,
+        add_prune_parser,
+        add_input_index_parser,
+        add_token_parser,
+        add_check_replay_parser,
+    ):
         add_parser(sub, common)
 
 
@@ -280,6 +287,7 @@ SUBCOMMANDS: dict[str, Handler] = {
     "rerun": rerun_command,
     "signal": signal_command,
     "stats": stats_command,
+    "check-replay": check_replay_command,
     "prune": prune_command,
     "input-index": input_index_command,
     "token": token_command,

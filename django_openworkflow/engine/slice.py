@@ -86,8 +86,7 @@ class Slice(RunningStepTracking):
         # worker; never cleared. Read by step code on any thread: a bool's store is atomic.
         self.lease_lost = False
         self.compensating = False
-        # Set while the run's on_failure step runs: it may pass the step cap and the deadline that failed the run.
-        self.alerting = False
+        self.alerting = False  # while the run's on_failure step runs (see check_can_start)
         self.in_step: str | None = None
         self._running: RunningStep | None = None
         self._step_lock = threading.Lock()
@@ -375,8 +374,8 @@ class Slice(RunningStepTracking):
         """
         if self.lease_valid is not None and not self.lease_valid():
             raise LeaseLapsed(self.run.id)
-        if self.alerting:
-            return  # the run has failed for good; this one step tells someone
+        if self.alerting:  # the run has failed for good: its on_failure step may pass the cap and the deadline
+            return
         if self.history.count + more >= self.max_attempts:
             raise FailRun(
                 engine_error(

@@ -61,6 +61,7 @@ from ..client.dispatcher import Dispatcher
 from ..definitions.flow import DEFAULT_QUEUE
 from ..durations import Duration, parse_duration
 from .overrides import override_openworkflow
+from .replay import assert_replays, check_replay
 
 if TYPE_CHECKING:
     from ..engine.execute import SliceResult
@@ -75,6 +76,8 @@ __all__ = [
     "UnservedQueueWarning",
     "WorkflowRunner",
     "advance",
+    "assert_replays",
+    "check_replay",
     "drain",
     "override_openworkflow",
     "run_workflows",
