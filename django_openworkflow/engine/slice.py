@@ -374,9 +374,8 @@ class Slice(RunningStepTracking):
         """
         if self.lease_valid is not None and not self.lease_valid():
             raise LeaseLapsed(self.run.id)
-        if self.alerting:  # the run has failed for good: its on_failure step may pass the cap and the deadline
-            return
-        if self.history.count + more >= self.max_attempts:
+        # The run has failed for good: its on_failure step (alerting) may pass the cap and the deadline.
+        if self.history.count + more >= self.max_attempts and not self.alerting:
             raise FailRun(
                 engine_error(
                     STEP_LIMIT_EXCEEDED,
@@ -394,7 +393,7 @@ class Slice(RunningStepTracking):
 
     def check_deadline(self, at: datetime, step: str | None = None) -> None:
         deadline = self.run.deadline_at
-        if deadline is not None and at > deadline:
+        if deadline is not None and at > deadline and not self.alerting:
             raise FailRun(
                 engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed", step)
             )

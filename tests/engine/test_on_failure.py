@@ -64,6 +64,17 @@ def test_an_on_failure_that_keeps_failing_is_retried_then_recorded_and_the_run_f
     assert len(told(handle.id)) == 10  # retried as compensations are (10 attempts)
 
 
+def test_an_on_failure_that_keeps_failing_past_the_deadline_is_retried_too():
+    # Its retries' backoff ends past the deadline: they must not fail the run a second time, from inside on_failure.
+    handle = alerts_on_failure.run({"alert_fails": True}, deadline_at="1ms")
+    time.sleep(0.01)
+    drain()
+    run = WorkflowRun.objects.get(id=handle.id)
+    assert (run.status, run.error["type"]) == ("failed", "DeadlineExceeded")
+    assert run.error["on_failure_error"]["message"] == "the pager is down"
+    assert len(told(handle.id)) == 10
+
+
 def test_a_run_that_completes_or_is_retried_does_not_call_on_failure():
     calls: list[str] = []
     tries: list[int] = []  # this thread's only: drain() runs the slices here
