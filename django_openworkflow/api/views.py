@@ -331,7 +331,7 @@ def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
     """A new run of the same workflow, version and input; ``{"from_step": ...}`` copies the steps before that one."""
     handle = _run_handle(run_id)
     step = None
-    if request.content_type == "application/json" or request.headers.get("Content-Length", "0") not in ("", "0"):
+    if request.headers.get("Content-Length", "0").strip() not in ("", "0"):  # no body: a plain re-run
         step = fields.name(_body(request, {"from_step": False}), "from_step")
     new_id = operations.rerun(handle.id) if step is None else operations.rerun_from_step(handle.id, step)
     return _run(new_id, 201)
