@@ -5,18 +5,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.test import Client
 
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.testing import drain
-from tests.api.test_views import API, api, error_of, post, written  # noqa: F401 (api: a fixture)
+from tests.api.test_views import API, error_of, make_user, post, written
 from tests.fixtures.rerun_workflows import C_BROKEN, rerun_abc, rerun_parent
 from tests.fixtures.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_rerun_from_a_step_answers_the_new_run_with_its_link_and_copied_steps(api: Any) -> None:
-    client = api("view", "add")
+@pytest.fixture
+def client(django_user_model: Any) -> Client:
+    """Logged in as a user who may read runs and start them (re-running needs "add")."""
+    client = Client()
+    client.force_login(make_user(django_user_model, "view", "add"))
+    return client
+
+
+def test_rerun_from_a_step_answers_the_new_run_with_its_link_and_copied_steps(client: Client) -> None:
     SideEffect.objects.create(run_id=C_BROKEN, step="c-broken")
     source = rerun_abc.run()
     drain()
@@ -40,8 +48,7 @@ def test_rerun_from_a_step_answers_the_new_run_with_its_link_and_copied_steps(ap
     assert bare.status_code == 201 and bare.json()["run"]["rerun_from_step"] is None
 
 
-def test_rerun_from_a_step_that_cannot_be_replayed_is_a_409_and_bad_input_a_400(api: Any) -> None:
-    client = api("view", "add")
+def test_rerun_from_a_step_that_cannot_be_replayed_is_a_409_and_bad_input_a_400(client: Client) -> None:
     source = rerun_parent.run()
     drain()
     before = written()
