@@ -98,7 +98,7 @@ def from_step_refusal(attempts: Sequence[JournalEntry], step: Any) -> str:
         names = list(refusals)
         listed = ", ".join(names[:STEPS_NAMED]) + (", ..." if len(names) > STEPS_NAMED else "")
         steps = f"its steps: {listed}" if names else "its journal is empty"
-        return f"it has no step {step!r} in its journal ({steps})"
+        return f"it has no step {step!r:.80} in its journal ({steps})"
     return refusals[step]
 
 
