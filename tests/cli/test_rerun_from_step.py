@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import json
-from io import StringIO
-from typing import Any
-
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError
 
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.testing import drain
+from tests.cli.helpers import as_json, workflows
 from tests.fixtures.rerun_workflows import C_BROKEN, rerun_abc, rerun_parent
 from tests.fixtures.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db
-
-
-def workflows(*args: str) -> str:
-    out = StringIO()
-    call_command("workflows", *args, stdout=out)
-    return out.getvalue()
 
 
 def test_rerun_from_a_step_copies_the_steps_before_it_and_show_says_so() -> None:
@@ -42,11 +33,11 @@ def test_rerun_from_a_step_copies_the_steps_before_it_and_show_says_so() -> None
         ("b", ["completed", "1"]),
         ("c", ["completed", "1"]),
     ]
-    data = json.loads(workflows("show", str(new.id), "--json"))
+    data = as_json("show", str(new.id))
     assert (data["rerun_of"], data["rerun_from_step"]) == (str(source.id), "b")
     assert [step["copied_from"] is not None for step in data["steps"]] == [True, False, False]
-    as_json: Any = json.loads(workflows("rerun", str(source.id), "--from-step", "c", "--json"))
-    assert (as_json["rerun_of"], as_json["rerun_from_step"], as_json["status"]) == (str(source.id), "c", "pending")
+    again = as_json("rerun", str(source.id), "--from-step", "c")
+    assert (again["rerun_of"], again["rerun_from_step"], again["status"]) == (str(source.id), "c", "pending")
 
 
 def test_rerun_from_a_step_that_cannot_be_replayed_is_refused_with_the_reason() -> None:
