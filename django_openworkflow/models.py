@@ -145,6 +145,20 @@ class WorkflowRun(models.Model):
         related_name="continued_as",
         help_text="The run that handed over to this one (ctx.continue_as_new).",
     )
+    rerun_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reruns",
+        help_text="The run this one re-runs with the same input (a re-run, or a re-run from a step).",
+    )
+    rerun_from_step = models.CharField(
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The step this re-run starts from: the steps before it were copied from the run it re-runs.",
+    )
     cancel_requested_at = models.DateTimeField(
         null=True, blank=True, help_text="Canceled while running: its compensations run, then it ends as canceled."
     )
@@ -242,6 +256,12 @@ class StepAttempt(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+    )
+    copied_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="In a re-run from a step: the id of the attempt of the source run this row copies.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

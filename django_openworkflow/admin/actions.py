@@ -15,15 +15,18 @@ from django.contrib import messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import Promise
-from django.utils.html import escape, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
 from ..client import operations
-from ..formatting import runs_text, short_id
-from ..models import WorkflowRun
+from ..client.reruns import copied_attempts, from_step_refusal
+from ..errors import OperationRefused, RunNotFound
+from ..formatting import compact_json, kind_label, runs_text, short_id
+from ..models import StepKind, WorkflowRun
 from ..store.queries import PAYLOAD_FIELDS
+from ..store.reruns import source_journal
 from .markup import run_url, status_badge
 
 CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
@@ -159,3 +162,53 @@ def perform_action(
             % {"action": action.label, "runs": runs_text(len(skipped)), "ids": ids, "reason": reason},
         )
     return result.created if action.creates_runs else result.changed
+
+
+# -- re-run from a step (the run page's journal offers it per step) --
+
+
+def rerun_from_step_confirmation(run: WorkflowRun, step: str) -> dict[str, Any]:
+    """The confirmation page of "re-run from here": what is copied, what runs again, or why it is refused."""
+    journal = source_journal(run.id)
+    refusal = operations.rerun_refusal(run) or from_step_refusal(journal, step)
+    copied = [] if refusal else copied_attempts(journal, step)
+    kept = {attempt.step_name for attempt in copied}
+    again = [] if refusal else [key for key in dict.fromkeys(a.step_name for a in journal) if key not in kept]
+    return {
+        "title": gettext("Re-run from step %(step)s: are you sure?") % {"step": repr(step)},
+        "run": run,
+        "step": step,
+        "refusal": refusal,
+        # Each copied step: its name, its kind and its output as one line of JSON (a sleep has none to show).
+        "copied": [
+            (a.step_name, kind_label(a.kind), compact_json(a.output, 120) if a.kind != StepKind.SLEEP else "")
+            for a in copied
+        ],
+        "again": again,
+        "question": gettext(
+            "Start a new run of %(workflow)s with the same input as run %(run)s, whose steps before %(step)s keep "
+            "the results recorded in that run (they are copied, not run again)? %(step)s and every step after it "
+            "run again."
+        )
+        % {"workflow": run.workflow_name, "run": short_id(run.id), "step": repr(step)},
+    }
+
+
+def perform_rerun_from_step(request: HttpRequest, run: WorkflowRun, step: str) -> Any:
+    """Start the re-run from ``step``; the new run's id, or None (the reason is in the messages)."""
+    try:
+        new_id = operations.rerun_from_step(run.id, step)
+    except (OperationRefused, RunNotFound) as exc:
+        reason = exc.reason if isinstance(exc, OperationRefused) else str(exc)
+        messages.error(request, gettext("Not re-run: %(reason)s.") % {"reason": reason})
+        return None
+    messages.success(
+        request,
+        format_html(
+            gettext("Started run {} from step {}: the steps before it were copied from run {}."),
+            format_html('<a href="{}">{}</a>', run_url(new_id), short_id(new_id)),
+            repr(step),
+            short_id(run.id),
+        ),
+    )
+    return new_id

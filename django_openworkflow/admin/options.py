@@ -32,7 +32,14 @@ from ..formatting import short_id
 from ..models import WorkflowRun
 from ..store import queries, run_states
 from . import changelist
-from .actions import ACTIONS, RunAction, confirmation, perform_action
+from .actions import (
+    ACTIONS,
+    RunAction,
+    confirmation,
+    perform_action,
+    perform_rerun_from_step,
+    rerun_from_step_confirmation,
+)
 from .dashboard import dashboard_context
 from .forms import SendSignalForm, StartRunForm
 from .markup import run_url
@@ -122,6 +129,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 name=f"{self.opts.app_label}_{self.opts.model_name}_action",
             ),
             path(
+                "<path:object_id>/rerun-from/",
+                self.admin_site.admin_view(self.rerun_from_step_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_rerun_from",
+            ),
+            path(
                 "<path:object_id>/signal/",
                 self.admin_site.admin_view(self.send_signal_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_signal",
@@ -142,6 +154,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if action.permission == "add":
             return self.has_add_permission(request)
         return self.has_change_permission(request, run)
+
+    def _may_rerun(self, request: HttpRequest, run: WorkflowRun) -> bool:
+        rerun = ACTIONS["rerun"]
+        return rerun.offered(run) and self._allowed(request, rerun, run)
 
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
         """Runs finished per minute by outcome, failure rate, durations per workflow, queues now."""
@@ -180,8 +196,29 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 if action.offered(run) and self._allowed(request, action, run)
             ],
             signal_form=signal_form if can_signal else None,
+            # "Re-run from here" in the journal: the steps a re-run can start from, for users who may re-run.
+            rerun_from=page["rerun_steps"] if self._may_rerun(request, run) else set(),
         )
         return PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+
+    def rerun_from_step_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: what a re-run from ``?step=`` copies and runs again; POST (``step``): start it. Needs "add"."""
+        run_id = queries.parse_run_id(object_id)
+        run = WorkflowRun.objects.filter(id=run_id).first() if run_id else None
+        if run is None:
+            raise Http404(f"No workflow run with id {object_id!r}.")
+        if not self._allowed(request, ACTIONS["rerun"], run):
+            raise PermissionDenied
+        if request.method == "POST":
+            step = request.POST.get("step", "")
+            new_id = perform_rerun_from_step(request, run, step)
+            if new_id is not None:
+                self.log_change(request, run, f"Re-run from step {step!r} (django-openworkflow action)")
+            return HttpResponseRedirect(run_url(new_id or run.id))
+        if request.method != "GET":
+            return HttpResponseNotAllowed(["GET", "POST"])
+        context = self._context(request, **rerun_from_step_confirmation(run, request.GET.get("step", "")))
+        return PrintableTemplateResponse(request, "django_openworkflow/rerun_from_step.html", context)
 
     def send_signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST from the run page's signal form: send a signal to this run (needs the change permission)."""

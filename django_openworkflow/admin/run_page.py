@@ -15,6 +15,7 @@ from typing import Any
 from django.utils.translation import gettext
 
 from .. import formatting as fmt
+from ..client.reruns import from_step_refusals
 from ..definitions.retention import expires_at
 from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
@@ -23,6 +24,9 @@ from .journal import journal_rows
 from .markup import badge, status_badge
 from .timeline import build_timeline
 from .tracebacks import fold
+
+RERUNS_SHOWN = 10
+"""Re-runs of a run its page links to, newest first."""
 
 
 @dataclass
@@ -117,6 +121,8 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
     wait = waits[-1] if state == DisplayStatus.WAITING else None
     pending_signals, consumed_signals = signal_rows(queries.run_signals(run.id), day_of=run.created_at)
     parent_step = run.parent_step_attempt
+    refusals = from_step_refusals(attempts)
+    first_attempts = {attempt.step_name: attempt.id for attempt in reversed(attempts)}
     return {
         "title": f"{run.workflow_name} · {fmt.short_id(run.id)}",
         "run": run,
@@ -152,7 +158,10 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
             if (child := a.child_workflow_run) is not None
         ],
         "journal": rows,
-        "timeline": build_timeline(run, rows, now),
+        # Copied rows ran in the run this one re-runs, at its times: the journal shows them, the timeline does not.
+        "timeline": build_timeline(run, [row for row in rows if row.attempt.copied_from is None], now),
+        "reruns": queries.runs().filter(rerun_of=run.id).only("id", "workflow_name", "rerun_from_step")[:RERUNS_SHOWN],
+        "rerun_steps": {attempt_id for step, attempt_id in first_attempts.items() if not refusals.get(step)},
         "input_json": fmt.pretty_json(run.input),
         "output_json": fmt.pretty_json(run.output) if run.output is not None else "",
         **error_block(run, attempts),

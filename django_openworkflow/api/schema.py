@@ -64,6 +64,11 @@ RUN = {
         "debounce_key": OPTIONAL_TEXT,
         "retention_seconds": {"type": ["number", "null"]},
         "expires_at": TIME,
+        "rerun_of": {"type": ["string", "null"], "format": "uuid", "description": "the run this one re-runs"},
+        "rerun_from_step": {
+            **OPTIONAL_TEXT,
+            "description": "the step a re-run started from; the steps before it were copied from rerun_of",
+        },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},
@@ -84,6 +89,10 @@ STEP = {
         "error": {"type": ["object", "null"]},
         "context": {"type": ["object", "null"]},
         "child_run_id": {"type": ["string", "null"], "format": "uuid"},
+        "copied_from": {
+            "type": ["integer", "null"],
+            "description": "in a re-run from a step: the id of the attempt of the run it re-runs that this row copies",
+        },
     },
 }
 STEP["required"] = list(STEP["properties"])
@@ -167,6 +176,20 @@ def _operation(
             "responses": {ok: _answer("the run as it is now", RUN_ANSWER), **_errors(*statuses)},
         }
     }
+
+
+def _rerun() -> dict[str, Any]:
+    """The re-run: no body, or ``from_step`` to copy the steps before that one (``client/reruns.py``)."""
+    rerun = _operation(
+        "Start a new run with the same workflow, version and input", "add", "201", (400, 404, 409, 413, 415)
+    )
+    step = _nullable(NAME_SCHEMA, "re-run from this step: the steps recorded before it keep their results")
+    rerun["post"]["requestBody"] = {**_body([], {"from_step": step}), "required": False}
+    rerun["post"]["description"] += (
+        " Without a body (or from_step null) every step runs again; with from_step, 409 when the steps before it"
+        " cannot be replayed faithfully (a child run, a step that had not completed or was compensated)."
+    )
+    return rerun
 
 
 def _security_schemes() -> dict[str, Any]:
@@ -297,7 +320,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
         "/runs/{run_id}/cancel": _operation("Cancel a run", "change"),
         "/runs/{run_id}/retry": _operation("Retry a failed run from its failed step", "change"),
         "/runs/{run_id}/retry-now": _operation("Make a sleeping, backing-off or scheduled run due now", "change"),
-        "/runs/{run_id}/rerun": _operation("Start a new run with the same workflow, version and input", "add", "201"),
+        "/runs/{run_id}/rerun": _rerun(),
         "/runs/{run_id}/signals": {
             "post": {
                 "summary": "Send a signal to a run",

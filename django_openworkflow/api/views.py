@@ -328,8 +328,12 @@ run_cancel, run_retry, run_retry_now = (_operation(name) for name in OPERATIONS)
 
 @endpoint(POST="add")
 def run_rerun(request: HttpRequest, run_id: str) -> HttpResponse:
-    """A new run of the same workflow, version and input."""
-    new_id = operations.rerun(_run_handle(run_id).id)
+    """A new run of the same workflow, version and input; ``{"from_step": ...}`` copies the steps before that one."""
+    handle = _run_handle(run_id)
+    step = None
+    if request.headers.get("Content-Length", "0").strip() not in ("", "0"):  # no body: a plain re-run
+        step = fields.name(_body(request, {"from_step": False}), "from_step")
+    new_id = operations.rerun(handle.id) if step is None else operations.rerun_from_step(handle.id, step)
     return _run(new_id, 201)
 
 

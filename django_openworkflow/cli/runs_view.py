@@ -155,6 +155,9 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     if run.debounce_key:
         fields.append(("debounce key", run.debounce_key))
     fields.append(("expires", expiry_text(run)))
+    if run.rerun_of_id or run.rerun_from_step:
+        since = f" from step {run.rerun_from_step!r} (the steps before it copied)" if run.rerun_from_step else ""
+        fields.append(("re-run of", f"{run.rerun_of_id or 'a deleted run'}{since}"))
     fields.append(("input", compact_json(run.input, 100)))
     if run.output is not None:
         fields.append(("output", compact_json(run.output, 100)))
@@ -176,7 +179,7 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
                         index,
                         attempt.step_name,
                         attempt.kind,
-                        attempt.status,
+                        attempt.status + (" (copied)" if attempt.copied_from else ""),
                         number,
                         format_time(attempt.started_at, precise=True, day_of=day),
                         format_time(attempt.finished_at, precise=True, day_of=day) or "-",

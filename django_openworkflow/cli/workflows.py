@@ -127,6 +127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "rerun", parents=[common], help="start a new run of a run's workflow and version with the same input"
     )
     rerun.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first 8 or more characters")
+    rerun.add_argument(
+        "--from-step",
+        default=None,
+        metavar="NAME",
+        help="start from this step: the steps recorded before it keep their results (`workflows show` lists them)",
+    )
 
     signal = sub.add_parser(
         "signal", parents=[common], help="send a signal to a run (buffered if it does not wait yet)"
@@ -226,10 +232,15 @@ def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 
 def rerun_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows rerun RUN_ID``: a new run of the same workflow, version and input (the run itself stays)."""
+    """``workflows rerun RUN_ID [--from-step NAME]``: a new run of the same workflow, version and input.
+
+    The run itself stays. ``--from-step``: the new run starts with a copy of
+    the steps recorded before that one, which do not run again.
+    """
     run = resolve_run(options["run_id"])
+    step = options.get("from_step")
     try:
-        new_id = operations.rerun(run.id)
+        new_id = operations.rerun(run.id) if step is None else operations.rerun_from_step(run.id, step)
     except OperationRefused as exc:
         raise CommandError(printable(str(exc))) from None
     except RunNotFound:  # deleted between the lookup and the rerun
@@ -238,7 +249,8 @@ def rerun_command(options: dict[str, Any], out: OutputWrapper) -> None:
     if options["json"]:
         print_json(out, run_json(new))
     else:
-        out.write(printable(f"Started run {new.id} of {new.workflow_name}, a re-run of run {run.id}."))
+        since = "" if step is None else f" from step {step!r} (the steps before it copied)"
+        out.write(printable(f"Started run {new.id} of {new.workflow_name}, a re-run of run {run.id}{since}."))
 
 
 def _refetch(run: WorkflowRun, run_id: Any = None) -> WorkflowRun:

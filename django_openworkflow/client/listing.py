@@ -238,6 +238,9 @@ def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = N
         "debounce_key": run.debounce_key,
         "retention_seconds": run.retention.total_seconds() if run.retention is not None else None,
         "expires_at": expires_at(run.finished_at, run.retention),
+        # A re-run: the run it re-runs, and the step it started from (null: from the start).
+        "rerun_of": str(run.rerun_of_id) if run.rerun_of_id else None,
+        "rerun_from_step": run.rerun_from_step,
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)
@@ -258,4 +261,5 @@ def attempt_json(attempt: StepAttempt, number: int) -> dict[str, Any]:
         "error": attempt.error,
         "context": attempt.context,
         "child_run_id": str(attempt.child_workflow_run_id) if attempt.child_workflow_run_id else None,
+        "copied_from": attempt.copied_from,
     }

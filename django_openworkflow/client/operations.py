@@ -1,4 +1,4 @@
-"""Run operations — cancel, retry now, retry from the failed step, re-run — single and in bulk.
+"""Run operations — cancel, retry now, retry from the failed step, re-run (from a step) — single and in bulk.
 
 The one front door that the client (``RunHandle.cancel``), the command line
 and the admin call, so each operation is written once and refuses the same
@@ -26,8 +26,10 @@ from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
 from ..store.queries import PAYLOAD_FIELDS, display_status, open_waits
+from ..store.reruns import insert_rerun, source_journal
 from ..store.run_states import states_of
 from .dispatcher import get_dispatcher
+from .reruns import copied_attempts, from_step_refusal
 
 CHUNK = 500
 """Runs per read and write in the bulk operations."""
@@ -116,6 +118,30 @@ def retry_from_failed_step(run_id: Any) -> None:
 def rerun(run_id: Any) -> Any:
     """Start a new run of the same workflow and version with the same input; returns its id."""
     return _single(rerun_many, "rerun", run_id)
+
+
+def rerun_from_step(run_id: Any, step: str) -> Any:
+    """Start a new run like :func:`rerun` whose steps before ``step`` keep the results recorded in this run.
+
+    The entries of the run's journal recorded before ``step``'s first
+    attempt are copied into the new run (each marked with the row it
+    copies), so replay returns them without running their code; ``step``
+    and everything after it run again. Returns the new run's id. Refused
+    with :class:`~django_openworkflow.errors.OperationRefused` where the
+    copy could not be replayed faithfully (``client/reruns.py`` says when).
+    """
+    runs = _read([_as_uuid(run_id)], with_input=True)
+    run = next(iter(runs.values()), None)
+    if run is None:
+        raise RunNotFound(f"no workflow run with id {run_id}")
+    journal = source_journal(run.id)
+    reason = rerun_refusal(run) or from_step_refusal(journal, step)
+    if reason:
+        raise OperationRefused("rerun", run.id, reason)
+    fields = _rerun_fields(run) | {"rerun_from_step": step}
+    new_id = insert_rerun(get_backend(), fields, copied_attempts(journal, step))
+    get_dispatcher().run_started(new_id, queue=run.queue)
+    return new_id
 
 
 def _single(bulk: Callable[[Iterable[Any]], BulkResult], operation: str, run_id: Any) -> Any:
@@ -218,13 +244,7 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
         runs = _read(chunk, with_input=True)
         refused = {**_missing(chunk, runs), **REFUSALS["rerun"](runs)}
         again = [run for run_id, run in runs.items() if run_id not in refused]
-        inserted = get_backend().insert_runs(
-            [
-                {"workflow_name": run.workflow_name, "version": run.version, "input": run.input}
-                | {name: getattr(run, name) for name in FLOW_COLUMNS}
-                for run in again
-            ]
-        )
+        inserted = get_backend().insert_runs([_rerun_fields(run) for run in again])
         new_ids = [new_id for new_id, _ in inserted]
         for new_id, run in zip(new_ids, again, strict=True):
             dispatcher.run_started(new_id, queue=run.queue)
@@ -232,6 +252,12 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
         result.created += new_ids
         result.refused.update(refused)
     return result
+
+
+def _rerun_fields(run: WorkflowRun) -> dict[str, Any]:
+    """A re-run's columns: the run's workflow, version, input and flow columns, and the link to it."""
+    fields = {"workflow_name": run.workflow_name, "version": run.version, "input": run.input, "rerun_of_id": run.id}
+    return fields | {name: getattr(run, name) for name in FLOW_COLUMNS}
 
 
 def _bulk(

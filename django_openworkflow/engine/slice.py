@@ -64,7 +64,9 @@ class Slice(RunningStepTracking):
         self.spec = spec
         self.worker_id = claimed.worker_id
         self._claimed = claimed
-        attempts = [] if claimed.fresh else self.store.load_history(self.run.id)
+        # A run never claimed has an empty journal, but for the rows a re-run from a step copied.
+        copied = self.run.rerun_from_step is not None
+        attempts = [] if claimed.fresh and not copied else self.store.load_history(self.run.id)
         self.history = History(attempts, self.run.attempts)
         self.pending: Pending = []
         # What the previous slice left to charge: its holder died mid-slice (the

@@ -114,12 +114,13 @@ def delete_batch(backend: Backend, expired: Expired, limit: int) -> Counter[str]
 def delete_runs(ids: list[Any]) -> None:
     """Inside a transaction: delete these runs, their journals and signals; clear links to them from other rows.
 
-    Seven statements whatever the number of runs. The order lets databases
+    Eight statements whatever the number of runs. The order lets databases
     that check foreign keys at once (MySQL, MariaDB) accept each statement.
     """
     attempts = StepAttempt.objects.filter(workflow_run_id__in=ids).values("id")
     # A successor outlives the run it continued; a child outlives its finished parent.
     WorkflowRun.objects.filter(continued_from_id__in=ids).update(continued_from=None)
+    WorkflowRun.objects.filter(rerun_of_id__in=ids).update(rerun_of=None)  # a re-run outlives the run it re-ran
     WorkflowRun.objects.filter(parent_step_attempt_id__in=attempts).update(parent_step_attempt=None)
     # A parent (with a longer retention) keeps its journal entry for the child, without the link.
     StepAttempt.objects.filter(child_workflow_run_id__in=ids).update(child_workflow_run=None)

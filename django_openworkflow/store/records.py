@@ -73,6 +73,8 @@ class RunRecord:
     queue: str = "default"
     started_at: datetime | None = None
     trace_context: dict[str, str] | None = None
+    # A re-run from a step starts with the journal it copied: its first slice reads it.
+    rerun_from_step: str | None = None
 
 
 @dataclass(frozen=True)
