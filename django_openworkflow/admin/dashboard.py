@@ -95,7 +95,12 @@ def dashboard_context(params: Any) -> dict[str, Any]:
     }
 
 
+def bucket_range(bucket: Bucket) -> TimeRange:
+    """The span of one bar: to a microsecond before the next (the run list's filter includes both ends)."""
+    end = bucket.start + timedelta(minutes=bucket.minutes) - timedelta(microseconds=1)
+    return TimeRange(bucket.start, end, bucket.minutes, None)
+
+
 def _bucket_url(bucket: Bucket) -> str:
-    """The runs that finished in one bar (its end included)."""
-    span = TimeRange(bucket.start, bucket.start + timedelta(minutes=bucket.minutes), bucket.minutes, None)
-    return finished_list_url(span, status__in=",".join(OUTCOMES))
+    """The runs that finished in one bar."""
+    return finished_list_url(bucket_range(bucket), status__in=",".join(OUTCOMES))

@@ -168,5 +168,5 @@ def _input(moment: datetime) -> str:
 
 
 def _iso(moment: datetime) -> str:
-    """A moment for a URL, with its offset (so it means the same in any time zone), to the second."""
-    return timezone.localtime(moment).replace(microsecond=0).isoformat()
+    """A moment for a URL, with its offset (so it means the same in any time zone); microseconds only if any."""
+    return timezone.localtime(moment).isoformat()

@@ -23,8 +23,8 @@ from ..errors import PayloadError
 from ..states import RunStatus
 from ..store import get_backend, workflow_page
 from ..store.dashboard import OUTCOMES
-from .charts import outcome_label
-from .dashboard import finished_list_url, list_url, range_choices
+from .charts import finished_chart, outcome_label
+from .dashboard import bucket_range, finished_list_url, list_url, range_choices
 from .forms import StartRunForm
 from .markup import run_url
 from .time_range import time_range
@@ -50,7 +50,7 @@ def workflow_context(name: str, params: Any, can_start: bool) -> dict[str, Any]:
     specs = registered_versions(name)
     now = get_backend().now().replace(microsecond=0)  # whole seconds, as the list links give them
     window = time_range(params, now)
-    figures = workflow_page.read(name, window.since, window.until)
+    figures = workflow_page.read(name, window.since, window.until, window.bar_minutes)
     if not specs and not figures.total:
         raise Http404(f"No workflow named {name!r}: none is registered and no run has that name.")
     mine = {"workflow": name}
@@ -85,6 +85,11 @@ def workflow_context(name: str, params: Any, can_start: bool) -> dict[str, Any]:
         "p50": fmt.format_duration(figures.p50) or "-",
         "p95": fmt.format_duration(figures.p95) or "-",
         "failures": [_failure(failure) for failure in figures.failures],
+        "finished_chart": finished_chart(
+            figures.buckets,
+            window.until,
+            link=lambda bucket: finished_list_url(bucket_range(bucket), status__in=",".join(OUTCOMES), **mine),
+        ),
         "start_form": _start_form(specs) if can_start and specs else None,
         "start_url": reverse("admin:django_openworkflow_workflowrun_add"),
     }

@@ -79,6 +79,17 @@ def read(now: datetime, hours: int, bucket_minutes: int) -> Dashboard:
 def read_between(since: datetime, until: datetime, bucket_minutes: int, now: datetime) -> Dashboard:
     """The dashboard's figures for runs that finished from ``since`` to ``until``; the queues as they are ``now``."""
     finished = WorkflowRun.objects.filter(finished_at__gte=since, finished_at__lte=until, status__in=OUTCOMES)
+    buckets, totals = finished_by_bucket(finished, since, until, bucket_minutes)
+    durations, sampled = _durations(finished)
+    queues = due_by_queue(now)
+    in_flight = sum(held_by_workflow().values())
+    return Dashboard(now, since, buckets, totals, durations, queues, in_flight, sampled, parked_now(), until)
+
+
+def finished_by_bucket(
+    finished: QuerySet[WorkflowRun], since: datetime, until: datetime, bucket_minutes: int
+) -> tuple[list[Bucket], dict[str, int]]:
+    """``finished`` (runs that ended from ``since`` to ``until``) by bucket and outcome, and in all (one query)."""
     by_minute = (
         finished.order_by()
         .annotate(minute=Trunc("finished_at", "minute", tzinfo=UTC))
@@ -94,10 +105,7 @@ def read_between(since: datetime, until: datetime, bucket_minutes: int, now: dat
         totals[status] += n
     slots = int((until - first) / width) + 1
     buckets = [Bucket(first + i * width, bucket_minutes, {o: counts[i][o] for o in OUTCOMES}) for i in range(slots)]
-    durations, sampled = _durations(finished)
-    queues = due_by_queue(now)
-    in_flight = sum(held_by_workflow().values())
-    return Dashboard(now, since, buckets, dict(totals), durations, queues, in_flight, sampled, parked_now(), until)
+    return buckets, dict(totals)
 
 
 def parked_now() -> dict[str, int]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
+from html import unescape
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -101,6 +103,11 @@ def test_the_page_shows_the_figures_and_links_them(admin_client: Any, seeded: An
     newest = WorkflowRun.objects.filter(workflow_name=NAME, status="failed").order_by("-started_at").first()
     assert run_url(newest) in page and "ValueError: card 20 declined" in page
     assert [v for v, _, _ in response.context["specs"]] == ["v1", "v2"]
+    # The chart: its bars hold the range's runs, each bar a link to its own (no run in two bars).
+    bars = [bucket.total for bucket in response.context["figures"].buckets if bucket.total]
+    links = re.findall(r'<a href="([^"]+)"><rect class="owf-chart-', page)
+    assert sum(bars) == 22 and len(links) == len(bars)
+    assert [admin_client.get(unescape(link)).context["cl"].result_count for link in links] == bars
     assert reverse("admin:django_openworkflow_schedule_change", args=[ScheduleRow.objects.get().pk]) in page
     # The start form offers this workflow's versions only, the highest chosen, and posts to the start view.
     choices = [label for _, label in response.context["start_form"].fields["workflow"].choices]
