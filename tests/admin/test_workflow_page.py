@@ -153,6 +153,15 @@ def test_a_bad_range_says_what_is_wrong_and_shows_the_default(
     assert response.context["range"].hours == 3 and 'class="errornote owf-range-error"' in response.content.decode()
 
 
+def test_ranges_at_the_edges_of_what_databases_store(admin_client: Any, seeded: Any) -> None:
+    """MariaDB's DATETIME starts at year 1000, SQLite and PostgreSQL's much earlier: no range is a 500."""
+    for params in ({"from": "0500-01-01", "to": "0500-01-02"}, {"from": "0001-01-01T00:00", "to": "0001-01-03"}):
+        response = admin_client.get(URL, params)
+        assert response.status_code == 200 and response.context["figures"].timed == 0, params
+    listed = admin_client.get(LIST_URL, {"created_from": "0001-01-01", "finished_to": "9999-12-31"})
+    assert listed.status_code == 200
+
+
 def test_a_free_range(admin_client: Any, seeded: Any) -> None:
     day = admin_client.get(URL, {"hours": "30"})
     assert day.context["range"].hours == 30 and day.context["figures"].timed == 22
