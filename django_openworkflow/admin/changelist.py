@@ -30,6 +30,7 @@ from ..states import DisplayStatus
 from ..store import get_backend, queries, run_states
 from ..store.containment import check_pattern
 from . import markup
+from .date_range import CreatedRangeFilter, FinishedRangeFilter
 
 
 def _once_per_request(request: HttpRequest, key: str, compute: Callable[[], Any]) -> Any:
@@ -158,6 +159,8 @@ FILTERS = (
     VersionFilter,
     QueueFilter,
     ("created_at", CreatedFilter),
+    CreatedRangeFilter,
+    FinishedRangeFilter,
 )
 
 
@@ -182,7 +185,8 @@ def run_id(run: WorkflowRun) -> str:
 
 @admin.display(description=_("workflow"), ordering="workflow_name")
 def workflow(run: WorkflowRun) -> str:
-    return run.workflow_name
+    """The name, a link to the workflow's page."""
+    return markup.workflow_link(run.workflow_name)
 
 
 @admin.display(description=_("version"), ordering="version")

@@ -1,4 +1,4 @@
-"""The bits of admin HTML that several pages share: a run's link and its status badge."""
+"""The bits of admin HTML that several pages share: a run's link, a workflow's link and a status badge."""
 
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ from ..store.queries import display_status
 def run_url(run_id: Any) -> str:
     """The admin page of a run."""
     return reverse("admin:django_openworkflow_workflowrun_change", args=[run_id])
+
+
+def workflow_url(name: str) -> str:
+    """The admin page of the workflow ``name`` (its versions, schedule, runs, durations and failures)."""
+    return reverse("admin:django_openworkflow_workflowrun_workflow", args=[name])
+
+
+def workflow_link(name: str) -> str:
+    """The workflow's name as a link to its page."""
+    return format_html('<a class="owf-workflow-link" href="{}">{}</a>', workflow_url(name), name)
 
 
 def badge(shown: str) -> str:

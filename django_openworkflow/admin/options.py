@@ -45,6 +45,7 @@ from .forms import SendSignalForm, StartRunForm
 from .markup import run_url
 from .responses import PrintableTemplateResponse, printable_page
 from .run_page import run_page
+from .workflow_page import workflow_context
 
 
 def _list_action(run_action: RunAction) -> Any:
@@ -143,6 +144,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.dashboard_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_dashboard",
             ),
+            path(
+                "workflow/<path:name>/",
+                self.admin_site.admin_view(self.workflow_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_workflow",
+            ),
         ]
         # Before the defaults: their "<path:object_id>/" catch-all would match ours.
         return own + super().get_urls()
@@ -163,10 +169,16 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         """Runs finished per minute by outcome, failure rate, durations per workflow, queues now."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        context = self._context(
-            request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET.get("hours"))
-        )
+        context = self._context(request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET))
         return PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
+
+    def workflow_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """One workflow: versions, schedule, runs by status, durations and failures over a range, a start form."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        page = workflow_context(name, request.GET, can_start=self.has_add_permission(request))
+        context = self._context(request, title=gettext("Workflow %(name)s") % {"name": name}, **page)
+        return PrintableTemplateResponse(request, "django_openworkflow/workflow_page.html", context)
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

@@ -62,6 +62,7 @@ class Dashboard:
     in_flight: int
     sampled: bool  # the percentiles come from the latest DURATION_SAMPLE runs, not all
     parked: dict[str, int] = field(default_factory=dict)  # retrying and waiting runs now (run_states)
+    until: datetime | None = None  # the window's end (``now`` when None)
 
     @property
     def failure_rate(self) -> float | None:
@@ -72,8 +73,23 @@ class Dashboard:
 
 def read(now: datetime, hours: int, bucket_minutes: int) -> Dashboard:
     """The dashboard's figures for the ``hours`` before ``now`` (the database clock), in buckets of minutes."""
-    since = now - timedelta(hours=hours)
-    finished = WorkflowRun.objects.filter(finished_at__gte=since, finished_at__lte=now, status__in=OUTCOMES)
+    return read_between(now - timedelta(hours=hours), now, bucket_minutes, now)
+
+
+def read_between(since: datetime, until: datetime, bucket_minutes: int, now: datetime) -> Dashboard:
+    """The dashboard's figures for runs that finished from ``since`` to ``until``; the queues as they are ``now``."""
+    finished = WorkflowRun.objects.filter(finished_at__gte=since, finished_at__lte=until, status__in=OUTCOMES)
+    buckets, totals = finished_by_bucket(finished, since, until, bucket_minutes)
+    durations, sampled = _durations(finished)
+    queues = due_by_queue(now)
+    in_flight = sum(held_by_workflow().values())
+    return Dashboard(now, since, buckets, totals, durations, queues, in_flight, sampled, parked_now(), until)
+
+
+def finished_by_bucket(
+    finished: QuerySet[WorkflowRun], since: datetime, until: datetime, bucket_minutes: int
+) -> tuple[list[Bucket], dict[str, int]]:
+    """``finished`` (runs that ended from ``since`` to ``until``) by bucket and outcome, and in all (one query)."""
     by_minute = (
         finished.order_by()
         .annotate(minute=Trunc("finished_at", "minute", tzinfo=UTC))
@@ -87,12 +103,9 @@ def read(now: datetime, hours: int, bucket_minutes: int) -> Dashboard:
     for minute, status, n in by_minute:
         counts[int((_aware(minute) - first) / width)][status] += n
         totals[status] += n
-    slots = int((now - first) / width) + 1
+    slots = int((until - first) / width) + 1
     buckets = [Bucket(first + i * width, bucket_minutes, {o: counts[i][o] for o in OUTCOMES}) for i in range(slots)]
-    durations, sampled = _durations(finished)
-    queues = due_by_queue(now)
-    in_flight = sum(held_by_workflow().values())
-    return Dashboard(now, since, buckets, dict(totals), durations, queues, in_flight, sampled, parked_now())
+    return buckets, dict(totals)
 
 
 def parked_now() -> dict[str, int]:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from html import unescape
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django.utils.html import escape
 
+from django_openworkflow.admin.charts import nice_ticks
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import dashboard, get_backend
+from tests.admin.helpers import messages_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +117,76 @@ def test_who_may_see_it(client: Any, django_user_model: Any) -> None:
         Permission.objects.get(codename="view_workflowrun", content_type__app_label="django_openworkflow")
     )
     assert client.get(URL).status_code == 200
+
+
+def test_y_ticks_are_round_integers() -> None:
+    assert nice_ticks(7) == [0, 2, 4, 6, 8] and nice_ticks(11) == [0, 5, 10, 15] and nice_ticks(1) == [0, 1]
+    assert nice_ticks(3) == [0, 1, 2, 3] and nice_ticks(37) == [0, 10, 20, 30, 40] and nice_ticks(0) == [0, 1]
+    assert nice_ticks(100) == [0, 50, 100] and nice_ticks(1234) == [0, 500, 1000, 1500]
+
+
+def test_every_tile_links_to_the_runs_it_counts(admin_client: Any, seeded: Any) -> None:
+    WorkflowRun.objects.create(  # retrying: parked with the failure it backs off after
+        workflow_name="charge", status="running", input={}, available_at=seeded + timedelta(minutes=5), error={"a": 1}
+    )
+    page = admin_client.get(URL)
+    context, html = page.context, page.content.decode()
+
+    def listed(url: str) -> int:
+        assert f'href="{escape(url)}"' in html, url
+        response = admin_client.get(url)
+        assert response.status_code == 200 and not messages_of(response), url
+        return int(response.context["cl"].result_count)
+
+    assert listed(context["finished_url"]) == context["total_finished"] == 13
+    for outcome, _, count, url in context["finished"]:
+        assert listed(url) == count, outcome
+    assert listed(context["failed_url"]) == 2
+    assert listed(context["in_flight_url"]) == context["data"].in_flight == 1
+    assert listed(context["due_url"]) == context["due_total"] == 3
+    assert listed(context["retrying_url"]) == context["retrying_now"] == 1
+    assert listed(context["waiting_url"]) == context["waiting_now"] == 0
+    (queue, due, _, url) = context["queues"][0]
+    assert listed(url) == due == 3
+    # Each bar links to the runs that finished in it, a run on a bar's edge in one bar only.
+    WorkflowRun.objects.filter(status="canceled").update(finished_at=seeded.replace(second=0) - timedelta(minutes=64))
+    html = admin_client.get(URL).content.decode()
+    bars = [b.total for b in admin_client.get(URL).context["data"].buckets if b.total]
+    links = re.findall(r'<a href="([^"]+)"><rect class="owf-chart-', html)
+    assert bars == [1, 1, 11] and [listed(unescape(link)) for link in links] == bars
+
+
+def test_any_number_of_hours_or_a_from_to_span(admin_client: Any, seeded: Any) -> None:
+    page = admin_client.get(URL, {"hours": "4"})  # the run that finished 5 hours ago is out
+    assert page.context["range"].hours == 4 and page.context["total_finished"] == 13
+    assert page.context["data"].buckets[0].minutes == 2  # 240 minutes in at most 180 bars
+    week = admin_client.get(URL, {"hours": "168"})
+    assert week.context["total_finished"] == 14 and week.context["data"].buckets[0].minutes == 60
+    since, until = seeded - timedelta(minutes=70), seeded - timedelta(minutes=60)
+    span = admin_client.get(URL, {"from": since.isoformat(), "to": until.isoformat()})
+    assert span.context["range_error"] == "" and span.context["total_finished"] == 2
+    assert span.context["range"].hours is None and "last 3 hours" not in span.context["range"].label
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"hours": "-5; DROP"}, "is not a whole number of hours"),
+        ({"hours": "100000"}, "must be from 1 to 2232 hours"),
+        ({"from": "2026-13-01"}, "is not a date and time"),
+        ({"from": "2026-11-20T10:00", "to": "soon"}, "To 'soon' is not a date and time"),
+        ({"from": "2026-11-20T10:00", "to": "2026-11-20T10:00"}, "must start before it ends"),
+    ],
+)
+def test_a_bad_range_is_said_never_a_500(admin_client: Any, params: dict[str, str], message: str) -> None:
+    response = admin_client.get(URL, params)
+    assert response.status_code == 200 and message in response.context["range_error"]
+    assert response.context["hours"] == 3 and message in unescape(response.content.decode())
+
+
+def test_chart_text_is_html_not_svg_text(admin_client: Any, seeded: Any) -> None:
+    """Text inside a scaled SVG shrinks with it (6 px on a phone); the charts write theirs outside."""
+    html = admin_client.get(URL).content.decode()
+    assert "<text" not in html and 'preserveAspectRatio="none"' in html
+    labels = re.findall(r'<span style="bottom: [\d.]+%">(\d+)</span>', html)
+    assert labels == ["0", "5", "10", "15"]  # the busiest minute had 11 runs

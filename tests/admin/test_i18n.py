@@ -249,6 +249,11 @@ def test_run_list_and_run_pages_in_french_leave_no_english(admin_client: Any, lo
         SCHEDULES_URL,
         DASHBOARD_URL,
         f"{DASHBOARD_URL}?hours=1",
+        f"{DASHBOARD_URL}?hours=0",  # a bad range, said
+        f"{DASHBOARD_URL}?from=2026-11-20T08:00&to=2026-13-01",
+        reverse("admin:django_openworkflow_workflowrun_workflow", args=["signup"]),
+        reverse("admin:django_openworkflow_workflowrun_workflow", args=["always-fails"]) + "?hours=48",
+        f"{LIST_URL}?created_from=2026-11-20&finished_to=2026-13-01",
     ]
     left = {url: found for url in pages if (found := left_in_english(admin_client, url))}
     assert left == {}, "English text on French pages:\n" + "\n".join(f"{u}: {t}" for u, t in left.items())
