@@ -336,7 +336,9 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
             },
         },
         "/runs/actions/cancel": _filter_action("Cancel every run a filter matches", "change"),
-        "/runs/actions/retry": _filter_action("Retry every failed run a filter matches, from its failed step", "change"),
+        "/runs/actions/retry": _filter_action(
+            "Retry every failed run a filter matches, from its failed step", "change"
+        ),
         "/runs/actions/retry-now": _filter_action("Make every run a filter matches due now", "change"),
         "/runs/actions/rerun": _filter_action("Start again every run a filter matches, with the same input", "add"),
         "/runs/{run_id}": {

@@ -225,7 +225,10 @@ def _refusal_conditions(operation: str, queryset: QuerySet[WorkflowRun]) -> Cond
     if operation == "retry_from_failed_step":
         stand_ins = [
             (WorkflowRun(status=RunStatus.PENDING), Q(status=RunStatus.PENDING)),
-            (WorkflowRun(status=RunStatus.RUNNING, worker_id="w"), Q(status=RunStatus.RUNNING, worker_id__isnull=False)),
+            (
+                WorkflowRun(status=RunStatus.RUNNING, worker_id="w"),
+                Q(status=RunStatus.RUNNING, worker_id__isnull=False),
+            ),
             (WorkflowRun(status=RunStatus.RUNNING), Q(status=RunStatus.RUNNING, worker_id__isnull=True)),
             *((WorkflowRun(status=status), Q(status=status)) for status in FINISHED_STATUSES if status != "failed"),
         ]

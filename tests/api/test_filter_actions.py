@@ -1,7 +1,8 @@
-"""POST runs/actions/{cancel,retry,retry-now,rerun}: an operation on every run a filter matches (api/filter_actions.py)."""
+"""POST runs/actions/{cancel,retry,retry-now,rerun}: every run a filter matches (api/filter_actions.py)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -12,9 +13,21 @@ from django.utils import timezone
 from django_openworkflow.client import operations
 from django_openworkflow.models import ApiToken, WorkflowRun
 from tests.admin.helpers import make_run
-from tests.api.test_views import API, JSON, api, error_of, make_user, post, written  # noqa: F401  (api: a fixture)
+from tests.api.test_views import API, JSON, error_of, make_user, post, written
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(django_user_model: Any) -> Any:
+    """A client logged in as a staff user holding the given permissions ("view", "add", "change")."""
+
+    def login(*actions: str) -> Client:
+        client = Client()
+        client.force_login(make_user(django_user_model, *actions, name=f"staff-{uuid.uuid4().hex[:8]}"))
+        return client
+
+    return login
 
 
 def _failed(count: int, **fields: Any) -> list[WorkflowRun]:
@@ -77,9 +90,7 @@ def test_rerun_needs_add_and_says_which_runs_it_started(api: Any) -> None:
     assert post(api("change"), "/runs/actions/rerun", {"confirm_count": 2}).status_code == 403
     answer = post(api("add"), "/runs/actions/rerun", {"confirm_count": 2}).json()
     assert (answer["changed"], answer["refused"]) == (1, 1)
-    assert answer["reasons"] == [
-        {"reason": "this process has no workflow 'gone' version None to start", "count": 1}
-    ]
+    assert answer["reasons"] == [{"reason": "this process has no workflow 'gone' version None to start", "count": 1}]
     (new,) = WorkflowRun.objects.exclude(id=old.id).filter(workflow_name="versioned")
     assert answer["created"] == [str(new.id)]
 
@@ -110,7 +121,7 @@ def test_a_token_acts_without_a_session_or_csrf(django_user_model: Any) -> None:
         ({"created_after": "yesterday"}, "created_after", "invalid"),
         ({"created_before": "0001-01-01T00:00:00Z"}, "created_before", "out_of_range"),
         ({"input": [1]}, "input", "invalid"),
-        ({"input": {"a": {"$gt": 1}, "k\"": 1}}, "input", "bad_payload"),
+        ({"input": {"a": {"$gt": 1}, 'k"': 1}}, "input", "bad_payload"),
         ({"confirm_count": -1}, "confirm_count", "invalid"),
         ({"confirm_count": "3"}, "confirm_count", "invalid"),
         ({"confirm_count": True}, "confirm_count", "invalid"),

@@ -39,7 +39,10 @@ def test_the_preview_counts_the_reasons_the_operation_gives_run_by_run(operation
     expected = Counter(operations.refusals(operation, WorkflowRun.objects.all()).values())
     if operation == "retry_now":  # the preview names no signal: the report after the action does
         expected = Counter(
-            {(matching.WAITS_FOR_DELIVERY if "which retry now cannot deliver" in k else k): v for k, v in expected.items()}
+            {
+                (matching.WAITS_FOR_DELIVERY if "which retry now cannot deliver" in k else k): v
+                for k, v in expected.items()
+            }
         )
     seen = matching.preview(operation, queries.runs(), sample=5)
     assert seen.count == len(runs)
