@@ -110,7 +110,9 @@ def test_json_is_the_apis_answer() -> None:
 
 
 def test_nothing_matching_is_said_plainly() -> None:
-    assert workflows("cancel", "--all-matching", "--workflow", "nothing") == "No run matches the filter; nothing to do.\n"
+    assert (
+        workflows("cancel", "--all-matching", "--workflow", "nothing") == "No run matches the filter; nothing to do.\n"
+    )
 
 
 @pytest.mark.parametrize(
