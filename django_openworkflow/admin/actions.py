@@ -27,6 +27,7 @@ from ..store.queries import PAYLOAD_FIELDS
 from .markup import run_url, status_badge
 
 CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
+ACROSS_LISTED = 20  # with "select all": the newest runs of the filter, as a sample (the counts say the rest)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun], across: boo
 
 
 def _across_confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str, Any]:
-    seen = matching.preview(action.operation, queryset, sample=CONFIRM_LISTED)
+    seen = matching.preview(action.operation, queryset, sample=ACROSS_LISTED)
     matching_runs = ngettext(
         "the %(count)d run matching the filter", "all %(count)d runs matching the filter", seen.count
     ) % {"count": seen.count}

@@ -39,7 +39,7 @@ def test_the_confirmation_counts_every_matching_run_and_lists_the_newest(admin_c
     assert "Retry all 133 runs matching the filter from the failed step?" in html
     assert "Will change: 130 runs." in html
     assert "<li><strong>3 runs</strong>: it has not failed (it is completed)</li>" in html
-    assert "… and 33 more." in html
+    assert "… and 113 more." in html
     assert html.count('name="_selected_action"') == 1
     assert 'name="owf_count" value="133"' in html
     assert WorkflowRun.objects.filter(status="failed").count() == 131  # nothing done yet
