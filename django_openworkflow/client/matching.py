@@ -33,7 +33,9 @@ from ..definitions.registry import registry
 from ..errors import STEP_LIMIT_EXCEEDED, OpenWorkflowError
 from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from ..store import queries
 from . import operations
+from .listing import run_filter
 
 OPERATIONS: dict[str, Callable[[list[Any]], operations.BulkResult]] = {
     "cancel": operations.cancel_many,
@@ -94,6 +96,16 @@ class MatchResult:
     """Reason -> how many runs it left alone."""
     created: list[Any] = field(default_factory=list)
     """For re-run: the first new runs' ids (at most ``keep_created``)."""
+
+
+def runs_matching(**filters: Any) -> QuerySet[WorkflowRun]:
+    """The runs :func:`~.listing.list_runs`'s filters select, for :func:`preview` and :func:`apply_to_matching`.
+
+    ``status``, ``workflow``, ``queue``, ``created_after``,
+    ``created_before``, ``input_contains``: checked as ``list_runs``
+    checks them (:class:`~django_openworkflow.errors.InvalidArgument` naming a bad one).
+    """
+    return run_filter(**filters).apply(queries.runs())
 
 
 def _check(operation: str) -> None:
