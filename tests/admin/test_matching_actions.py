@@ -14,6 +14,7 @@ from django_openworkflow.client import operations
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.models import WorkflowRun
 from tests.admin.helpers import LIST_URL, make_run, messages_of
+from tests.admin.test_i18n import localized  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -114,3 +115,18 @@ def test_without_select_all_every_selected_run_is_carried_to_the_confirmation(ad
         LIST_URL, {"action": "cancel_runs", "_selected_action": carried, "post": "yes"}, follow=True
     )
     assert "Canceled: 120 runs." in messages_of(done)
+
+
+def test_select_all_in_french(admin_client: Any, localized: None) -> None:  # noqa: F811
+    _failed(3)
+    make_run(status="completed")
+    page = admin_client.post(LIST_URL, _across("retry_failed", index="0"), HTTP_ACCEPT_LANGUAGE="fr")
+    html = page.content.decode()
+    assert "les 4 exécutions correspondant au filtre" in html
+    assert "Seront modifiées : 3 exécutions." in html and "Seront ignorées :" in html
+    assert "Compté à l’instant" in html
+    grew = admin_client.post(LIST_URL, _across("cancel", post="yes", owf_count="1"), HTTP_ACCEPT_LANGUAGE="fr")
+    assert messages_of(grew) == [
+        "Le filtre correspond maintenant à 4 exécutions, plus que les 1 confirmées : rien n’a été fait."
+        " Regardez la liste à nouveau."
+    ]
