@@ -32,8 +32,9 @@ from django.utils import timezone
 from ..definitions.registry import registry
 from ..errors import STEP_LIMIT_EXCEEDED, OpenWorkflowError
 from ..models import StepAttempt, WorkflowRun
-from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from ..states import FINISHED_STATUSES, DisplayStatus, RunStatus, StepKind, StepStatus
 from ..store import queries
+from ..store.run_states import status_q
 from . import operations
 from .listing import run_filter
 
@@ -235,18 +236,28 @@ def _refusal_conditions(operation: str, queryset: QuerySet[WorkflowRun]) -> Cond
             ),
         ]
     if operation == "retry_from_failed_step":
-        stand_ins = [
-            (WorkflowRun(status=RunStatus.PENDING), Q(status=RunStatus.PENDING)),
-            (
-                WorkflowRun(status=RunStatus.RUNNING, worker_id="w"),
-                Q(status=RunStatus.RUNNING, worker_id__isnull=False),
+        # A run that has not failed is named as the pages name it: status_q holds the same rules.
+        not_failed = [
+            (operations.retry_failed_refusal(WorkflowRun(status=RunStatus.PENDING)), Q(status=RunStatus.PENDING)),
+            *(
+                (operations.retry_failed_refusal(WorkflowRun(status=RunStatus.RUNNING), str(shown)), status_q(shown))
+                for shown in (
+                    DisplayStatus.RUNNING,
+                    DisplayStatus.RETRYING,
+                    DisplayStatus.WAITING,
+                    DisplayStatus.PARKED,
+                )
             ),
-            (WorkflowRun(status=RunStatus.RUNNING), Q(status=RunStatus.RUNNING, worker_id__isnull=True)),
-            *((WorkflowRun(status=status), Q(status=status)) for status in FINISHED_STATUSES if status != "failed"),
+            *(
+                (operations.retry_failed_refusal(WorkflowRun(status=status)), Q(status=status))
+                for status in FINISHED_STATUSES
+                if status != RunStatus.FAILED
+            ),
         ]
         step_limit = WorkflowRun(status=RunStatus.FAILED, error={"type": STEP_LIMIT_EXCEEDED})
-        return [(operations.retry_failed_refusal(run), q) for run, q in stand_ins] + [
-            (operations.retry_failed_refusal(step_limit), Q(status=RunStatus.FAILED, error__type=STEP_LIMIT_EXCEEDED))
+        return [
+            *not_failed,
+            (operations.retry_failed_refusal(step_limit), Q(status=RunStatus.FAILED, error__type=STEP_LIMIT_EXCEEDED)),
         ]
     # rerun: one reason per workflow version this process has not registered.
     unregistered = Q()

@@ -26,6 +26,8 @@ def _mixed() -> list[WorkflowRun]:
     runs.append(make_run(workflow_name="gone", version="v9", status="failed", error={"type": "E"}))
     runs.append(make_run(workflow_name="gone", status="completed"))
     runs.append(make_run(status="continued", finished_at=now))
+    retrying = {"status": "running", "started_at": now, "available_at": now + timedelta(minutes=5)}
+    runs.append(make_run(**retrying, error={"type": "E", "message": "backing off", "retry": {"scope": "step"}}))
     sleeping = make_run(status="running", started_at=now, available_at=now + timedelta(hours=2))
     make_attempt(sleeping, "nap", kind="sleep", status="running", finished_at=None)
     runs.append(sleeping)
