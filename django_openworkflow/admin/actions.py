@@ -20,7 +20,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
-from ..client import operations
+from ..client import matching, operations
 from ..client.reruns import copied_attempts, from_step_refusal
 from ..errors import OperationRefused, RunNotFound
 from ..formatting import compact_json, kind_label, runs_text, short_id
@@ -30,6 +30,7 @@ from ..store.reruns import source_journal
 from .markup import run_url, status_badge
 
 CONFIRM_LISTED = 100  # runs named on a list action's confirmation page; the rest are counted
+ACROSS_LISTED = 20  # with "select all": the newest runs of the filter, as a sample (the counts say the rest)
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,15 @@ ACTIONS: dict[str, RunAction] = {
 }
 
 
-def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str, Any]:
-    """The confirmation page of a list action: the question and the runs, each with why it would be skipped."""
+def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun], across: bool = False) -> dict[str, Any]:
+    """The confirmation page of a list action: the question and the runs, each with why it would be skipped.
+
+    ``across``: every run the list's filter matches (the admin's "select
+    all"): the count and the skipped runs by reason come from one aggregate
+    query, and only the newest runs are listed.
+    """
+    if across:
+        return _across_confirmation(action, queryset)
     # The list's queryset leaves the payloads out; a refusal may read the error.
     listed = list(queryset.defer(None).defer("input", "output")[:CONFIRM_LISTED])
     total = len(listed) if len(listed) < CONFIRM_LISTED else queryset.count()
@@ -123,6 +131,78 @@ def confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str
         "runs": [(run, status_badge(run.status, run.worker_id), skipped.get(run.id, "")) for run in listed],
         "more": total - len(listed),
     }
+
+
+def _across_confirmation(action: RunAction, queryset: QuerySet[WorkflowRun]) -> dict[str, Any]:
+    seen = matching.preview(action.operation, queryset, sample=ACROSS_LISTED)
+    matching_runs = ngettext(
+        "the %(count)d run matching the filter", "all %(count)d runs matching the filter", seen.count
+    ) % {"count": seen.count}
+    return {
+        "title": gettext("%(action)s: are you sure?") % {"action": action.label},
+        "action": action,
+        "action_function": f"{action.name}_runs",
+        "question": action.ask(matching_runs),
+        "runs": [
+            (run, status_badge(run.status, run.worker_id), seen.sample_refusals.get(run.id, "")) for run in seen.sample
+        ],
+        "more": seen.count - len(seen.sample),
+        "match_count": seen.count,
+        "would_change": runs_text(seen.would_change),
+        # The reasons come from operations.py, in English.
+        "skipped_by_reason": [(runs_text(count), reason) for reason, count in seen.refused.items()],
+        "chunk": operations.CHUNK,
+    }
+
+
+def perform_on_matching(
+    request: HttpRequest,
+    action: RunAction,
+    queryset: QuerySet[WorkflowRun],
+    confirm_count: int | None,
+    log: Callable[[list[WorkflowRun]], None],
+) -> bool:
+    """Apply ``action`` to every run ``queryset`` matches, by chunks, and report counts; False if the filter grew.
+
+    Each chunk is logged in the admin's history as it is done. When the
+    filter matches more runs than ``confirm_count`` (the count the
+    confirmation page showed), nothing is done and an error says so.
+    """
+
+    def done_chunk(result: operations.BulkResult) -> None:
+        if result.changed:
+            log(list(WorkflowRun.objects.defer(*PAYLOAD_FIELDS).filter(id__in=result.changed)))
+
+    try:
+        result = matching.apply_to_matching(
+            action.operation, queryset, confirm_count=confirm_count, on_chunk=done_chunk
+        )
+    except matching.MatchCountChanged as exc:
+        message = gettext(
+            "The filter now matches %(count)d runs, more than the %(confirmed)d you confirmed: nothing was done."
+            " Look at the list again."
+        )
+        messages.error(request, message % {"count": exc.count, "confirmed": exc.confirmed})
+        return False
+    if result.changed:
+        report = gettext("%(done)s: %(runs)s.") % {"done": action.done, "runs": runs_text(result.changed)}
+        if action.creates_runs:
+            links = format_html_join(
+                ", ", '<a href="{}">{}</a>', ((run_url(new), short_id(new)) for new in result.created)
+            )
+            more = "…" if result.changed > len(result.created) else ""
+            # The links are HTML already; the report is escaped.
+            messages.success(request, mark_safe(f"{escape(report)} {links}{more}"))  # built by escape and format_html
+        else:
+            messages.success(request, report)
+    for reason, count in result.refused.most_common():
+        # The reasons come from operations.py, in English.
+        messages.warning(
+            request,
+            gettext("%(action)s: skipped %(runs)s: %(reason)s.")
+            % {"action": action.label, "runs": runs_text(count), "reason": reason},
+        )
+    return True
 
 
 def perform_action(

@@ -37,6 +37,7 @@ from .actions import (
     RunAction,
     confirmation,
     perform_action,
+    perform_on_matching,
     perform_rerun_from_step,
     rerun_from_step_confirmation,
 )
@@ -298,15 +299,31 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     def confirm_or_perform(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], action: RunAction
     ) -> HttpResponse | None:
-        """The list action: a confirmation page first, then the action on the runs confirmed."""
+        """The list action: a confirmation page first, then the action on the runs confirmed.
+
+        With "select all" (``select_across``), the action applies to every
+        run the list's filter and search match, by chunks (``perform_on_matching``).
+        """
+        across = request.POST.get("select_across") == "1"
+
+        def log(changed: list[WorkflowRun]) -> None:
+            self._log(request, action, changed)
+
         if request.POST.get("post") == "yes":
-            run_ids = queryset.values_list("id", flat=True)
-            perform_action(request, action, run_ids, lambda changed: self._log(request, action, changed))
-            return None  # back to the list, with the report in messages
+            if not across:
+                perform_action(request, action, queryset.values_list("id", flat=True), log)
+                return None  # back to the list, with the report in messages
+            confirmed = request.POST.get("owf_count", "")
+            if perform_on_matching(
+                request, action, queryset, int(confirmed) if confirmed.isascii() and confirmed.isdigit() else None, log
+            ):
+                return None
         context = self._context(
             request,
-            **confirmation(action, queryset),
-            select_across=request.POST.get("select_across") == "1",
+            **confirmation(action, queryset, across),
+            select_across=across,
+            # Django's action handler needs a selection even with "select all"; without it, every one selected.
+            selected=request.POST.getlist("_selected_action"),
             changelist_url=request.get_full_path(),
         )
         return PrintableTemplateResponse(request, "django_openworkflow/confirm_action.html", context)

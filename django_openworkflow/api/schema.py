@@ -111,7 +111,7 @@ ERROR = {
                     "(the last three: rules a JSON Schema cannot state), not_authenticated, malformed_token, "
                     "unknown_token, revoked_token, expired_token, inactive_user, permission_denied, "
                     "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
-                    "run_finished, too_large, not_json",
+                    "run_finished, too_large, not_json, count_changed",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
                 },
                 "message": TEXT,
@@ -138,7 +138,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         "or whose user is inactive (the code says which)",
         403: "no permission, or the CSRF check failed",
         404: "no such run or workflow",
-        409: "the operation cannot apply to the run (the message says why)",
+        409: "the operation cannot apply to the run (the message says why); on runs/actions: count_changed, the "
+        "filter matches more runs than confirm_count",
         413: "the request body or a payload is too large",
         415: "the body is not sent as application/json (forms and multipart bodies are never read)",
     }
@@ -190,6 +191,66 @@ def _rerun() -> dict[str, Any]:
         " cannot be replayed faithfully (a child run, a step that had not completed or was compensated)."
     )
     return rerun
+
+
+FILTER_STATUS = {"type": "string", "pattern": STATUS_PATTERN}
+FILTER = {
+    "status": {
+        "anyOf": [FILTER_STATUS, {"type": "array", "items": FILTER_STATUS}, {"type": "null"}],
+        "description": "display statuses, as GET /runs takes them: comma-separated, or an array",
+    },
+    "workflow": _nullable(NAME_SCHEMA),
+    "queue": _nullable(QUEUE_SCHEMA),
+    "created_after": {"anyOf": [MOMENT_SCHEMA, {"type": "null"}], "description": "inclusive"},
+    "created_before": {"anyOf": [MOMENT_SCHEMA, {"type": "null"}], "description": "exclusive"},
+    "input": {
+        "type": ["object", "null"],
+        "description": "a JSON object the run's input contains, as GET /runs's input (400 bad_payload otherwise)",
+    },
+}
+"""The filter of an action on every matching run: GET /runs's parameters, as JSON."""
+
+
+def _filter_action(summary: str, permission: str) -> dict[str, Any]:
+    """An operation on every run a filter matches (``filter_actions.py``)."""
+    properties = {
+        **FILTER,
+        "confirm_count": {
+            "type": ["integer", "null"],
+            "minimum": 0,
+            "maximum": 2**53 - 1,
+            "description": "the count a preview gave and the user confirmed; absent or null: only a preview, "
+            "nothing done. 409 count_changed (nothing done) when the filter matches more runs now",
+        },
+    }
+    answer = _object(
+        {
+            "action": TEXT,
+            "done": {"type": "boolean", "description": "false: a preview, nothing was done"},
+            "count": {"type": "integer", "description": "runs matched"},
+            "changed": {"type": "integer", "description": "runs changed (re-run: started again), or that would be"},
+            "refused": {"type": "integer", "description": "runs left alone, or that would be"},
+            "reasons": {
+                "type": "array",
+                "items": _object({"reason": TEXT, "count": {"type": "integer"}}),
+                "description": "why runs were (or would be) left alone, most first",
+            },
+            "created": {
+                "type": "array",
+                "items": {"type": "string", "format": "uuid"},
+                "description": "re-run: the first 10 new runs",
+            },
+        }
+    )
+    return {
+        "post": {
+            "summary": summary,
+            "description": f"Needs the {permission} permission on workflow runs. Without confirm_count: a preview. "
+            "With it: applied by chunks of 500 runs, each chunk one transaction.",
+            "requestBody": _body([], properties),
+            "responses": {"200": _answer("what was done, or would be", answer), **_errors(400, 409, 413, 415)},
+        }
+    }
 
 
 def _security_schemes() -> dict[str, Any]:
@@ -297,6 +358,12 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 },
             },
         },
+        "/runs/actions/cancel": _filter_action("Cancel every run a filter matches", "change"),
+        "/runs/actions/retry": _filter_action(
+            "Retry every failed run a filter matches, from its failed step", "change"
+        ),
+        "/runs/actions/retry-now": _filter_action("Make every run a filter matches due now", "change"),
+        "/runs/actions/rerun": _filter_action("Start again every run a filter matches, with the same input", "add"),
         "/runs/{run_id}": {
             "get": {
                 "summary": "One run, with its input, output and error",

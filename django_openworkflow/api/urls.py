@@ -2,10 +2,12 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import views
+from . import filter_actions, views
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
+    # Before "api/runs/<run_id>/...", which "actions" would otherwise match as a run id.
+    *(path(f"api/runs/actions/{name}", view, name=f"api-runs-{name}") for name, view in filter_actions.VIEWS.items()),
     path("api/runs/<str:run_id>", views.run_detail, name="api-run"),
     path("api/runs/<str:run_id>/steps", views.run_steps, name="api-run-steps"),
     path("api/runs/<str:run_id>/cancel", views.run_cancel, name="api-run-cancel"),

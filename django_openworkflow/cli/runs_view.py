@@ -45,25 +45,7 @@ from .common import command_error, print_json, read_json_option, resolve_run
 
 def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows list``: the newest runs, newest first."""
-    statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
-    unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
-    if unknown:
-        raise CommandError(f"unknown status {unknown[0]!r}; choose from {', '.join(queries.DISPLAY_STATUSES)}")
-    if options["workflow"]:
-        try:
-            check_text(options["workflow"], "--workflow")  # a NUL is an error in a PostgreSQL query
-        except PayloadError as exc:
-            raise command_error(exc) from None
-    queue = options.get("queue")
-    if queue is not None and not QUEUE_NAME.match(queue):
-        raise CommandError(
-            printable(f"--queue {queue!r:.80} is not a queue name: 1 to 64 letters, digits, '_', '.', ':' or '-'")
-        )
-    pattern = None if options.get("input") is None else read_json_option(options["input"], "--input")
-    try:
-        where = run_filter(status=statuses, workflow=options["workflow"] or None, queue=queue, input_contains=pattern)
-    except InvalidArgument as exc:
-        raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
+    where = filter_from_options(options)
     found = queries.list_runs(where=where, limit=options["limit"])
     states = run_states.states_of(found)
     if options["json"]:
@@ -96,6 +78,29 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
             ],
         )
     )
+
+
+def filter_from_options(options: dict[str, Any]) -> queries.RunFilter:
+    """The runs ``--status``, ``--workflow``, ``--queue`` and ``--input`` choose (``list`` and ``--all-matching``)."""
+    statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
+    unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
+    if unknown:
+        raise CommandError(f"unknown status {unknown[0]!r}; choose from {', '.join(queries.DISPLAY_STATUSES)}")
+    if options["workflow"]:
+        try:
+            check_text(options["workflow"], "--workflow")  # a NUL is an error in a PostgreSQL query
+        except PayloadError as exc:
+            raise command_error(exc) from None
+    queue = options.get("queue")
+    if queue is not None and not QUEUE_NAME.match(queue):
+        raise CommandError(
+            printable(f"--queue {queue!r:.80} is not a queue name: 1 to 64 letters, digits, '_', '.', ':' or '-'")
+        )
+    pattern = None if options.get("input") is None else read_json_option(options["input"], "--input")
+    try:
+        return run_filter(status=statuses, workflow=options["workflow"] or None, queue=queue, input_contains=pattern)
+    except InvalidArgument as exc:
+        raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
 
 
 def expiry_text(run: WorkflowRun) -> str:

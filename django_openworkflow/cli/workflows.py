@@ -38,6 +38,7 @@ from ..models import RunStatus, WorkflowRun
 from ..store import queries
 from .common import command_error, print_json, read_json_option, resolve_run
 from .input_index import add_input_index_parser, input_index_command
+from .matching import add_filter_options, add_matching_options, matching_command, wants_matching
 from .prune import add_prune_parser, prune_command
 from .replay import add_check_replay_parser, check_replay_command
 from .runs_view import list_command, show_command
@@ -80,19 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
 
     listing = sub.add_parser("list", parents=[common], help="the newest runs")
-    listing.add_argument(
-        "--status",
-        action="append",
-        metavar="STATUS",
-        help=f"only runs in this status ({', '.join(queries.DISPLAY_STATUSES)}); repeat or comma-separate for several",
-    )
-    listing.add_argument("--workflow", metavar="NAME", help="only runs of this workflow")
-    listing.add_argument("--queue", metavar="NAME", help="only runs in this queue")
-    listing.add_argument(
-        "--input",
-        metavar="JSON",
-        help="only runs whose input contains this JSON object, e.g. '{\"customer\": 42}'",
-    )
+    add_filter_options(listing)
     listing.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="at most N runs (default 20)")
 
     show = sub.add_parser("show", parents=[common], help="one run and its journal")
@@ -113,26 +102,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     cancel = sub.add_parser("cancel", parents=[common], help="cancel a pending or running run")
-    cancel.add_argument("run_id", metavar="RUN_ID")
+    cancel.add_argument("run_id", metavar="RUN_ID", nargs="?")
+    add_matching_options(cancel)
 
     retry = sub.add_parser("retry", parents=[common], help="make a parked run due now, or retry a failed run")
-    retry.add_argument("run_id", metavar="RUN_ID")
+    retry.add_argument("run_id", metavar="RUN_ID", nargs="?")
     retry.add_argument(
         "--from-failed-step",
         action="store_true",
         help="send a failed run back to pending; completed steps keep their outputs",
     )
+    add_matching_options(retry)
 
     rerun = sub.add_parser(
         "rerun", parents=[common], help="start a new run of a run's workflow and version with the same input"
     )
-    rerun.add_argument("run_id", metavar="RUN_ID", help="a run id, or its first 8 or more characters")
+    rerun.add_argument("run_id", metavar="RUN_ID", nargs="?", help="a run id, or its first 8 or more characters")
     rerun.add_argument(
         "--from-step",
         default=None,
         metavar="NAME",
         help="start from this step: the steps recorded before it keep their results (`workflows show` lists them)",
     )
+    add_matching_options(rerun)
 
     signal = sub.add_parser(
         "signal", parents=[common], help="send a signal to a run (buffered if it does not wait yet)"
@@ -201,7 +193,9 @@ def _wait(handle: RunHandle, timeout: float | None) -> Any:
 
 
 def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
-    """``workflows cancel RUN_ID``."""
+    """``workflows cancel RUN_ID`` (or ``--all-matching``)."""
+    if wants_matching(options):
+        return matching_command("cancel", options, out)
     run = resolve_run(options["run_id"])
     _apply(operations.cancel, run)
     if options["json"]:
@@ -212,6 +206,9 @@ def cancel_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 def retry_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows retry RUN_ID``: wake a parked run; ``--from-failed-step``: retry a failed one."""
+    if wants_matching(options):
+        operation = "retry_from_failed_step" if options["from_failed_step"] else "retry_now"
+        return matching_command(operation, options, out)
     run = resolve_run(options["run_id"])
     if options["from_failed_step"]:
         _apply(operations.retry_from_failed_step, run)
@@ -236,7 +233,12 @@ def rerun_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
     The run itself stays. ``--from-step``: the new run starts with a copy of
     the steps recorded before that one, which do not run again.
+    ``--all-matching``: a re-run of every run a filter matches.
     """
+    if wants_matching(options):
+        if options.get("from_step"):
+            raise CommandError("--from-step re-runs one run: give its RUN_ID instead of --all-matching")
+        return matching_command("rerun", options, out)
     run = resolve_run(options["run_id"])
     step = options.get("from_step")
     try:
