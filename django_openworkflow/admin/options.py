@@ -31,7 +31,7 @@ from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
 from ..store import queries, run_states
-from . import changelist
+from . import changelist, live
 from .actions import ACTIONS, RunAction, confirmation, perform_action
 from .dashboard import dashboard_context
 from .forms import SendSignalForm, StartRunForm
@@ -77,7 +77,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     change_list_template = "django_openworkflow/change_list.html"
 
     class Media:
-        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {
+            "all": ("django_openworkflow/admin.css", "django_openworkflow/live.css")
+        }
 
     # -- list ------------------------------------------------------------------
 
@@ -97,8 +99,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"title": gettext("Workflow runs"), **(extra_context or {})}
-        response = printable_page(super().changelist_view(request, extra))
+        extra = {"title": gettext("Workflow runs"), **live.live_context(), **(extra_context or {})}
+        response = live.keep_messages(request, printable_page(super().changelist_view(request, extra)))
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             context.update(changelist.status_counts(request, context["cl"]))
@@ -148,9 +150,14 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         context = self._context(
-            request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET.get("hours"))
+            request,
+            title=gettext("Workflow dashboard"),
+            **dashboard_context(request.GET.get("hours")),
+            **live.live_context(),
         )
-        return PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
+        return live.keep_messages(
+            request, PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
+        )
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -180,8 +187,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 if action.offered(run) and self._allowed(request, action, run)
             ],
             signal_form=signal_form if can_signal else None,
+            **live.live_context(finished=run.is_finished),
         )
-        return PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+        return live.keep_messages(
+            request, PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+        )
 
     def send_signal_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """POST from the run page's signal form: send a signal to this run (needs the change permission)."""
