@@ -114,9 +114,16 @@
         return true;
     }
 
+    function swapPaginator(page) {
+        const paginator = document.querySelector("#changelist-form .paginator");
+        const fresh = page.querySelector("#changelist-form .paginator");
+        if (paginator && fresh) paginator.replaceWith(document.importNode(fresh, true));
+    }
+
     // The list: only the table's rows and the counters' texts change, so that the table, its head and
-    // the actions bar, which actions.js listens to, stay the same elements.
-    function swapRows(region, fresh) {
+    // the actions bar, which actions.js listens to, stay the same elements. The paginator below, which
+    // counts the rows, changes with them.
+    function swapRows(region, fresh, page) {
         const table = region.querySelector("#result_list");
         const freshTable = fresh.querySelector("#result_list");
         if (!table || !freshTable) {
@@ -125,6 +132,7 @@
             if (!actionsBound && document.querySelector(ROWS) && typeof window.Actions === "function") {
                 window.Actions(currentCheckboxes);
             }
+            swapPaginator(page);
             return true;
         }
         if (document.querySelector(ROWS) && !actionsBound) return false; // actions.js holds the old rows
@@ -140,6 +148,7 @@
                 if (theirs[index].dataset.actionsIcnt) element.dataset.actionsIcnt = theirs[index].dataset.actionsIcnt;
             });
         }
+        swapPaginator(page);
         return true;
     }
 
@@ -220,7 +229,7 @@
                 const markup = comparable(fresh);
                 if (served.get(name) === markup) continue;
                 const swapped = !inUse(region) &&
-                    (region.hasAttribute("data-owf-live-rows") ? swapRows(region, fresh) : swap(region, fresh));
+                    (region.hasAttribute("data-owf-live-rows") ? swapRows(region, fresh, page) : swap(region, fresh));
                 if (swapped) served.set(name, markup);
                 else held = true;
             }
