@@ -116,6 +116,13 @@ def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
                 _dashboard(watched.page, base, database, where)
                 context.close()
                 assert watched.errors == [], f"{where}: errors in the browser:\n" + "\n".join(watched.errors)
+        # Without JavaScript the pages are as served: the indicator stays hidden, nothing refreshes.
+        context = browser.new_context(viewport=WIDE, java_script_enabled=False)
+        page = context.new_page()
+        _log_in(page, base)
+        assert page.locator(".owf-live").count() == 1 and not page.locator(".owf-live").is_visible()
+        assert page.locator("#result_list tbody tr").count() >= 1
+        context.close()
     problems = server_problems(live_admin["stderr"])
     assert problems == [], "the server printed:\n" + "\n".join(problems)
 

@@ -275,7 +275,8 @@
             failures = 0;
             apply(page);
             updatedAt = Date.now();
-            if (fresh.hasAttribute("data-owf-live-finished")) end("finished");
+            // A finished run changes no more, once every region shows it.
+            if (fresh.hasAttribute("data-owf-live-finished") && !held) end("finished");
             else {
                 schedule(interval);
                 render();
