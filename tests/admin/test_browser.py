@@ -160,7 +160,8 @@ def example_admin(tmp_path: Path) -> Iterator[dict[str, Any]]:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'example.sqlite3'}",
+        # A test may serve it from another database (test_browser_live.py: PostgreSQL, MariaDB).
+        "DATABASE_URL": os.environ.get("OWF_EXAMPLE_DATABASE_URL") or f"sqlite:///{tmp_path / 'example.sqlite3'}",
         "OPENWORKFLOW_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
     }

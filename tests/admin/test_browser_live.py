@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,48 @@ pytestmark = pytest.mark.skipif(
 WAIT_MS = 20_000  # a refresh comes every second; a loaded machine may take far longer to serve one
 
 
+def example_database(tmp_path: Path) -> str:
+    """The example project's database: a SQLite file, or beside the suite's PostgreSQL or MariaDB one a fresh one.
+
+    With DATABASE_URL naming PostgreSQL or MariaDB (as the suite's legs on
+    those databases set it), the project is served from ``<name>_browser_live``
+    on that server, dropped and created anew.
+    """
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres", "mysql")):
+        return f"sqlite:///{tmp_path / 'example.sqlite3'}"
+    parts = urllib.parse.urlsplit(url)
+    name = parts.path.lstrip("/") + "_browser_live"
+    if url.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(parts._replace(path="/postgres", query="").geturl(), autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            connection.execute(f'CREATE DATABASE "{name}"')
+        return parts._replace(path=f"/{name}").geturl()
+    import MySQLdb
+
+    connection = MySQLdb.connect(
+        host=parts.hostname, port=parts.port or 3306, user=parts.username or "root", passwd=parts.password or ""
+    )
+    try:
+        cursor = connection.cursor()
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4")
+    finally:
+        connection.close()
+    # The options the package's checks ask of MySQL and MariaDB (openworkflow.E020, W020).
+    return parts._replace(path=f"/{name}", query="charset=utf8mb4&isolation_level=read%20committed").geturl()
+
+
 @pytest.fixture
 def live_admin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """test_browser.py's example project, refreshing its pages every second."""
+    """test_browser.py's example project, refreshing its pages every second, on the suite's kind of database."""
+    database = example_database(tmp_path)
     monkeypatch.setenv("OPENWORKFLOW_ADMIN_LIVE_SECONDS", "1")
+    monkeypatch.setenv("OWF_EXAMPLE_DATABASE_URL", database)
     served: dict[str, Any] = request.getfixturevalue("example_admin")
-    return {**served, "database": f"sqlite:///{tmp_path / 'example.sqlite3'}"}
+    return {**served, "database": database}
 
 
 def in_example_project(database: str, code: str) -> str:
@@ -71,16 +108,16 @@ START = (
     "from example_project.demo.workflows import onboard_user\n"
     "print(onboard_user.run({'user_id': 5, 'email': 'live@example.com', 'delay': '200ms'}).id)"
 )
+SLEEPER = START.replace("'200ms'", "'1h'")
 
 
-def finish(run_id: str) -> str:
-    """A real worker that executes run ``run_id`` (and whatever else is due) until it has finished."""
+def work(run_id: str, until: str) -> str:
+    """A real worker that executes what is due until run ``run_id`` satisfies ``until`` (on ``run``, a handle)."""
     return (
         "from django_openworkflow import get_run\n"
         "from django_openworkflow.worker.loop import Worker\n"
         f"run = get_run({run_id!r})\n"
-        "Worker(poll_interval='50ms').run(until=lambda: run.status() in ('completed', 'failed'), "
-        "install_signal_handlers=False)"
+        f"Worker(poll_interval='50ms').run(until=lambda: {until}, install_signal_handlers=False)"
     )
 
 
@@ -150,19 +187,37 @@ def _indicator(page: Any, where: str) -> None:
     blur(page)
 
 
+def wait_for_badge(page: Any, status: str) -> None:
+    """Until the run page's title shows ``status``."""
+    page.wait_for_function(
+        "s => document.querySelector('.owf-title .owf-badge').textContent.trim() === s", arg=status, timeout=WAIT_MS
+    )
+
+
 def _run_page(page: Any, base: str, database: str, where: str) -> None:
-    """A pending run's page shows it completed, its journal filled, once a worker has executed it."""
-    run_id = in_example_project(database, START)
+    """A run's page follows it from pending to parked in a sleep to canceled, as a real worker moves it.
+
+    The cancel confirmation the user opened stays open through the refresh
+    that shows the run parked; the page stops once the run has finished.
+    """
+    run_id = in_example_project(database, SLEEPER)
     page.goto(f"{base}/admin/django_openworkflow/workflowrun/{run_id}/change/")
     assert page.locator(".owf-title .owf-badge").inner_text() == "pending"
     _indicator(page, where)
     mark(page)
-    in_example_project(database, finish(run_id))
-    page.wait_for_function(
-        "() => document.querySelector('.owf-title .owf-badge').textContent.trim() === 'completed'", timeout=WAIT_MS
-    )
+    page.click(".owf-action-cancel > summary")
+    blur(page)
+    in_example_project(database, work(run_id, "run.display_status() == 'parked'"))
+    wait_for_badge(page, "parked")
+    assert "wakes in" in page.locator(".owf-title").inner_text()
+    assert page.locator(".owf-action-retry_now").count() == 1, "the actions changed with the run"
+    assert page.locator(".owf-action-cancel").get_attribute("open") is not None, "what the user opened stays open"
+    assert page.locator(".owf-journal tbody tr").count() >= 3
+
+    in_example_project(database, f"from django_openworkflow import get_run\nget_run({run_id!r}).cancel()")
+    in_example_project(database, work(run_id, "run.status() == 'canceled'"))
+    wait_for_badge(page, "canceled")
     assert not_reloaded(page)
-    assert page.locator(".owf-journal tbody tr").count() >= 4
     assert page.locator(".owf-live").get_attribute("data-owf-live-state") == "finished"
     assert live_text(page) == "the run has finished: no more updates"
     page.screenshot(path=str(ARTIFACTS / f"live-run-{where}.png"), full_page=True)

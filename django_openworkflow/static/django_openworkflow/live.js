@@ -62,6 +62,18 @@
         return node || null;
     }
 
+    // The same <details> in a region's fresh markup: by its class when it has one (an action's
+    // confirmation, "Send a signal"), else by where it sits.
+    function twinDetails(details, region, fresh) {
+        if (details.className) {
+            const selector = 'details[class="' + CSS.escape(details.className) + '"]';
+            const index = Array.prototype.indexOf.call(region.querySelectorAll(selector), details);
+            return fresh.querySelectorAll(selector)[index] || null;
+        }
+        const twin = find(fresh, keyOf(details, region));
+        return twin && twin.tagName === "DETAILS" ? twin : null;
+    }
+
     function changedField(field) {
         if (field.type === "hidden") return false;
         if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
@@ -99,8 +111,8 @@
     function swap(region, fresh) {
         const node = document.importNode(fresh, true);
         for (const details of region.querySelectorAll("details")) {
-            const twin = find(node, keyOf(details, region));
-            if (twin && twin.tagName === "DETAILS") twin.open = details.open;
+            const twin = twinDetails(details, region, node);
+            if (twin) twin.open = details.open;
         }
         const scrolled = scrolledInside(region);
         region.replaceWith(node);
