@@ -74,6 +74,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         lambda: owf_settings.prefetch,
         lambda: owf_settings.max_step_attempts,
         lambda: owf_settings.max_payload_bytes,
+        lambda: owf_settings.admin_live_seconds,
     ):
         try:
             read_int()

@@ -61,6 +61,10 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_TOKEN": None,
     # OpenTelemetry traces (the `otel` extra): spans for slices, steps and signals.
     "TRACING": False,
+    # -- Admin --
+    # How often the run page, the run list and the dashboard refresh themselves in the browser
+    # (seconds; 0: never, the pages stay as served).
+    "ADMIN_LIVE_SECONDS": 10,
 }
 
 
@@ -149,6 +153,17 @@ class Settings:
     @property
     def tracing(self) -> bool:
         return bool(self._get("TRACING"))
+
+    # -- Admin --
+
+    @property
+    def admin_live_seconds(self) -> int:
+        value = self._get("ADMIN_LIVE_SECONDS")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"OPENWORKFLOW['ADMIN_LIVE_SECONDS'] must be a whole number of seconds, at least 0, got {value!r:.60}"
+            )
+        return value
 
     def unknown_keys(self) -> list[str]:
         user = getattr(django_settings, "OPENWORKFLOW", None) or {}

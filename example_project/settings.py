@@ -94,6 +94,8 @@ SILENCED_SYSTEM_CHECKS = ["security.W019"]
 
 OPENWORKFLOW = {
     "POLL_INTERVAL": "50ms",
+    # How often the admin's run page, run list and dashboard refresh themselves (0: never).
+    "ADMIN_LIVE_SECONDS": env.int("OPENWORKFLOW_ADMIN_LIVE_SECONDS", default=10),
     # Run workflows on Celery workers instead of `manage.py runworkflows`
     # (pip install "django-openworkflow[celery]" redis; see example_project/celery.py):
     # "DISPATCH": "celery",

@@ -31,7 +31,7 @@ from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
 from ..store import queries, run_states
-from . import changelist
+from . import changelist, live
 from .actions import (
     ACTIONS,
     RunAction,
@@ -86,7 +86,9 @@ class WorkflowRunAdmin(admin.ModelAdmin):
     change_list_template = "django_openworkflow/change_list.html"
 
     class Media:
-        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
+        css: ClassVar[dict[str, tuple[str, ...]]] = {
+            "all": ("django_openworkflow/admin.css", "django_openworkflow/live.css")
+        }
 
     # -- list ------------------------------------------------------------------
 
@@ -106,8 +108,8 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"title": gettext("Workflow runs"), **(extra_context or {})}
-        response = printable_page(super().changelist_view(request, extra))
+        extra = {"title": gettext("Workflow runs"), **live.live_context(), **(extra_context or {})}
+        response = live.keep_messages(request, printable_page(super().changelist_view(request, extra)))
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             context.update(changelist.status_counts(request, context["cl"]))
@@ -170,8 +172,15 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         """Runs finished per minute by outcome, failure rate, durations per workflow, queues now."""
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
-        context = self._context(request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET))
-        return PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
+        context = self._context(
+            request,
+            title=gettext("Workflow dashboard"),
+            **dashboard_context(request.GET),
+            **live.live_context(),
+        )
+        return live.keep_messages(
+            request, PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
+        )
 
     def workflow_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """One workflow: versions, schedule, runs by status, durations and failures over a range, a start form."""
@@ -211,8 +220,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             signal_form=signal_form if can_signal else None,
             # "Re-run from here" in the journal: the steps a re-run can start from, for users who may re-run.
             rerun_from=page["rerun_steps"] if self._may_rerun(request, run) else set(),
+            **live.live_context(finished=run.is_finished),
         )
-        return PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+        return live.keep_messages(
+            request, PrintableTemplateResponse(request, "django_openworkflow/run_page.html", context)
+        )
 
     def rerun_from_step_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: what a re-run from ``?step=`` copies and runs again; POST (``step``): start it. Needs "add"."""
