@@ -209,21 +209,23 @@ def set_paused(name: str, paused: bool, by: str = "") -> bool:
     return created and paused
 
 
-def queue_overview(declared: Iterable[str] = (), live: list[WorkerInfo] | None = None) -> list[QueueInfo]:
+def queue_overview(declared: Iterable[str] = (), starting: tuple[str, Sequence[str]] | None = None) -> list[QueueInfo]:
     """Every queue that has unfinished runs, is declared, is paused or is served by name: its state now.
 
-    Three aggregate queries over the claim and (status, worker_id) indexes,
-    and the worker and queue rows.
+    ``starting`` is a worker about to start, (its id, its queues), counted as
+    live. Two aggregate queries over the claim and (status, worker_id)
+    indexes, and the worker and queue rows.
     """
-    backend = get_backend()
-    now = backend.now()
-    live = workers(include_gone=False) if live is None else live
+    now = get_backend().now()
+    live = [(w.worker_id, w.queues) for w in workers(include_gone=False)]
+    if starting is not None:
+        live.append((starting[0], list(starting[1])))
     due = dict(WorkflowRun.objects.due(now).order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n"))
     running = dict(
         WorkflowRun.objects.held().order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n")
     )
     paused = paused_queues()
-    named = {queue for worker in live for queue in worker.queues if queue != ALL_QUEUES}
+    named = {queue for _, queues in live for queue in queues if queue != ALL_QUEUES}
     names = sorted({DEFAULT_QUEUE, *declared, *due, *running, *paused, *named})
     return [
         QueueInfo(
@@ -231,7 +233,7 @@ def queue_overview(declared: Iterable[str] = (), live: list[WorkerInfo] | None =
             due.get(name, 0),
             running.get(name, 0),
             name in paused,
-            [worker.worker_id for worker in live if worker.serves(name)],
+            [worker_id for worker_id, queues in live if ALL_QUEUES in queues or name in queues],
         )
         for name in names
     ]

@@ -131,3 +131,18 @@ def test_pause_and_resume_say_whether_they_changed_anything():
 @pytest.fixture
 def workers_pool(workers):
     return workers
+
+
+def test_a_worker_warns_at_start_up_of_queues_nobody_serves(workers_pool):
+    three_steps.run({"start": 1}, queue="emails")
+    workers.set_paused("billing", True, "test")
+    three_steps.run({"start": 2}, queue="billing")
+    proc = workers_pool.start("--burst", "--poll", "10ms", stderr=subprocess.PIPE)
+    _, err = proc.communicate(timeout=60)
+    log = err.decode()
+    assert proc.returncode == 0
+    assert "openworkflow.W090: No live worker serves queue(s) 'emails' (1 due)" in log
+    assert "Paused on purpose, not counted: billing." in log
+    star = workers_pool.start("--burst", "--poll", "10ms", "--queue", "*", stderr=subprocess.PIPE)
+    _, err = star.communicate(timeout=60)
+    assert "openworkflow.W090" not in err.decode()
