@@ -28,7 +28,7 @@ from typing import Any
 
 from django.db.models import Count
 
-from ..definitions.flow import DEFAULT_QUEUE
+from ..definitions.flow import DEFAULT_QUEUE, check_queue
 from ..models import QueueState, WorkerProcess, WorkflowRun
 from . import get_backend
 from .queries import queue_names
@@ -196,7 +196,11 @@ def workers(*, include_gone: bool = True) -> list[WorkerInfo]:
 
 
 def set_paused(name: str, paused: bool, by: str = "") -> bool:
-    """Pause or resume queue ``name`` (checked by the caller); True if that changed its state."""
+    """Pause or resume queue ``name``; True if that changed its state. InvalidArgument for a bad queue name.
+
+    A queue need not exist to be paused: its runs, once started, wait.
+    """
+    check_queue(name, "pause" if paused else "resume")
     now = get_backend().now()
     changed = QueueState.objects.filter(name=name).exclude(paused=paused).update(
         paused=paused, changed_at=now, changed_by=by[:255]
