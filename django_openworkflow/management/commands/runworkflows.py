@@ -201,6 +201,8 @@ class Command(BaseCommand):
             logging.getLogger("django_openworkflow.worker").warning("could not look for unserved queues: %s", exc)
             return
         for message in found:
+            if message.is_silenced():  # SILENCED_SYSTEM_CHECKS, as for the registered checks
+                continue
             logging.getLogger("django_openworkflow.worker").warning("%s: %s %s", message.id, message.msg, message.hint)
 
     def _serve_metrics(self, where: tuple[str, int]) -> None:
