@@ -23,8 +23,9 @@ def _no_parameters(request: HttpRequest) -> None:
         raise ApiError(400, "unknown_parameter", f"unknown parameter {name!r:.80}; this takes none", name)
 
 
-def _overview() -> list[workers.QueueInfo]:
-    return workers.queue_overview([spec.queue for spec in registry.all()])
+def _overview(*also: str) -> list[workers.QueueInfo]:
+    """Every queue in use, and ``also`` those (a queue just resumed may have no run and no worker)."""
+    return workers.queue_overview([*(spec.queue for spec in registry.all()), *also])
 
 
 @endpoint(GET="view")
@@ -48,7 +49,7 @@ def _pause_view(pause: bool):  # type: ignore[no-untyped-def]
         assert queue is not None
         who = request.user.get_username() if request.user.is_authenticated else ""
         changed = workers.set_paused(queue, pause, f"API: {who}")
-        state = next(found for found in _overview() if found.name == queue)
+        state = next(found for found in _overview(queue) if found.name == queue)
         return json_response({"queue": state.as_dict(), "changed": changed})
 
     view.__name__ = view.__qualname__ = "queue_pause" if pause else "queue_resume"

@@ -85,3 +85,12 @@ def test_a_session_needs_the_csrf_token(django_user_model):
     token = client.cookies["csrftoken"].value
     assert client.post(f"{API}/queues/emails/pause", headers={"X-CSRFToken": token}).status_code == 200
     assert json.loads(client.get(f"{API}/queues").content)["queues"]
+
+
+def test_resuming_a_queue_nothing_uses_answers_its_state(django_user_model):
+    client = _token_client(_user(django_user_model, "change_workflowrun"))
+    answer = client.post(f"{API}/queues/unused/resume")
+    assert answer.status_code == 200
+    assert answer.json()["queue"] == {
+        "name": "unused", "due": 0, "running": 0, "paused": False, "served_by": [], "unserved": False
+    }  # fmt: skip
