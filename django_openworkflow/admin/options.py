@@ -38,6 +38,7 @@ from .forms import SendSignalForm, StartRunForm
 from .markup import run_url
 from .responses import PrintableTemplateResponse, printable_page
 from .run_page import run_page
+from .workers import unserved_context
 
 
 def _list_action(run_action: RunAction) -> Any:
@@ -97,7 +98,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"title": gettext("Workflow runs"), **(extra_context or {})}
+        extra = {"title": gettext("Workflow runs"), **unserved_context(request), **(extra_context or {})}
         response = printable_page(super().changelist_view(request, extra))
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
@@ -148,7 +149,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         context = self._context(
-            request, title=gettext("Workflow dashboard"), **dashboard_context(request.GET.get("hours"))
+            request,
+            title=gettext("Workflow dashboard"),
+            **dashboard_context(request.GET.get("hours")),
+            **unserved_context(request),
         )
         return PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
 

@@ -437,7 +437,9 @@ def _worker_paths() -> dict[str, Any]:
             "get": {
                 "summary": "The workers: live ones first, then those that stopped or died in the last day",
                 "responses": {
-                    "200": _answer("every worker row", _object({"workers": {"type": "array", "items": _ref("Worker")}})),
+                    "200": _answer(
+                        "every worker row", _object({"workers": {"type": "array", "items": _ref("Worker")}})
+                    ),
                     **_errors(400),
                 },
             }

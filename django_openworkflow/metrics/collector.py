@@ -27,7 +27,7 @@ from .workers import worker_gauges
 
 
 class DatabaseCollector(Collector):
-    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds``, ``workflow_runs_in_flight``; the workers' (workers.py)."""
+    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds``, ``workflow_runs_in_flight``; workers.py's."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = get_backend().now()

@@ -35,7 +35,9 @@ def worker_gauges() -> Iterator[GaugeMetricFamily]:
         label = queue_label(queue.name)
         values = (len(queue.served_by), int(queue.unserved), int(queue.paused))
         old = by_label.get(label)
-        by_label[label] = values if old is None else (min(old[0], values[0]), max(old[1], values[1]), max(old[2], values[2]))
+        by_label[label] = (
+            values if old is None else (min(old[0], values[0]), max(old[1], values[1]), max(old[2], values[2]))
+        )
     for label, (count, is_unserved, is_paused) in sorted(by_label.items()):
         served.add_metric([label], count)
         unserved.add_metric([label], is_unserved)

@@ -145,7 +145,9 @@ def beat(worker_id: str, slots_busy: int) -> bool:
     """A heartbeat: seen now, with this many slots busy. False if the row is gone (pruned while frozen)."""
     now = get_backend().now()
     return bool(
-        WorkerProcess.objects.filter(worker_id=worker_id).update(last_seen_at=now, slots_busy=slots_busy, stopped_at=None)
+        WorkerProcess.objects.filter(worker_id=worker_id).update(
+            last_seen_at=now, slots_busy=slots_busy, stopped_at=None
+        )
     )
 
 
@@ -202,8 +204,10 @@ def set_paused(name: str, paused: bool, by: str = "") -> bool:
     """
     check_queue(name, "pause" if paused else "resume")
     now = get_backend().now()
-    changed = QueueState.objects.filter(name=name).exclude(paused=paused).update(
-        paused=paused, changed_at=now, changed_by=by[:255]
+    changed = (
+        QueueState.objects.filter(name=name)
+        .exclude(paused=paused)
+        .update(paused=paused, changed_at=now, changed_by=by[:255])
     )
     if changed:
         return True
@@ -213,29 +217,36 @@ def set_paused(name: str, paused: bool, by: str = "") -> bool:
     return created and paused
 
 
-def queue_overview(declared: Iterable[str] = (), starting: tuple[str, Sequence[str]] | None = None) -> list[QueueInfo]:
+def queue_overview(
+    declared: Iterable[str] = (), starting: tuple[str, Sequence[str]] | None = None, *, running: bool = True
+) -> list[QueueInfo]:
     """Every queue that has unfinished runs, is declared, is paused or is served by name: its state now.
 
     ``starting`` is a worker about to start, (its id, its queues), counted as
     live. Two aggregate queries over the claim and (status, worker_id)
-    indexes, and the worker and queue rows.
+    indexes (the second left out with ``running`` False: counts of 0), and
+    the worker and queue rows.
     """
     now = get_backend().now()
     live = [(w.worker_id, w.queues) for w in workers(include_gone=False)]
     if starting is not None:
         live.append((starting[0], list(starting[1])))
-    due = dict(WorkflowRun.objects.due(now).order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n"))
-    running = dict(
-        WorkflowRun.objects.held().order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n")
+    due = dict(
+        WorkflowRun.objects.due(now).order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n")
     )
+    held: dict[str, int] = {}
+    if running:
+        held = dict(
+            WorkflowRun.objects.held().order_by().values("queue").annotate(n=Count("id")).values_list("queue", "n")
+        )
     paused = paused_queues()
     named = {queue for _, queues in live for queue in queues if queue != ALL_QUEUES}
-    names = sorted({DEFAULT_QUEUE, *declared, *due, *running, *paused, *named})
+    names = sorted({DEFAULT_QUEUE, *declared, *due, *held, *paused, *named})
     return [
         QueueInfo(
             name,
             due.get(name, 0),
-            running.get(name, 0),
+            held.get(name, 0),
             name in paused,
             [worker_id for worker_id, queues in live if ALL_QUEUES in queues or name in queues],
         )
@@ -243,6 +254,24 @@ def queue_overview(declared: Iterable[str] = (), starting: tuple[str, Sequence[s
     ]
 
 
-def unserved_queues(declared: Iterable[str] = ()) -> list[QueueInfo]:
-    """The queues with due runs that are not paused and that no live worker serves."""
-    return [queue for queue in queue_overview(declared) if queue.unserved]
+def unserved_queues() -> list[QueueInfo]:
+    """The queues with due runs that are not paused and that no live worker serves (``running`` left at 0).
+
+    Shown on every run list page, so it reads as little as it can: the due
+    runs by queue (one aggregate over the claim index), the live workers
+    only when something is due, the paused queues only when some due queue
+    is served by none of them.
+    """
+    due = dict(
+        WorkflowRun.objects.due(get_backend().now())
+        .order_by()
+        .values("queue")
+        .annotate(n=Count("id"))
+        .values_list("queue", "n")
+    )
+    if not due:
+        return []
+    live = workers(include_gone=False)
+    waiting = sorted(name for name in due if not any(worker.serves(name) for worker in live))
+    paused = paused_queues() if waiting else set()
+    return [QueueInfo(name, due[name], 0, False) for name in waiting if name not in paused]

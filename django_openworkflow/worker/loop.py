@@ -80,7 +80,9 @@ class Worker:
         self.drain_timeout = parse_duration(owf_settings.drain_timeout if drain_timeout is None else drain_timeout)
         self.burst = burst
         # "*": every queue not paused (presence.py expands it at each heartbeat).
-        named = dict.fromkeys(name if name == ALL_QUEUES else check_queue(name, "runworkflows --queue") for name in queues)
+        named = dict.fromkeys(
+            name if name == ALL_QUEUES else check_queue(name, "runworkflows --queue") for name in queues
+        )
         self.queues = tuple(named) or (DEFAULT_QUEUE,)
         self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"

@@ -28,7 +28,9 @@ def as_json(*args: str) -> Any:
 
 
 def _worker(worker_id: str, queues: list[str], *, seen_ago: timedelta = timedelta(0)) -> None:
-    workers.register(worker_id, host="h1", pid=7, version="0.3.0", queues=queues, slots=4, heartbeat=timedelta(seconds=10))
+    workers.register(
+        worker_id, host="h1", pid=7, version="0.3.0", queues=queues, slots=4, heartbeat=timedelta(seconds=10)
+    )
     if seen_ago:
         WorkerProcess.objects.filter(worker_id=worker_id).update(last_seen_at=get_backend().now() - seen_ago)
 

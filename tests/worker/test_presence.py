@@ -113,7 +113,9 @@ def test_old_rows_are_pruned_live_ones_kept():
         workers.register(
             worker_id, host="h", pid=1, version="0", queues=["default"], slots=1, heartbeat=timedelta(seconds=1)
         )
-    WorkerProcess.objects.filter(worker_id="old").update(last_seen_at=workers.get_backend().now() - workers.KEEP_GONE * 2)
+    WorkerProcess.objects.filter(worker_id="old").update(
+        last_seen_at=workers.get_backend().now() - workers.KEEP_GONE * 2
+    )
     assert workers.prune_gone() == 1
     assert list(WorkerProcess.objects.values_list("worker_id", flat=True)) == ["new"]
 

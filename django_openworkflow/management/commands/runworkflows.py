@@ -75,7 +75,8 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="NAME",
-            help=f"claim runs of this queue only (repeatable); '*' for every queue not paused; default {DEFAULT_QUEUE!r}",
+            help=f"claim runs of this queue only (repeatable); '*' for every queue not paused; "
+            f"default {DEFAULT_QUEUE!r}",
         )
         parser.add_argument(
             "--dispatch-only",
