@@ -1,4 +1,4 @@
-"""The Workers page in a real browser: the example project's themed admin, a real worker, light and dark, 1400 and 390 px.
+"""The Workers page in a real browser: the themed example admin, a real worker, light and dark, 1400 and 390 px.
 
 Beside the seeded runs (``test_browser.py``'s ``example_admin``), a
 ``runworkflows --queue default`` worker runs against the example project's
