@@ -368,7 +368,7 @@ class Worker:
     # -- supervision: heartbeats, slots --
 
     def _supervise(self) -> None:
-        """Renew the leases of the runs in flight every lease/3, and replace slot threads that died.
+        """Renew the leases of the runs in flight every lease/3, with the heartbeat row; replace dead slot threads.
 
         Never ends before it is told to: whatever one round raises is logged,
         and the next round tries again. If rounds keep failing, leases go
