@@ -189,9 +189,9 @@ def claimable_queues(served: Sequence[str], paused: set[str], declared: Iterable
 # -- read by the admin, the CLI, the API, the metrics and the checks --
 
 
-def workers(*, include_gone: bool = True) -> list[WorkerInfo]:
-    """Every worker row, live ones first, then by last seen (newest first)."""
-    now = get_backend().now()
+def workers(*, include_gone: bool = True, now: datetime | None = None) -> list[WorkerInfo]:
+    """Every worker row, live ones first, then by last seen (newest first); ``now``: the database's, if read."""
+    now = get_backend().now() if now is None else now
     rows = [_info(row, now) for row in WorkerProcess.objects.order_by("-last_seen_at")]
     rows.sort(key=lambda worker: worker.state != LIVE)  # stable: keeps last-seen order within each group
     return rows if include_gone else [worker for worker in rows if worker.state == LIVE]
@@ -228,7 +228,7 @@ def queue_overview(
     the worker and queue rows.
     """
     now = get_backend().now()
-    live = [(w.worker_id, w.queues) for w in workers(include_gone=False)]
+    live = [(w.worker_id, w.queues) for w in workers(include_gone=False, now=now)]
     if starting is not None:
         live.append((starting[0], list(starting[1])))
     due = dict(
@@ -258,12 +258,14 @@ def unserved_queues() -> list[QueueInfo]:
     """The queues with due runs that are not paused and that no live worker serves (``running`` left at 0).
 
     Shown on every run list page, so it reads as little as it can: the due
-    runs by queue (one aggregate over the claim index), the live workers
-    only when something is due, the paused queues only when some due queue
-    is served by none of them.
+    runs by queue (one aggregate over the claim index, by the database's
+    clock), the live workers only when something is due (and the clock,
+    read by a query on PostgreSQL and MariaDB), the paused queues only when
+    some due queue is served by none of them.
     """
+    backend = get_backend()
     due = dict(
-        WorkflowRun.objects.due(get_backend().now())
+        WorkflowRun.objects.due(backend.now_expr())
         .order_by()
         .values("queue")
         .annotate(n=Count("id"))
@@ -271,7 +273,7 @@ def unserved_queues() -> list[QueueInfo]:
     )
     if not due:
         return []
-    live = workers(include_gone=False)
+    live = workers(include_gone=False, now=backend.now())
     waiting = sorted(name for name in due if not any(worker.serves(name) for worker in live))
     paused = paused_queues() if waiting else set()
     return [QueueInfo(name, due[name], 0, False) for name in waiting if name not in paused]
