@@ -8,6 +8,8 @@ Authentication, CSRF and errors are ``views.endpoint``'s.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.http import HttpRequest, HttpResponse
 
 from ..definitions.registry import registry
@@ -42,7 +44,7 @@ def queue_list(request: HttpRequest) -> HttpResponse:
     return json_response({"queues": [queue.as_dict() for queue in _overview()]})
 
 
-def _pause_view(pause: bool):  # type: ignore[no-untyped-def]
+def _pause_view(pause: bool) -> Callable[..., HttpResponse]:
     @endpoint(POST="change")
     def view(request: HttpRequest, name: str) -> HttpResponse:
         queue = fields.queue(name, "name")

@@ -172,17 +172,20 @@ def paused_queues() -> set[str]:
     return set(QueueState.objects.filter(paused=True).values_list("name", flat=True))
 
 
-def claimable_queues(served: Sequence[str], paused: set[str], declared: Iterable[str] = ()) -> tuple[str, ...]:
+def claimable_queues(
+    served: Sequence[str], paused: set[str], declared: Iterable[str] = (), *, read: bool = True
+) -> tuple[str, ...]:
     """The queues a worker serving ``served`` claims from now: ``"*"`` expanded, paused ones left out.
 
     ``"*"`` is every queue an unfinished run waits in (one index probe per
-    queue, :func:`~.queries.queue_names`), every ``declared`` one and
-    ``"default"``, read again at each heartbeat: a run in a queue no run
-    used before waits for at most one heartbeat.
+    queue, :func:`~.queries.queue_names`; not read with ``read`` False),
+    every ``declared`` one and ``"default"``, read again at each heartbeat:
+    a run in a queue no run used before waits for at most one heartbeat.
     """
     names: Iterable[str] = served
     if ALL_QUEUES in served:
-        names = sorted({DEFAULT_QUEUE, *declared, *queue_names(), *(q for q in served if q != ALL_QUEUES)})
+        unfinished = queue_names() if read else []
+        names = sorted({DEFAULT_QUEUE, *declared, *unfinished, *(q for q in served if q != ALL_QUEUES)})
     return tuple(name for name in names if name not in paused)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -36,11 +37,14 @@ class Presence:
         self.served = tuple(served)
         self.slots = slots
         self.heartbeat = heartbeat
-        # Before the first read: the queues named (for "*", the declared ones), nothing paused.
-        self.claim_queues: tuple[str, ...] = workers.claimable_queues(self.served, set(), self._declared())
+        # Until start() reads the database: the queues named (for "*", the declared ones), nothing paused.
+        self.claim_queues: tuple[str, ...] = workers.claimable_queues(self.served, set(), self._declared(), read=False)
         self.paused: frozenset[str] = frozenset()  # rebound with claim_queues, by the same threads
         self._registered = False  # written by whichever thread writes the row (never two at once)
         self._next_prune = 0.0  # the supervisor's only, after start()
+        # Set by stop(): a heartbeat stuck in the database until after it (an unhealthy worker's
+        # exit does not wait for it) must not write the row live again.
+        self._stopped = threading.Event()
 
     @staticmethod
     def _declared() -> list[str]:
@@ -70,6 +74,8 @@ class Presence:
         A database error is logged and the previous queues kept: the lease
         renewal beside it decides whether the worker is still healthy.
         """
+        if self._stopped.is_set():
+            return
         try:
             if not self._registered or not workers.beat(self.worker_id, busy):
                 self.start()  # the row was never written, or pruned while this worker was frozen
@@ -96,6 +102,7 @@ class Presence:
 
     def stop(self) -> None:
         """A clean stop: the row says so, so the admin shows this worker's queues without it at once."""
+        self._stopped.set()
         try:
             workers.mark_stopped(self.worker_id)
         except DatabaseError as exc:

@@ -148,3 +148,13 @@ def test_a_worker_warns_at_start_up_of_queues_nobody_serves(workers_pool):
     star = workers_pool.start("--burst", "--poll", "10ms", "--queue", "*", stderr=subprocess.PIPE)
     _, err = star.communicate(timeout=60)
     assert "openworkflow.W090" not in err.decode()
+
+
+def test_a_heartbeat_after_the_stop_leaves_the_row_stopped():
+    """An unhealthy worker exits without waiting for a heartbeat stuck in the database: it must not revive the row."""
+    presence = Presence("test-host:2:abc", ["*"], 1, timedelta(seconds=1))
+    assert presence.claim_queues[0] == "default"  # before start(): nothing read from the database
+    presence.start()
+    presence.stop()
+    presence.beat(1)
+    assert WorkerProcess.objects.get(worker_id="test-host:2:abc").stopped_at is not None
