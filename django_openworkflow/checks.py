@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from django.apps import apps
@@ -231,6 +232,31 @@ def check_workflow_tables(app_configs: Any = None, databases: Any = None, **kwar
             f"The workflow tables are not ready: {problem}",
             hint="Until they are, `runworkflows` refuses to start and Celery workers' tasks fail.",
             id="openworkflow.W080",
+        )
+    ]
+
+
+def check_queues_served(worker_id: str, serving: Sequence[str]) -> list[checks.CheckMessage]:
+    """At a worker's start-up: queues with due runs that neither this worker (``serving``) nor a live one serves.
+
+    A warning, not an error: another worker may be on its way. Paused
+    queues are named apart, since their runs wait on purpose.
+    """
+    from .definitions.registry import registry
+    from .store import workers
+
+    overview = workers.queue_overview([spec.queue for spec in registry.all()], (worker_id, serving))
+    unserved = [queue for queue in overview if queue.unserved]
+    if not unserved:
+        return []
+    names = ", ".join(f"{queue.name!r} ({queue.due} due)" for queue in unserved)
+    paused = [queue.name for queue in overview if queue.paused and queue.due]
+    return [
+        checks.Warning(
+            f"No live worker serves queue(s) {names}: their runs wait until one does.",
+            hint="Start a worker with `runworkflows --queue NAME` for each (repeatable), or `--queue '*'` for every "
+            "queue." + (f" Paused on purpose, not counted: {', '.join(paused)}." if paused else ""),
+            id="openworkflow.W090",
         )
     ]
 

@@ -1,5 +1,5 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
-events, gates and schedules, and the HTTP API's tokens."""
+events, gates and schedules, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
 
 from __future__ import annotations
 
@@ -27,12 +27,14 @@ __all__ = [
     "ApiToken",
     "Event",
     "Gate",
+    "QueueState",
     "RunStatus",
     "Schedule",
     "Signal",
     "StepAttempt",
     "StepKind",
     "StepStatus",
+    "WorkerProcess",
     "WorkflowRun",
 ]
 
@@ -395,6 +397,60 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.cron} {self.timezone})"
+
+
+class WorkerProcess(models.Model):
+    """A ``runworkflows`` worker's heartbeat row: written at its start, at each heartbeat, and when it stops.
+
+    Live while ``last_seen_at`` is within a few heartbeats (``store/workers.py``
+    says how many); rows of workers that stopped or died are kept for a while
+    so that the admin shows what went away, then pruned by the workers.
+    """
+
+    worker_id = models.CharField(verbose_name=_("worker id"), max_length=64, unique=True)
+    host = models.CharField(verbose_name=_("host"), max_length=255)
+    pid = models.IntegerField(verbose_name=_("pid"))
+    version = models.CharField(verbose_name=_("version"), max_length=64, help_text=_("django-openworkflow's."))
+    queues = models.JSONField(verbose_name=_("queues"), default=list, help_text=_('The queues it serves; "*": all.'))
+    slots_busy = models.IntegerField(verbose_name=_("busy slots"), default=0)
+    slots_total = models.IntegerField(verbose_name=_("slots"), default=0)
+    heartbeat_seconds = models.FloatField(verbose_name=_("heartbeat"), help_text=_("Seconds between heartbeats."))
+    started_at = models.DateTimeField(verbose_name=_("started at"))
+    last_seen_at = models.DateTimeField(verbose_name=_("last seen at"), db_index=True)
+    stopped_at = models.DateTimeField(
+        verbose_name=_("stopped at"), null=True, blank=True, help_text=_("Set when it stopped cleanly.")
+    )
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
+    class Meta:
+        db_table = "openworkflow_worker"
+        verbose_name = _("worker")
+        verbose_name_plural = _("workers")
+        ordering = ["-last_seen_at"]
+
+    def __str__(self) -> str:
+        return self.worker_id
+
+
+class QueueState(models.Model):
+    """A queue's persisted state: whether it is paused. Queues without a row are not paused."""
+
+    name = models.CharField(verbose_name=_("queue"), max_length=64, unique=True)
+    paused = models.BooleanField(verbose_name=_("paused"), default=False)
+    changed_at = models.DateTimeField(verbose_name=_("changed at"))
+    changed_by = models.CharField(verbose_name=_("changed by"), max_length=255, blank=True, default="")
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
+    class Meta:
+        db_table = "openworkflow_queue"
+        verbose_name = _("queue")
+        verbose_name_plural = _("queues")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 TOKEN_START = "owf_"

@@ -46,6 +46,7 @@ from .forms import SendSignalForm, StartRunForm
 from .markup import run_url
 from .responses import PrintableTemplateResponse, printable_page
 from .run_page import run_page
+from .workers import unserved_context
 from .workflow_page import workflow_context
 
 
@@ -108,7 +109,12 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return changelist.search(queryset, search_term), False
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra = {"title": gettext("Workflow runs"), **live.live_context(), **(extra_context or {})}
+        extra = {
+            "title": gettext("Workflow runs"),
+            **live.live_context(),
+            **unserved_context(request),
+            **(extra_context or {}),
+        }
         response = live.keep_messages(request, printable_page(super().changelist_view(request, extra)))
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
@@ -177,6 +183,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
             title=gettext("Workflow dashboard"),
             **dashboard_context(request.GET),
             **live.live_context(),
+            **unserved_context(request),
         )
         return live.keep_messages(
             request, PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)

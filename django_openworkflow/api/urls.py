@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import filter_actions, views
+from . import filter_actions, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -17,6 +17,10 @@ urlpatterns: list[URLPattern] = [
     path("api/runs/<str:run_id>/signals", views.run_signal, name="api-run-signals"),
     path("api/events", views.events, name="api-events"),
     path("api/workflows", views.workflows, name="api-workflows"),
+    path("api/workers", workers.worker_list, name="api-workers"),
+    path("api/queues", workers.queue_list, name="api-queues"),
+    path("api/queues/<str:name>/pause", workers.queue_pause, name="api-queue-pause"),
+    path("api/queues/<str:name>/resume", workers.queue_resume, name="api-queue-resume"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -1,4 +1,5 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens.
+"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens;
+queues (pause, resume) and workers.
 
 The management command only builds the parser (:func:`add_arguments`) and calls :func:`dispatch`.
 Every subcommand prints a human-readable answer, or JSON with ``--json``; every error is a
@@ -40,6 +41,7 @@ from .common import command_error, print_json, read_json_option, resolve_run
 from .input_index import add_input_index_parser, input_index_command
 from .matching import add_filter_options, add_matching_options, matching_command, wants_matching
 from .prune import add_prune_parser, prune_command
+from .queues import add_queue_parsers, queue_command, queues_command, workers_command
 from .replay import add_check_replay_parser, check_replay_command
 from .runs_view import list_command, show_command
 from .stats import add_stats_parser, stats_command
@@ -140,6 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_input_index_parser,
         add_token_parser,
         add_check_replay_parser,
+        add_queue_parsers,
     ):
         add_parser(sub, common)
 
@@ -305,4 +308,7 @@ SUBCOMMANDS: dict[str, Handler] = {
     "prune": prune_command,
     "input-index": input_index_command,
     "token": token_command,
+    "queues": queues_command,
+    "queue": queue_command,
+    "workers": workers_command,
 }

@@ -23,10 +23,11 @@ from ..definitions.registry import registry
 from ..store import get_backend
 from ..store.gauges import QueueDepth, due_by_queue, held_by_workflow
 from .labels import queue_label, workflow_label
+from .workers import worker_gauges
 
 
 class DatabaseCollector(Collector):
-    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds`` and ``workflow_runs_in_flight``."""
+    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds``, ``workflow_runs_in_flight``; workers.py's."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = get_backend().now()
@@ -61,6 +62,7 @@ class DatabaseCollector(Collector):
         for name in sorted({*(spec.name for spec in registry.all()), *held}):
             in_flight.add_metric([name], held.get(name, 0))
         yield in_flight
+        yield from worker_gauges()  # workers.py: live workers, unserved and paused queues
 
 
 def _merged(one: QueueDepth, other: QueueDepth) -> QueueDepth:

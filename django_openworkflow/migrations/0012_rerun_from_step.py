@@ -11,7 +11,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_openworkflow", "0010_api_tokens"),
+        ("django_openworkflow", "0011_workers_and_queues"),
     ]
 
     operations = [

@@ -34,6 +34,8 @@ from ..durations import Duration, parse_duration
 from ..store import get_backend
 from ..store.notify import DUE_CHANNEL, Listener
 from ..store.records import ClaimedRun
+from ..store.workers import ALL_QUEUES
+from .presence import Presence
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 from .signals import relayed_signals
 
@@ -77,7 +79,10 @@ class Worker:
         self.poll_interval = parse_duration(owf_settings.poll_interval if poll_interval is None else poll_interval)
         self.drain_timeout = parse_duration(owf_settings.drain_timeout if drain_timeout is None else drain_timeout)
         self.burst = burst
-        named = dict.fromkeys(check_queue(name, "runworkflows --queue") for name in queues)
+        # "*": every queue not paused (presence.py expands it at each heartbeat).
+        named = dict.fromkeys(
+            name if name == ALL_QUEUES else check_queue(name, "runworkflows --queue") for name in queues
+        )
         self.queues = tuple(named) or (DEFAULT_QUEUE,)
         self.store = get_backend()
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -92,6 +97,8 @@ class Worker:
         self._slot_runs: dict[str, ClaimedRun] = {}  # what each slot thread is executing; guarded by _lock
         self.runner = SliceRunner(self.store, logger)
         self.leases = LeaseKeeper(self.store, self.worker_id, self.lease)
+        # The heartbeat row and the queues claimed from now (paused ones left out): see presence.py.
+        self.presence = Presence(self.worker_id, self.queues, self.concurrency, self.leases.interval)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._due_listener: Listener | None = None  # set by run(), before the claim loop starts
@@ -149,6 +156,7 @@ class Worker:
             self._run(until)
 
     def _run(self, until: Callable[[], bool] | None) -> None:
+        self.presence.start()  # before the supervisor starts: this thread is its only writer until then
         for i in range(self.concurrency):
             self._start_slot(f"owf-slot-{i}")
         supervisor = self._supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
@@ -179,8 +187,10 @@ class Worker:
             supervisor.join(None if self.failure is None else self.lease.total_seconds())
             if self.failure is None:
                 self._release_stuck()
+                self.presence.stop()
             else:
                 _bounded(self._release_stuck, self.lease.total_seconds(), "releasing the runs still executing")
+                _bounded(self.presence.stop, self.lease.total_seconds(), "marking this worker stopped")
             if self.pruner is not None:
                 self.pruner.join(5)
             connections.close_all()
@@ -262,8 +272,14 @@ class Worker:
             # after the claim looked, so it is looked for once more.
             with self._lock:
                 idle = not self._in_flight
+            queues = self.presence.claim_queues  # rebound by the heartbeat: a pause holds from the next claim
+            if not queues:  # every queue this worker serves is paused
+                if self.burst and idle:
+                    return
+                self._wake.wait(poll)
+                continue
             try:
-                claimed = self.store.claim(self.worker_id, free, self.lease, self.queues)
+                claimed = self.store.claim(self.worker_id, free, self.lease, queues)
                 errors = 0
             except DatabaseError as exc:
                 errors += 1
@@ -352,7 +368,7 @@ class Worker:
     # -- supervision: heartbeats, slots --
 
     def _supervise(self) -> None:
-        """Renew the leases of the runs in flight every lease/3, and replace slot threads that died.
+        """Renew the leases of the runs in flight every lease/3, with the heartbeat row; replace dead slot threads.
 
         Never ends before it is told to: whatever one round raises is logged,
         and the next round tries again. If rounds keep failing, leases go
@@ -371,7 +387,9 @@ class Worker:
                         next_beat = now + interval
                         with self._lock:
                             held = list(self._in_flight.values())
+                            busy = len(self._slot_runs)
                         self.leases.renew(held)
+                        self.presence.beat(busy)
                 except Exception:
                     logger.exception("heartbeat round failed; trying again in %gs", tick)
                     with contextlib.suppress(Exception):  # the handler itself must not end the thread

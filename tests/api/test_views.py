@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
+import re
 import urllib.error
 import urllib.request
 import uuid
@@ -398,7 +399,7 @@ def test_the_openapi_schema_describes_every_route(client: Client) -> None:
     schema = client.get(f"{API}/openapi.json").json()
     assert schema["openapi"].startswith("3.1") and schema["servers"] == [{"url": API}]
     routes = {
-        "/" + str(pattern.pattern).removeprefix("api/").replace("<str:run_id>", "{run_id}")
+        "/" + re.sub(r"<str:(\w+)>", r"{\1}", str(pattern.pattern).removeprefix("api/"))
         for pattern in api_urls.urlpatterns
         if isinstance(pattern, URLPattern) and "<rest>" not in str(pattern.pattern)
     } - {"/openapi.json"}

@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connections
 
-from ...checks import workflow_tables_problem
+from ...checks import check_queues_served, workflow_tables_problem
 from ...conf import owf_settings
 from ...definitions.flow import DEFAULT_QUEUE
 from ...definitions.registry import registry
@@ -75,7 +75,8 @@ class Command(BaseCommand):
             action="append",
             dest="queues",
             metavar="NAME",
-            help=f"claim runs of this queue only (repeatable); default {DEFAULT_QUEUE!r}",
+            help=f"claim runs of this queue only (repeatable); '*' for every queue not paused; "
+            f"default {DEFAULT_QUEUE!r}",
         )
         parser.add_argument(
             "--dispatch-only",
@@ -118,6 +119,7 @@ class Command(BaseCommand):
         # watches from a thread of its own): a Ctrl-C from here on drains the worker, with no traceback.
         with worker.signals_handled():
             self._start(options["metrics_port"])
+            self._warn_unserved(worker.worker_id, worker.queues)
             served = ", ".join(f"{s.name}@{s.version}" if s.version else s.name for s in registry.all()) or "none"
             logging.getLogger("django_openworkflow.worker").info(
                 "worker %s: database %s (%s), queues %s, concurrency %d, lease %ss, poll %sms, workflows: %s",
@@ -192,6 +194,18 @@ class Command(BaseCommand):
                 return
         if problem is not None:
             raise CommandError(f"cannot start: {problem}")
+
+    def _warn_unserved(self, worker_id: str, queues: tuple[str, ...]) -> None:
+        """The start-up check ``openworkflow.W090``: queues with due runs that no worker, this one included, serves."""
+        try:
+            found = check_queues_served(worker_id, queues)
+        except DatabaseError as exc:  # not worth failing the start for: the admin and the metrics say it too
+            logging.getLogger("django_openworkflow.worker").warning("could not look for unserved queues: %s", exc)
+            return
+        for message in found:
+            if message.is_silenced():  # SILENCED_SYSTEM_CHECKS, as for the registered checks
+                continue
+            logging.getLogger("django_openworkflow.worker").warning("%s: %s %s", message.id, message.msg, message.hint)
 
     def _serve_metrics(self, where: tuple[str, int]) -> None:
         from ... import metrics
