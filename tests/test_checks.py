@@ -186,8 +186,9 @@ def test_a_partly_migrated_database_names_the_migrations_left(fresh):
     assert (
         f"{len(left)} migration(s) that django_openworkflow needs are not applied on database 'default'" in proc.stderr
     )
-    names = ", ".join(f"django_openworkflow.{name}" for name in left)
-    assert f"{names}. Run `manage.py migrate` first." in proc.stderr
+    names = [f"django_openworkflow.{name}" for name in left]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")  # the first three
+    assert f"{shown}. Run `manage.py migrate` first." in proc.stderr
 
 
 def test_tables_dropped_under_a_running_worker_make_its_warnings_say_to_migrate(fresh):

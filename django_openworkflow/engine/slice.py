@@ -65,8 +65,8 @@ class Slice(RunningStepTracking):
         self.worker_id = claimed.worker_id
         self._claimed = claimed
         # A run never claimed has an empty journal, but for the rows a re-run from a step copied.
-        copied = self.run.rerun_from_step is not None
-        attempts = [] if claimed.fresh and not copied else self.store.load_history(self.run.id)
+        fresh = claimed.fresh and self.run.rerun_from_step is None
+        attempts = [] if fresh else self.store.load_history(self.run.id)
         self.history = History(attempts, self.run.attempts)
         self.pending: Pending = []
         # What the previous slice left to charge: its holder died mid-slice (the
@@ -376,8 +376,7 @@ class Slice(RunningStepTracking):
         """
         if self.lease_valid is not None and not self.lease_valid():
             raise LeaseLapsed(self.run.id)
-        # The run has failed for good: its on_failure step (alerting) may pass the cap and the deadline.
-        if self.history.count + more >= self.max_attempts and not self.alerting:
+        if self.history.count + more >= self.max_attempts and not self.alerting:  # on_failure may pass it
             raise FailRun(
                 engine_error(
                     STEP_LIMIT_EXCEEDED,
@@ -395,7 +394,7 @@ class Slice(RunningStepTracking):
 
     def check_deadline(self, at: datetime, step: str | None = None) -> None:
         deadline = self.run.deadline_at
-        if deadline is not None and at > deadline and not self.alerting:
+        if deadline is not None and at > deadline and not self.alerting:  # nor the deadline: the run has failed
             raise FailRun(
                 engine_error("DeadlineExceeded", f"the run's deadline {deadline.isoformat()} has passed", step)
             )

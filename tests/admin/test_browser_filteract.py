@@ -98,7 +98,7 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
                     page.wait_for_load_state()
                     done = f"Sent back to pending: {FAILED + 1} runs."
                     assert page.locator(".messagelist .success").inner_text() == done
-                    assert page.locator(".messagelist .warning").inner_text() == (
+                    assert page.locator(".messagelist .warning", has_text="Retry from failed step").inner_text() == (
                         f"Retry from failed step: skipped {COMPLETED} runs: it has not failed (it is completed)."
                     )
                 context.close()
