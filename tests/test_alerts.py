@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import django
 import pytest
 from django.core import mail
 from django.core.cache import cache
@@ -13,10 +14,13 @@ from tests.fixtures.testapp.workflows import always_fails, fails_in_child, three
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+# Django 6 takes addresses and deprecates (name, address) pairs; Django 5.2 takes only pairs.
+ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
+
 
 @pytest.fixture
 def alerting(settings):
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.ADMINS = ADMINS
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "MAIL_ADMINS_ON_FAILURE": "1h", "SITE_URL": "https://ops.example"}
     cache.clear()  # the period's marks
@@ -49,7 +53,7 @@ def test_one_mail_per_workflow_per_period(alerting):
 
 def test_no_mail_unless_the_setting_asks(settings):
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-    settings.ADMINS = [("Ops", "ops@example.com")]
+    settings.ADMINS = ADMINS
     mail.outbox.clear()
     always_fails.run()
     drain()
