@@ -1,0 +1,170 @@
+"""The building blocks of the OpenAPI document (``schema.py``): the run, step and error schemas, and helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
+
+TIME = {"type": ["string", "null"], "format": "date-time"}
+TEXT = {"type": "string"}
+OPTIONAL_TEXT = {"type": ["string", "null"]}
+ANY: dict[str, Any] = {}
+PAYLOAD: dict[str, Any] = {
+    "description": "any JSON value of at most OPENWORKFLOW['MAX_PAYLOAD_BYTES'] (413 over it), nested at most 30 "
+    "levels, its text without NUL characters or lone surrogates (400 bad_payload otherwise)"
+}
+
+
+def _nullable(schema: dict[str, Any], description: str = "") -> dict[str, Any]:
+    """``schema`` or JSON null, which means the same as leaving the field out."""
+    return {**schema, "type": [schema["type"], "null"], **({"description": description} if description else {})}
+
+
+RUN = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "workflow": TEXT,
+        "version": OPTIONAL_TEXT,
+        "status": {
+            "enum": list(STATUS_FIELD_VALUES),
+            "description": "the stored status, but parked for a running run no worker holds",
+        },
+        "display_status": {
+            "enum": list(DISPLAY_STATUSES),
+            "description": "what the admin and the CLI show: parked runs told apart as retrying, waiting or parked",
+        },
+        "attempts": {"type": "integer", "description": "failed workflow-level attempts"},
+        "worker_id": OPTIONAL_TEXT,
+        "idempotency_key": OPTIONAL_TEXT,
+        "created_at": TIME,
+        "started_at": TIME,
+        "finished_at": TIME,
+        "available_at": {**TIME, "description": "null while the run waits for a concurrency place"},
+        "deadline_at": TIME,
+        "queue": TEXT,
+        "priority": {"type": "integer"},
+        "concurrency_key": OPTIONAL_TEXT,
+        "concurrency_limit": {"type": ["integer", "null"]},
+        "concurrency_counts_parked": {"type": ["boolean", "null"]},
+        "blocked_at": {**TIME, "description": "since when the run waits for a concurrency place"},
+        "rate_key": OPTIONAL_TEXT,
+        "rate_limit": {"type": ["integer", "null"]},
+        "rate_period": {"type": ["number", "null"], "description": "seconds"},
+        "debounce_key": OPTIONAL_TEXT,
+        "retention_seconds": {"type": ["number", "null"]},
+        "expires_at": TIME,
+        "rerun_of": {"type": ["string", "null"], "format": "uuid", "description": "the run this one re-runs"},
+        "rerun_from_step": {
+            **OPTIONAL_TEXT,
+            "description": "the step a re-run started from; the steps before it were copied from rerun_of",
+        },
+        "input": {**ANY, "description": "only on a single run, not in lists"},
+        "output": ANY,
+        "error": {"type": ["object", "null"]},
+    },
+}
+RUN["required"] = [name for name in RUN["properties"] if name not in ("input", "output", "error")]
+STEP = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "step": TEXT,
+        "kind": TEXT,
+        "status": {"enum": ["running", "completed", "failed"]},
+        "attempt": {"type": "integer", "description": "the attempt at this step, from 1"},
+        "started_at": TIME,
+        "finished_at": TIME,
+        "output": ANY,
+        "error": {"type": ["object", "null"]},
+        "context": {"type": ["object", "null"]},
+        "child_run_id": {"type": ["string", "null"], "format": "uuid"},
+        "copied_from": {
+            "type": ["integer", "null"],
+            "description": "in a re-run from a step: the id of the attempt of the run it re-runs that this row copies",
+        },
+    },
+}
+STEP["required"] = list(STEP["properties"])
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "field"],
+            "properties": {
+                "code": {
+                    "type": "string",
+                    "description": "what a program can test: invalid, missing_field, unknown_field, "
+                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, out_of_range "
+                    "(the last three: rules a JSON Schema cannot state), not_authenticated, malformed_token, "
+                    "unknown_token, revoked_token, expired_token, inactive_user, permission_denied, "
+                    "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
+                    "run_finished, too_large, not_json, count_changed",
+                    "examples": ["invalid", "not_found", "refused", "permission_denied"],
+                },
+                "message": TEXT,
+                "field": {**OPTIONAL_TEXT, "description": "the field or parameter at fault, if one is"},
+            },
+        }
+    },
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    why = {
+        400: "bad input: malformed JSON, an unknown or missing field or parameter, a value of the wrong type, "
+        "length, range or pattern; the error's field names it",
+        401: "not logged in and no token, or a Bearer token that is malformed, unknown, revoked or expired, "
+        "or whose user is inactive (the code says which)",
+        403: "no permission, or the CSRF check failed",
+        404: "no such run or workflow",
+        409: "the operation cannot apply to the run (the message says why); on runs/actions: count_changed, the "
+        "filter matches more runs than confirm_count",
+        413: "the request body or a payload is too large",
+        415: "the body is not sent as application/json (forms and multipart bodies are never read)",
+    }
+    return {str(status): _answer(why[status], _ref("Error")) for status in (401, 403, *statuses)}
+
+
+def _body(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    schema = {"type": "object", "required": required, "properties": properties, "additionalProperties": False}
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "in": "query", "description": description, "schema": schema}
+
+
+RUN_ID = {"name": "run_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}}
+
+
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """An answer's object: every property always there."""
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
+RUN_ANSWER = _object({"run": _ref("Run")})
+
+
+def _operation(
+    summary: str, permission: str, ok: str = "200", statuses: tuple[int, ...] = (404, 409)
+) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "description": f"Needs the {permission} permission on workflow runs.",
+            "parameters": [RUN_ID],
+            "responses": {ok: _answer("the run as it is now", RUN_ANSWER), **_errors(*statuses)},
+        }
+    }
