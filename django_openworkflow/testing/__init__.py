@@ -196,6 +196,12 @@ class WorkflowRunner:
                         continue
                     if skip and self._skip_timers(scope, skipped, served):
                         continue
+                    # A run whose time came between that claim and the skip was neither
+                    # claimed nor made due: one more claim before the drain may end.
+                    claimed = self._claim_one(scope, served)
+                    if claimed is not None:
+                        done.append(self._execute(claimed))
+                        continue
                     if until is not None:
                         raise DrainError(
                             f"nothing left to execute and the until condition is still false: {self._describe(scope)}"

@@ -13,12 +13,14 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
 from django.test import TestCase, override_settings
+from django.utils import timezone
 
 from django_openworkflow import get_run, send_event
 from django_openworkflow.engine.execute import Outcome
@@ -70,6 +72,30 @@ def test_drain_with_committed_writes() -> None:
     handle = signup_view("grace")
     drain()
     assert handle.result(timeout=0) == {"greeting": "hello grace"}
+
+
+class _DueBetweenClaimAndSkip(WorkflowRunner):
+    """Its first empty claim puts the run 5 ms ahead, then waits it out: the run falls due before the skip looks."""
+
+    run_id: Any = None
+
+    def _claim_one(self, scope: Any, served: Any) -> Any:
+        claimed = super()._claim_one(scope, served)
+        if claimed is None and self.run_id is not None:
+            WorkflowRun.objects.filter(id=self.run_id).update(available_at=self.store.now() + timedelta(milliseconds=5))
+            self.run_id = None
+            time.sleep(0.02)
+        return claimed
+
+
+def test_drain_executes_a_run_that_falls_due_between_its_claim_and_its_skip() -> None:
+    # A retry's short backoff can end just then: the skip no longer sees it as future, the claim saw it as future.
+    handle = signup_view("lin")
+    WorkflowRun.objects.filter(id=handle.id).update(available_at=timezone.now() + timedelta(hours=1))
+    runner = _DueBetweenClaimAndSkip()
+    runner.run_id = handle.id
+    runner.drain()
+    assert handle.result(timeout=0) == {"greeting": "hello lin"}
 
 
 def test_drain_with_nothing_to_do_returns_no_slices() -> None:
