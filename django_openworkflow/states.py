@@ -1,6 +1,6 @@
 """The statuses and step kinds, as plain string enums.
 
-They live apart from ``models.py`` so that the engine can name a status
+They live apart from ``models/`` so that the engine can name a status
 without importing Django's database layer; the model fields take their
 choices from here. Members compare equal to their string values. Labels
 are translated lazily (``gettext_lazy``): reading them needs no settings,

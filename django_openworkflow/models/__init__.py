@@ -1,0 +1,31 @@
+"""The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
+events, gates and schedules, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
+
+from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from .messages import Event, Gate, Signal
+from .operations import QueueState, Schedule, WorkerProcess
+from .runs import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
+from .tokens import TOKEN_PREFIX_LENGTH, TOKEN_START, ApiToken, ApiTokenManager, token_digest
+
+__all__ = [
+    "CLAIMABLE_STATUSES",
+    "FINISHED_STATUSES",
+    "IS_HELD",
+    "IS_PARKED",
+    "TOKEN_PREFIX_LENGTH",
+    "TOKEN_START",
+    "ApiToken",
+    "ApiTokenManager",
+    "Event",
+    "Gate",
+    "QueueState",
+    "RunStatus",
+    "Schedule",
+    "Signal",
+    "StepAttempt",
+    "StepKind",
+    "StepStatus",
+    "WorkerProcess",
+    "WorkflowRun",
+    "token_digest",
+]
