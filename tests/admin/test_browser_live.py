@@ -24,10 +24,9 @@ import pytest
 
 from tests.admin.test_browser import (
     ARTIFACTS,
-    CHROMIUM,
+    NEEDS_CHROMIUM,
     PASSWORD,
     PHONE,
-    REQUIRE_BROWSER,
     ROOT,
     WCAG_AA,
     WIDE,
@@ -39,9 +38,7 @@ from tests.admin.test_browser import (
     server_problems,
 )
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.exists() and not REQUIRE_BROWSER, reason="needs Debian's chromium at /usr/bin/chromium"
-)
+pytestmark = NEEDS_CHROMIUM  # on every leg: it serves the suite's own kind of database
 WAIT_MS = 20_000  # a refresh comes every second; a loaded machine may take far longer to serve one
 
 
