@@ -306,13 +306,18 @@ def test_the_themed_admin_in_a_real_browser(example_admin: dict[str, Any]) -> No
             shutil.copyfile(ARTIFACTS / f"readme-{name}", DOCS / name)
 
 
-def _look(page: Any, base: str, scheme: str) -> None:
-    """Log in, then check the list and the run pages in one colour scheme."""
-    page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/")
+def log_in(page: Any, base: str, path: str = "/admin/django_openworkflow/workflowrun/") -> None:
+    """Log in to the example project's admin as its superuser, and land on ``path``."""
+    page.goto(f"{base}/admin/login/?next={path}")
     page.fill("#id_username", "admin")
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
-    page.wait_for_url("**/admin/django_openworkflow/workflowrun/")
+    page.wait_for_url(f"**{path}")
+
+
+def _look(page: Any, base: str, scheme: str) -> None:
+    """Log in, then check the list and the run pages in one colour scheme."""
+    log_in(page, base)
     # The example project's theme is on (django-admin-interface marks the body).
     assert "admin-interface" in (page.locator("body").get_attribute("class") or "")
 

@@ -22,7 +22,6 @@ from tests.admin.browser_checks import CONTRAST_JS
 from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
-    PASSWORD,
     PHONE,
     ROOT,
     WCAG_AA,
@@ -31,6 +30,7 @@ from tests.admin.test_browser import (
     _list_url,
     chromium,
     example_admin,  # noqa: F401  (a fixture)
+    log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium, and on a server database's leg of Django 5.2)
     server_problems,
 )
@@ -81,7 +81,7 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
                 context = browser.new_context(viewport=viewport, color_scheme=scheme)
                 watched = Watched(context.new_page())
                 page = watched.page
-                _log_in(page, base)
+                log_in(page, base)
                 _ask_for_every_matching_run(page, base)
                 _check_confirmation(page, viewport["width"])
                 name = f"select-all-confirm-{scheme}-{viewport['width']}.png"
@@ -103,14 +103,6 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
     if os.environ.get("OPENWORKFLOW_SCREENSHOTS") == "docs":
         for name in DOCS_PICTURES:
             shutil.copyfile(ARTIFACTS / name, DOCS / name)
-
-
-def _log_in(page: Any, base: str) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/django_openworkflow/workflowrun/")
 
 
 def _ask_for_every_matching_run(page: Any, base: str) -> None:

@@ -35,6 +35,7 @@ from tests.admin.test_browser import (  # noqa: F401 (example_admin: a fixture, 
     _readme_picture,
     chromium,
     example_admin,
+    log_in,
     pytestmark,
     server_problems,
 )
@@ -80,11 +81,7 @@ def test_rerun_from_a_step_in_a_real_browser(example_admin: dict[str, Any], tmp_
             watched = Watched(context.new_page())
             page = watched.page
             if scheme == "light":
-                page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/")
-                page.fill("#id_username", "admin")
-                page.fill("#id_password", PASSWORD)
-                page.click("input[type=submit]")
-                page.wait_for_url("**/admin/django_openworkflow/workflowrun/")
+                log_in(page, base)
                 context.storage_state(path=str(tmp_path / "state.json"))
             else:
                 context.close()

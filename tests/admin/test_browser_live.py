@@ -25,7 +25,6 @@ import pytest
 from tests.admin.test_browser import (
     ARTIFACTS,
     NEEDS_CHROMIUM,
-    PASSWORD,
     PHONE,
     ROOT,
     WCAG_AA,
@@ -35,6 +34,7 @@ from tests.admin.test_browser import (
     _list_url,
     chromium,
     example_admin,  # noqa: F401  # the fixture live_admin builds on
+    log_in,
     server_problems,
 )
 
@@ -144,7 +144,7 @@ def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
         # change comes from another process (about a second each), so four passes would cost a minute.
         context = browser.new_context(viewport=WIDE, color_scheme="light")
         watched = Watched(context.new_page())
-        _log_in(watched.page, base)
+        log_in(watched.page, base)
         _run_page(watched.page, base, database, "light-1400")
         _run_list(watched.page, base, database, "light-1400")
         _dashboard(watched.page, base, database, "light-1400")
@@ -156,7 +156,7 @@ def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
             context = browser.new_context(viewport=viewport, color_scheme=scheme)
             watched = Watched(context.new_page())
             where = f"{scheme}-{viewport['width']}"
-            _log_in(watched.page, base)
+            log_in(watched.page, base)
             for name, path in (
                 ("run", f"/admin/django_openworkflow/workflowrun/{run_id}/change/"),
                 ("list", "/admin/django_openworkflow/workflowrun/?workflow=onboard-user"),
@@ -170,20 +170,12 @@ def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
         # Without JavaScript the pages are as served: the indicator stays hidden, nothing refreshes.
         context = browser.new_context(viewport=WIDE, java_script_enabled=False)
         page = context.new_page()
-        _log_in(page, base)
+        log_in(page, base)
         assert page.locator(".owf-live").count() == 1 and not page.locator(".owf-live").is_visible()
         assert page.locator("#result_list tbody tr").count() >= 1
         context.close()
     problems = server_problems(live_admin["stderr"])
     assert problems == [], "the server printed:\n" + "\n".join(problems)
-
-
-def _log_in(page: Any, base: str) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/django_openworkflow/workflowrun/")
 
 
 def _indicator(page: Any, where: str) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
-    PASSWORD,
     PHONE,
     WIDE,
     Watched,
@@ -30,6 +29,7 @@ from tests.admin.test_browser import (
     _sidebar_open,
     chromium,
     example_admin,  # noqa: F401  (the fixture)
+    log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium)
     server_problems,
 )
@@ -89,11 +89,7 @@ def test_the_workflow_page_and_the_dashboard_in_a_real_browser(example_admin: di
 
 
 def _visit(page: Any, base: str, scheme: str) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/django_openworkflow/workflowrun/")
+    log_in(page, base)
     if not _sidebar_open(page):
         page.click("#toggle-nav-sidebar")
 

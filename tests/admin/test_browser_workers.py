@@ -24,7 +24,6 @@ from tests.admin.browser_checks import JOURNAL_JS
 from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
-    PASSWORD,
     PHONE,
     ROOT,
     WCAG_AA,
@@ -35,6 +34,7 @@ from tests.admin.test_browser import (
     _sidebar_open,
     chromium,
     example_admin,  # noqa: F401  (a fixture)
+    log_in,
     pytestmark,  # noqa: F401  (skipped without the browser)
     server_problems,
 )
@@ -100,11 +100,7 @@ def test_the_workers_page_in_a_real_browser(example_admin: dict[str, Any], tmp_p
 
 
 def _look(page: Any, base: str, scheme: str) -> None:
-    page.goto(f"{base}/admin/login/?next={WORKERS_PATH}")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"**{WORKERS_PATH}")
+    log_in(page, base, WORKERS_PATH)
     # The worker started before the browser: its row is there once it has started up.
     deadline = time.monotonic() + 60
     while page.locator(".owf-worker-live").count() == 0:
