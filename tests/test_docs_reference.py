@@ -282,7 +282,7 @@ def public_testing_names() -> list[str]:
     assert fixtures, "no fixture found in django_openworkflow.testing.pytest_plugin"
     public = [name for name, value in vars(testing).items() if callable(value) and not name.startswith("_")]
     ours = [name for name in public if getattr(vars(testing)[name], "__module__", "") == testing.__name__]
-    return sorted({*testing.__all__, *ours} - {"Dispatcher"}) + [f"pytest_plugin.{name}" for name in fixtures]
+    return sorted({*testing.__all__, *ours}) + [f"pytest_plugin.{name}" for name in fixtures]
 
 
 @pytest.mark.parametrize("name", public_testing_names())
