@@ -102,14 +102,17 @@ def check_run(store: EngineStore, run: RunRecord, now: datetime) -> ReplayFindin
 
     if spec is None:
         return finding(False, f"no workflow {run.workflow_name!r} version {run.version!r} is registered here")
-    if spec.is_async:
-        return finding(True, "not checked: async workflows are not replayed by the check yet")
     claimed = ClaimedRun(run=run, worker_id="openworkflow-replay-check", claimed_at=now)
     slice_ = _CheckSlice(_ReadOnlyStore(store), claimed, spec)
     reached = "the end of the run"
     raised = ""
     try:
-        spec.fn(WorkflowContext(slice_))
+        if spec.is_async:
+            from .aio import AsyncWorkflowContext, call_async
+
+            call_async(spec, AsyncWorkflowContext(slice_))
+        else:
+            spec.fn(WorkflowContext(slice_))
     except _Stop as stop:
         reached = _reached(stop, slice_)
     except FailRun as failure:  # a step recorded with another kind: the engine's own determinism check

@@ -125,6 +125,34 @@ def test_a_version_this_code_no_longer_has_is_reported(parked_run):
     assert not finding.ok and "is registered here" in finding.message
 
 
+async def original_async(ctx):
+    await ctx.step.run("reserve", effect(ctx, "reserve"))
+    await ctx.step.run("charge", effect(ctx, "charge"))
+    await ctx.step.wait_for_signal("shipped", timeout="7d")
+
+
+async def renamed_async(ctx):
+    await ctx.step.run("reserve", effect(ctx, "reserve"))
+    await ctx.step.run("bill", effect(ctx, "charge"))
+    await ctx.step.wait_for_signal("shipped", timeout="7d")
+
+
+def test_async_workflows_are_replayed_too():
+    handle = deployed(original_async).run()
+    drain()
+    assert handle.status() == "running"
+    before = writes(handle.id)
+    try:
+        [finding] = assert_replays(workflows=[NAME])
+        assert finding.ok and finding.message == "replays; the code goes on with 'shipped'"
+        deployed(renamed_async)
+        [finding] = check_replay(workflows=[NAME])
+        assert (finding.ok, finding.step, finding.found) == (False, "charge", "bill")
+        assert writes(handle.id) == before  # no step ran, nothing was written
+    finally:
+        registry.unregister(NAME, None)
+
+
 def test_the_command_exits_1_naming_the_run_and_the_step(parked_run):
     deployed(renamed)
     out = StringIO()
