@@ -17,9 +17,12 @@ SCHEDULE_SCHEMAS = {
             "overlap": {"enum": list(OVERLAPS), "description": "what a tick does while a run is unfinished"},
             "missed": {"enum": ["latest", "skip"]},
             "paused": {"type": "boolean"},
-            "last_tick_at": _nullable(TIME, "null until a worker has seen the schedule"),
-            "next_tick_at": _nullable(TIME, "null until a worker has seen the schedule"),
-            "buffered_tick_at": _nullable(TIME, "buffer_one: the tick whose run starts when the unfinished one ends"),
+            "last_tick_at": {**TIME, "description": "null until a worker has seen the schedule"},
+            "next_tick_at": {**TIME, "description": "null until a worker has seen the schedule"},
+            "buffered_tick_at": {
+                **TIME,
+                "description": "buffer_one: the tick whose run starts when the unfinished one ends",
+            },
         }
     ),
     "Backfill": _object(
@@ -27,8 +30,8 @@ SCHEDULE_SCHEMAS = {
             "workflow": TEXT,
             "ticks": {"type": "integer", "description": "the ticks in [start, end), up to now"},
             "created": {"type": "integer", "description": "the runs started; the other ticks had one already"},
-            "first_tick": _nullable(TIME),
-            "last_tick": _nullable(TIME),
+            "first_tick": TIME,
+            "last_tick": TIME,
             "runs": {"type": "array", "items": {"type": "string", "format": "uuid"}, "description": "one per tick"},
         }
     ),
