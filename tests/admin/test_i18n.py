@@ -247,6 +247,7 @@ def test_run_list_and_run_pages_in_french_leave_no_english(admin_client: Any, lo
         *(run_url(run) for run in runs.values()),
         ADD_URL,
         SCHEDULES_URL,
+        reverse("admin:django_openworkflow_schedule_backfill", args=[nightly.pk]),
         DASHBOARD_URL,
         f"{DASHBOARD_URL}?hours=1",
         f"{DASHBOARD_URL}?hours=0",  # a bad range, said
