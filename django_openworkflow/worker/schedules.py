@@ -30,6 +30,12 @@ at its first tick after now. A paused schedule starts nothing; resuming it
 starts at the first tick after the resume, whichever the policy (a pause is
 a decision not to run, not an outage).
 
+What a tick does while a run of its schedule is unfinished (``Schedule.overlap``:
+start anyway, skip, buffer one, cancel the previous), backfilling past
+ticks and triggering a run now are ``schedule_runs.py``'s. A ``buffer_one``
+schedule's waiting tick is in its row (``buffered_tick_at``): each look
+starts it once no run of the schedule is unfinished, before the due tick.
+
 croniter is the optional extra ``[cron]``: it is imported only in here, and
 only when a workflow declares a schedule.
 """

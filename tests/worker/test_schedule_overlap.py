@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -254,7 +253,6 @@ def test_two_workers_cancel_the_previous_run_at_each_tick():
             timeout=30,
             interval=0.05,
         )
-        time.sleep(0.2)
     finally:
         stop(procs)
     found = sorted(
