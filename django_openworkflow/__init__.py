@@ -59,6 +59,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowRegistrationError",
     "WorkflowSpec",
+    "backfill_schedule",
     "get_run",
     "list_runs",
     "publish_event",
@@ -66,6 +67,7 @@ __all__ = [
     "send_signal",
     "start_run",
     "start_runs",
+    "trigger_schedule",
     "workflow",
 ]
 
@@ -103,6 +105,10 @@ def __getattr__(name: str) -> object:
         from .client import operations
 
         return operations
+    if name in ("backfill_schedule", "trigger_schedule"):
+        from .worker import schedule_runs
+
+        return getattr(schedule_runs, name)
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

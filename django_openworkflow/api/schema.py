@@ -33,6 +33,7 @@ from .schema_blocks import (
     _query,
     _ref,
 )
+from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
 
 
 def _rerun() -> dict[str, Any]:
@@ -299,6 +300,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
         },
     }
     paths.update(_worker_paths())
+    paths.update(schedule_paths())
     for operations in paths.values():
         if "post" in operations:
             operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]
@@ -326,7 +328,14 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
         "security": [{"session": []}, {"token": []}],
         "paths": paths,
         "components": {
-            "schemas": {"Run": RUN, "Step": STEP, "Error": ERROR, "Workflow": workflow, **WORKER_SCHEMAS},
+            "schemas": {
+                "Run": RUN,
+                "Step": STEP,
+                "Error": ERROR,
+                "Workflow": workflow,
+                **WORKER_SCHEMAS,
+                **SCHEDULE_SCHEMAS,
+            },
             "securitySchemes": _security_schemes(),
         },
     }

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import filter_actions, views, workers
+from . import filter_actions, schedules, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -21,6 +21,9 @@ urlpatterns: list[URLPattern] = [
     path("api/queues", workers.queue_list, name="api-queues"),
     path("api/queues/<str:name>/pause", workers.queue_pause, name="api-queue-pause"),
     path("api/queues/<str:name>/resume", workers.queue_resume, name="api-queue-resume"),
+    path("api/schedules", schedules.schedule_list, name="api-schedules"),
+    path("api/schedules/<str:name>/trigger", schedules.schedule_trigger, name="api-schedule-trigger"),
+    path("api/schedules/<str:name>/backfill", schedules.schedule_backfill, name="api-schedule-backfill"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -1,5 +1,5 @@
 """``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens;
-queues (pause, resume) and workers.
+queues (pause, resume) and workers; schedules (trigger now, backfill).
 
 The management command only builds the parser (:func:`add_arguments`) and calls :func:`dispatch`.
 Every subcommand prints a human-readable answer, or JSON with ``--json``; every error is a
@@ -44,6 +44,7 @@ from .prune import add_prune_parser, prune_command
 from .queues import add_queue_parsers, queue_command, queues_command, workers_command
 from .replay import add_check_replay_parser, check_replay_command
 from .runs_view import list_command, show_command
+from .schedules import add_schedule_parsers, schedule_command, schedules_command
 from .stats import add_stats_parser, stats_command
 from .tokens import add_token_parser, token_command
 
@@ -143,6 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_token_parser,
         add_check_replay_parser,
         add_queue_parsers,
+        add_schedule_parsers,
     ):
         add_parser(sub, common)
 
@@ -311,4 +313,6 @@ SUBCOMMANDS: dict[str, Handler] = {
     "queues": queues_command,
     "queue": queue_command,
     "workers": workers_command,
+    "schedules": schedules_command,
+    "schedule": schedule_command,
 }

@@ -18,6 +18,10 @@ from zoneinfo import ZoneInfo
 from ..errors import PayloadError, WorkflowRegistrationError
 
 POLICIES = ("latest", "skip")
+OVERLAPS = ("allow_all", "skip", "buffer_one", "cancel_previous")
+"""What a tick does while a run of its schedule is unfinished; the first, today's behaviour, is the default."""
+KEY_PREFIX = "schedule:"
+TRIGGER_PREFIX = "schedule:now:"
 INSTALL_HINT = "pip install 'django-openworkflow[cron]'"
 CRON_FORMAT = "five fields (minute hour day month weekday) or six (seconds last), or a nickname such as '@daily'"
 
@@ -41,7 +45,7 @@ def _zone(name: Any, what: str) -> ZoneInfo:
         ) from None
 
 
-def check_schedule(cron: Any, timezone: Any, missed: Any, input: Any) -> None:
+def check_schedule(cron: Any, timezone: Any, missed: Any, input: Any, overlap: Any = "allow_all") -> None:
     """Raise :class:`WorkflowRegistrationError` unless a schedule of these fields can run.
 
     Called by ``Schedule()`` itself, with its own fields.
@@ -62,12 +66,42 @@ def check_schedule(cron: Any, timezone: Any, missed: Any, input: Any) -> None:
         _zone(timezone, what)
     if missed not in POLICIES:
         raise WorkflowRegistrationError(f"{what}: missed must be 'latest' or 'skip', got {missed!r:.80}")
+    if overlap not in OVERLAPS:
+        choices = ", ".join(repr(choice) for choice in OVERLAPS)
+        raise WorkflowRegistrationError(f"{what}: overlap must be one of {choices}, got {overlap!r:.80}")
     from .payload import to_json_value
 
     try:
         to_json_value(input, f"input of {what}", "input")
     except PayloadError as exc:
         raise WorkflowRegistrationError(str(exc)) from None
+
+
+# -- the runs' idempotency keys ---------------------------------------------------
+
+
+def tick_key(tick: datetime) -> str:
+    """The idempotency key of a tick's run (live or backfilled): the same in every process."""
+    return f"{KEY_PREFIX}{tick.astimezone(UTC).isoformat()}"
+
+
+def trigger_key(now: datetime, nonce: str) -> str:
+    """The key of a run started by "trigger now": never a tick's (``now:`` is no date), unique by ``nonce``."""
+    return f"{TRIGGER_PREFIX}{now.astimezone(UTC).isoformat()}/{nonce}"
+
+
+def scheduled_time(key: str | None) -> datetime | None:
+    """The tick (or trigger) time a schedule's run was started for, read from its key; None for other runs."""
+    if key is None or not key.startswith(KEY_PREFIX):
+        return None
+    text = (
+        key.removeprefix(TRIGGER_PREFIX).split("/", 1)[0] if key.startswith(TRIGGER_PREFIX) else key[len(KEY_PREFIX) :]
+    )
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 # -- tick arithmetic ------------------------------------------------------------

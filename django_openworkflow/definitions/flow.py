@@ -214,17 +214,23 @@ class Schedule(Declaration):
     ``missed``: what to do when a tick is more than a minute late (every
     worker was down): ``"latest"`` (the default) starts one run, for the
     most recent tick; ``"skip"`` starts none and waits for the next tick.
+    ``overlap``: what a tick does while a run of the schedule is unfinished:
+    ``"allow_all"`` (the default) starts its run anyway; ``"skip"`` starts
+    none; ``"buffer_one"`` starts it once the unfinished run ends (one tick
+    waits at most, later ones are dropped); ``"cancel_previous"`` cancels
+    the unfinished runs and starts its own.
     """
 
     cron: str
     timezone: str | None = None
     input: Any = None
     missed: str = "latest"
+    overlap: str = "allow_all"
 
     def __post_init__(self) -> None:
         from .cron import check_schedule  # croniter is imported only when schedules are used
 
-        self._keep_problem(lambda: check_schedule(self.cron, self.timezone, self.missed, self.input))
+        self._keep_problem(lambda: check_schedule(self.cron, self.timezone, self.missed, self.input, self.overlap))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, NoReturn
 
+from ..definitions.cron import scheduled_time
 from ..definitions.payload import to_json_value
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
@@ -16,12 +18,15 @@ from .steps import StepApi
 
 __all__ = ["ChildRun", "WorkflowContext"]
 
+_UNREAD = object()
+
 
 class WorkflowContext:
     """The one argument of a workflow function.
 
     ``input`` is the run's input, ``step`` the durable step API, ``version``
-    the version the run started with, ``run_id`` the run's id.
+    the version the run started with, ``run_id`` the run's id;
+    ``scheduled_at`` the tick a schedule started the run for.
     """
 
     def __init__(self, slice_: Slice) -> None:
@@ -31,6 +36,19 @@ class WorkflowContext:
         self.run_id = slice_.run.id
         self.workflow_name: str = slice_.run.workflow_name
         self.step = StepApi(slice_)
+        self._scheduled_at: datetime | object | None = _UNREAD  # the slice's thread only, like the context
+
+    @property
+    def scheduled_at(self) -> datetime | None:
+        """The tick (UTC) this run was started for by its schedule, live or backfilled; None for other runs.
+
+        A run started by "trigger now" reads the moment it was triggered.
+        Read from the run's idempotency key (one query, the first time),
+        which never changes: every replay reads the same value.
+        """
+        if self._scheduled_at is _UNREAD:
+            self._scheduled_at = scheduled_time(self._slice.store.idempotency_key(self.run_id))
+        return self._scheduled_at  # type: ignore[return-value]
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""

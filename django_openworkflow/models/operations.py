@@ -22,6 +22,12 @@ class Schedule(models.Model):
     cron = models.CharField(verbose_name=_("cron"), max_length=255)
     timezone = models.CharField(verbose_name=_("time zone"), max_length=64)
     missed = models.CharField(verbose_name=_("missed ticks"), max_length=16, default="latest")
+    overlap = models.CharField(
+        verbose_name=_("overlap"),
+        max_length=16,
+        default="allow_all",
+        help_text=_("What a tick does while a run of the schedule is unfinished."),
+    )
     input = models.JSONField(verbose_name=_("input"), encoder=DjangoJSONEncoder, null=True, blank=True)
     paused = models.BooleanField(verbose_name=_("paused"), default=False)
     last_tick_at = models.DateTimeField(
@@ -31,6 +37,12 @@ class Schedule(models.Model):
         help_text="The latest tick a run was started for (or the schedule began).",
     )
     next_tick_at = models.DateTimeField(verbose_name=_("next tick at"), null=True, blank=True)
+    buffered_tick_at = models.DateTimeField(
+        verbose_name=_("buffered tick"),
+        null=True,
+        blank=True,
+        help_text=_("With overlap buffer_one: the tick whose run starts when the unfinished one ends."),
+    )
     created_at = models.DateTimeField(verbose_name=_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(verbose_name=_("updated at"), auto_now=True)
 

@@ -63,6 +63,8 @@ class EngineStore(Protocol):
 
     def successor_id(self, run_id: Any) -> Any: ...
 
+    def idempotency_key(self, run_id: Any) -> str | None: ...
+
     # -- fenced writes --
 
     def record_step(

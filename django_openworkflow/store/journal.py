@@ -267,6 +267,12 @@ class JournalOps(FenceOps):
         return WorkflowRun.objects.filter(continued_from_id=run_id).values_list("id", flat=True).first()
 
     @engine_op
+    def idempotency_key(self, run_id: Any) -> str | None:
+        """The key the run was started with (a schedule's run: its tick), or None."""
+        key: str | None = WorkflowRun.objects.filter(id=run_id).values_list("idempotency_key", flat=True).first()
+        return key
+
+    @engine_op
     def continue_as_new(
         self,
         run_id: Any,

@@ -30,6 +30,12 @@ at its first tick after now. A paused schedule starts nothing; resuming it
 starts at the first tick after the resume, whichever the policy (a pause is
 a decision not to run, not an outage).
 
+What a tick does while a run of its schedule is unfinished (``Schedule.overlap``:
+start anyway, skip, buffer one, cancel the previous), backfilling past
+ticks and triggering a run now are ``schedule_runs.py``'s. A ``buffer_one``
+schedule's waiting tick is in its row (``buffered_tick_at``): each look
+starts it once no run of the schedule is unfinished, before the due tick.
+
 croniter is the optional extra ``[cron]``: it is imported only in here, and
 only when a workflow declares a schedule.
 """
@@ -39,10 +45,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ..definitions.cron import latest_tick, ticks_after, zone_name
+from ..definitions.cron import KEY_PREFIX, latest_tick, tick_key, ticks_after, zone_name
+from .schedule_runs import TickOutcome, declared_schedules, start_buffered, start_tick
 
 if TYPE_CHECKING:
     from ..definitions.flow import Schedule
@@ -53,7 +60,16 @@ logger = logging.getLogger("django_openworkflow.schedules")
 MISSED_GRACE = timedelta(minutes=1)
 """A due tick older than this when a worker first sees it was missed (see ``missed="skip"``)."""
 
-KEY_PREFIX = "schedule:"
+__all__ = [
+    "KEY_PREFIX",
+    "MISSED_GRACE",
+    "Scheduler",
+    "declared_schedules",
+    "fire_due_schedules",
+    "next_ticks",
+    "sync_schedules",
+    "tick_key",
+]
 
 
 def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime | None = None) -> list[datetime]:
@@ -67,11 +83,6 @@ def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime |
     return [next(ticks) for _ in range(count)]
 
 
-def tick_key(tick: datetime) -> str:
-    """The idempotency key of a tick's run: the same in every process."""
-    return f"{KEY_PREFIX}{tick.astimezone(UTC).isoformat()}"
-
-
 def _now() -> datetime:
     from ..store import get_backend
 
@@ -81,16 +92,6 @@ def _now() -> datetime:
 # -- the rows -------------------------------------------------------------------
 
 
-def declared_schedules() -> dict[str, Schedule]:
-    """The schedule of each workflow name whose latest version declares one, in this process."""
-    from ..definitions.registry import registry
-
-    latest: dict[str, Any] = {}
-    for spec in registry.all():  # sorted by name, then version: the last one of a name wins
-        latest[spec.name] = spec
-    return {name: spec.schedule for name, spec in latest.items() if spec.schedule is not None}
-
-
 def _declared_fields(schedule: Schedule) -> dict[str, Any]:
     from ..definitions.payload import to_json_value
 
@@ -98,6 +99,7 @@ def _declared_fields(schedule: Schedule) -> dict[str, Any]:
         "cron": schedule.cron,
         "timezone": zone_name(schedule.timezone),
         "missed": schedule.missed,
+        "overlap": schedule.overlap,
         "input": to_json_value(schedule.input, f"input of schedule {schedule.cron!r}", "input"),
     }
 
@@ -137,6 +139,8 @@ def fire_due_schedules(now: datetime | None = None) -> int:
     pass their own. A schedule whose row cannot be worked out (a time zone
     this machine does not know) is logged and left for the others.
     """
+    from django.db.models import Q
+
     from ..models import Schedule as ScheduleRow
 
     declared = declared_schedules()
@@ -144,17 +148,24 @@ def fire_due_schedules(now: datetime | None = None) -> int:
         return 0
     now = _now() if now is None else now
     created = 0
-    due = ScheduleRow.objects.filter(paused=False, next_tick_at__lte=now, name__in=list(declared))
+    due = ScheduleRow.objects.filter(
+        Q(next_tick_at__lte=now) | Q(buffered_tick_at__isnull=False), paused=False, name__in=list(declared)
+    )
     for row in due:
         try:
-            created += _fire(row, now)
+            # The buffered tick first: it is older than the due one, which may buffer itself in its place.
+            created += start_buffered(row)
+            if row.next_tick_at is not None and row.next_tick_at <= now:
+                created += _fire(row, now)
         except (ValueError, KeyError, OSError) as exc:  # croniter's and zoneinfo's errors
             logger.error("schedule of %s (%r %s) cannot be computed: %s", row.name, row.cron, row.timezone, exc)
     return created
 
 
 def _fire(row: ScheduleRow, now: datetime) -> int:
-    from ..client.runs import start_run
+    from django.db.models import F, Value
+    from django.db.models.functions import Coalesce
+
     from ..models import Schedule as ScheduleRow
 
     due_at = row.next_tick_at
@@ -163,11 +174,11 @@ def _fire(row: ScheduleRow, now: datetime) -> int:
     latest = latest_tick(row.cron, row.timezone, now)
     missed = now - due_at > MISSED_GRACE
     fire = row.missed == "latest" or not missed
-    made = 0
+    outcome = TickOutcome()
     if fire:
         # The run first, then the row: a worker that dies in between leaves the
         # tick due, and whoever starts it next gets the same key, so one run.
-        made = int(start_run(row.name, row.input, idempotency_key=tick_key(latest)).created)
+        outcome = start_tick(row, latest)
     else:
         logger.warning(
             "schedule of %s: ticks from %s to %s were missed (no worker ran); skipping to the next tick",
@@ -178,10 +189,12 @@ def _fire(row: ScheduleRow, now: datetime) -> int:
     following = next(ticks_after(row.cron, row.timezone, max(latest, now)))
     # Compare-and-set on next_tick_at (it always moves on, unlike last_tick_at):
     # a worker that lost the race leaves the winner's values alone.
+    # A buffered tick is kept only if none is (BUFFER_ONE drops the later ones).
+    buffered = Coalesce(F("buffered_tick_at"), Value(latest)) if outcome.buffered else F("buffered_tick_at")
     ScheduleRow.objects.filter(pk=row.pk, next_tick_at=due_at).update(
-        last_tick_at=latest if fire else row.last_tick_at, next_tick_at=following
+        last_tick_at=latest if fire else row.last_tick_at, next_tick_at=following, buffered_tick_at=buffered
     )
-    return made
+    return outcome.created
 
 
 class Scheduler:

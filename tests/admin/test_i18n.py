@@ -46,7 +46,7 @@ DATA_TAGS = {"code", "pre", "time", "script", "style"}
 DATA = {
     "signup", "order-fulfilment", "review-order", "versioned", "kaboom", "ValueError", "admin", "emails",
     "ConnectionError", "SMTP server timed out",
-    "nightly-report", "latest", "UTC",  # a schedule's name, missed-ticks policy and zone, as stored
+    "nightly-report", "latest", "allow_all", "UTC",  # a schedule's name, missed and overlap policies, zone, as stored
 }  # fmt: skip
 # Django's own, untranslated in Django itself: the search box's icon (alt="Search"), a boolean's icon.
 DJANGO_ENGLISH = {"Search", "True", "False"}
@@ -233,7 +233,7 @@ def test_the_french_catalog_is_complete_and_compiled() -> None:
 def test_run_list_and_run_pages_in_french_leave_no_english(admin_client: Any, localized: None) -> None:
     runs = one_of_each()
     rich = a_run_with_everything()
-    Schedule.objects.create(name="nightly-report", cron="0 3 * * *", timezone="UTC", input={"format": "pdf"})
+    nightly = Schedule.objects.create(name="nightly-report", cron="0 3 * * *", timezone="UTC", input={"format": "pdf"})
     blocked_at = timezone.now() - timedelta(minutes=2)
     blocked = make_run(
         workflow_name="signup", status="pending", concurrency_key="emails", concurrency_limit=1, blocked_at=blocked_at
@@ -247,6 +247,7 @@ def test_run_list_and_run_pages_in_french_leave_no_english(admin_client: Any, lo
         *(run_url(run) for run in runs.values()),
         ADD_URL,
         SCHEDULES_URL,
+        reverse("admin:django_openworkflow_schedule_backfill", args=[nightly.pk]),
         DASHBOARD_URL,
         f"{DASHBOARD_URL}?hours=1",
         f"{DASHBOARD_URL}?hours=0",  # a bad range, said

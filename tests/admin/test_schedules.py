@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
 from django.urls import reverse
 
 from django_openworkflow.definitions.registry import registry
@@ -103,3 +105,99 @@ def test_the_schedules_pages_read_as_read_only(admin_client):
     assert f"{stopped.created_at.astimezone(schedule_zone(stopped)):%Y-%m-%d %H:%M:%S %Z}" in page
     assert admin_client.post(url, {"name": "x"}).status_code == 403
     assert ScheduleRow.objects.get(pk=stopped.pk).name == "stopped"
+
+
+# -- trigger now and backfill -------------------------------------------------------
+
+
+def backfill_url(row: ScheduleRow) -> str:
+    return reverse("admin:django_openworkflow_schedule_backfill", args=[row.pk])
+
+
+def operator(django_user_model: Any, *permissions: str) -> Any:
+    """A staff user with these permissions (codenames of the app's models), logged in."""
+    user = django_user_model.objects.create_user("operator", password="pw", is_staff=True)
+    for codename in permissions:
+        user.user_permissions.add(
+            Permission.objects.get(codename=codename, content_type__app_label="django_openworkflow")
+        )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_trigger_now_starts_a_run_outside_the_cadence(scheduled, admin_client):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=EVERY_MINUTE)
+    html = admin_client.get(LIST_URL).content.decode()
+    assert "Start a run of the selected schedules now" in html and "allow_all" in html
+    response = admin_client.post(LIST_URL, {"action": "trigger_now", "_selected_action": [row.pk]}, follow=True)
+    assert "Started 1 run(s) now" in response.content.decode()
+    [key] = keys(EVERY_MINUTE)
+    assert key.startswith("schedule:now:")
+
+
+@pytest.mark.django_db
+def test_trigger_now_and_backfill_need_the_add_permission_on_runs(scheduled, django_user_model):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=EVERY_MINUTE)
+    client = operator(django_user_model, "view_schedule", "change_schedule")
+    assert "trigger_now" not in client.get(LIST_URL).content.decode()  # pause and resume are offered
+    client.post(LIST_URL, {"action": "trigger_now", "_selected_action": [row.pk]})
+    assert client.get(backfill_url(row)).status_code == 403
+    assert (
+        client.post(backfill_url(row), {"start": "2026-01-01 00:00:00", "end": "2026-01-01 00:05:00"}).status_code
+        == 403
+    )
+    assert keys(EVERY_MINUTE) == []
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.get(username="operator")
+    user.user_permissions.add(Permission.objects.get(codename="add_workflowrun"))
+    client.post(LIST_URL, {"action": "trigger_now", "_selected_action": [row.pk]})
+    assert client.get(backfill_url(row)).status_code == 200
+    assert len(keys(EVERY_MINUTE)) == 1
+
+
+@pytest.mark.django_db
+def test_the_backfill_form_starts_the_runs_of_past_ticks_once(scheduled, admin_client):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=PARIS)
+    page = admin_client.get(reverse("admin:django_openworkflow_schedule_change", args=[row.pk])).content.decode()
+    assert backfill_url(row) in page
+    form = admin_client.get(backfill_url(row)).content.decode()
+    assert 'name="start"' in form and "csrfmiddlewaretoken" in form and "at most 10000 ticks" in form
+    # Times in the schedule's zone: 02:00 in Paris is 01:00 UTC in winter.
+    dates = {"start": "2026-01-10 00:00:00", "end": "2026-01-12 00:00:00"}
+    response = admin_client.post(backfill_url(row), dates, follow=True)
+    assert "Backfilled 2 tick(s) of sched-paris: 2 new run(s)" in response.content.decode()
+    assert keys(PARIS) == ["schedule:2026-01-10T01:00:00+00:00", "schedule:2026-01-11T01:00:00+00:00"]
+    response = admin_client.post(backfill_url(row), dates, follow=True)
+    assert "Backfilled 2 tick(s) of sched-paris: 0 new run(s)" in response.content.decode()
+    assert len(keys(PARIS)) == 2
+
+
+@pytest.mark.django_db
+def test_a_bad_backfill_range_is_shown_on_the_form(scheduled, admin_client):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=EVERY_MINUTE)
+    page = admin_client.post(backfill_url(row), {"start": "2026-01-02 00:00:00", "end": "2026-01-01 00:00:00"})
+    assert page.status_code == 200 and "must be before end" in page.content.decode()
+    page = admin_client.post(backfill_url(row), {"start": "2020-01-01 00:00:00", "end": "2026-01-01 00:00:00"})
+    assert "holds more than 10000 ticks" in page.content.decode()
+    assert admin_client.post(backfill_url(row), {"start": "soon"}).status_code == 200
+    assert keys(EVERY_MINUTE) == []
+
+
+@pytest.mark.django_db
+def test_the_backfill_form_needs_the_csrf_token(scheduled, django_user_model):
+    sync_schedules()
+    row = ScheduleRow.objects.get(name=PARIS)
+    django_user_model.objects.create_superuser("root", password="pw")
+    client = Client(enforce_csrf_checks=True)
+    client.login(username="root", password="pw")
+    dates = {"start": "2026-01-10 00:00:00", "end": "2026-01-12 00:00:00"}
+    assert client.post(backfill_url(row), dates).status_code == 403
+    assert client.post(LIST_URL, {"action": "trigger_now", "_selected_action": [row.pk]}).status_code == 403
+    assert keys(PARIS) == []

@@ -694,6 +694,15 @@ def test_concurrent_starts_with_one_key_make_one_run():
     assert [created for _, created in results].count(True) == 1
 
 
+def test_a_run_tells_the_key_it_was_started_with():
+    # ctx.scheduled_at reads a schedule's tick from it.
+    keyed, _ = start("schedule:2026-01-01T00:00:00+00:00")
+    plain, _ = start(None)
+    assert store().idempotency_key(keyed) == "schedule:2026-01-01T00:00:00+00:00"
+    assert store().idempotency_key(plain) is None
+    assert store().idempotency_key(uuid.uuid4()) is None
+
+
 def test_different_keys_and_no_key_make_new_runs():
     starts = [start("k1"), start("k2"), start("k1", name="other"), start(None), start(None)]
     assert all(created for _, created in starts)

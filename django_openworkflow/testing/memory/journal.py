@@ -285,6 +285,12 @@ class JournalOps(MemoryCore):
         with self.lock:
             return next((run.id for run in self.runs.values() if run.continued_from_id == run_id), None)
 
+    def idempotency_key(self, run_id: Any) -> str | None:
+        """The key the run was started with (a schedule's run: its tick), or None."""
+        with self.lock:
+            run = self.runs.get(run_id)
+            return None if run is None else run.idempotency_key
+
     def continue_as_new(
         self,
         run_id: Any,
