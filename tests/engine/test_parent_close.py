@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from django_openworkflow import WorkflowRegistrationError, send_signal, workflow
+from django_openworkflow.client.listing import run_json
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import drain
+from tests.admin.helpers import run_url
 from tests.conftest import wait_until
 from tests.fixtures.close_workflows import (
     close_bad_policy,
@@ -154,3 +156,13 @@ def test_a_bad_policy_is_refused_naming_the_allowed_values():
     assert error["type"] == "ValueError"
     assert "parent_close_policy must be one of 'abandon', 'terminate', 'request_cancel', got 'kill'" in error["message"]
     assert not children_of(run.id).exists()
+
+
+def test_a_childs_run_page_and_json_show_its_policy(admin_client):
+    parent = close_three_policies.run()
+    drain()
+    kid = child(parent.id, "child-request_cancel")
+    page = admin_client.get(run_url(kid)).content.decode()
+    assert "when the parent ends: Request cancel" in page
+    assert run_json(kid)["parent_close_policy"] == "request_cancel"
+    assert run_json(WorkflowRun.objects.get(id=parent.id))["parent_close_policy"] is None
