@@ -86,26 +86,6 @@ class StepKind(Choices):
     """``ctx.patched``: this run took the new branch of a patched workflow."""
 
 
-class ParentClosePolicy(Choices):
-    """What happens to a child run that has not finished when its parent run ends (completes, fails, is canceled)."""
-
-    ABANDON = "abandon", _("Abandon")
-    """Nothing: the child runs on alone (the default)."""
-    TERMINATE = "terminate", _("Terminate")
-    """The child is canceled at once, in the transaction that ends the parent; its compensations do not run."""
-    REQUEST_CANCEL = "request_cancel", _("Request cancel")
-    """The child's cancel is requested: a worker runs its compensations, then ends it as canceled."""
-
-
-def check_parent_close_policy(value: object, where: str) -> ParentClosePolicy:
-    """``value`` as a :class:`ParentClosePolicy`; ValueError naming the allowed values otherwise."""
-    for policy in ParentClosePolicy:
-        if value == policy.value:
-            return policy
-    allowed = ", ".join(repr(v) for v in ParentClosePolicy.values())
-    raise ValueError(f"{where}: parent_close_policy must be one of {allowed}, got {value!r:.80}")
-
-
 class DisplayStatus(Choices):
     """What the admin, the command line and the API's ``display_status`` call a run: its status, made precise.
 

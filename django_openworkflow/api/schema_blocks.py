@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..states import ParentClosePolicy
+from ..definitions.children import ParentClosePolicy
 from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
 
 TIME = {"type": ["string", "null"], "format": "date-time"}

@@ -15,8 +15,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
-from ..states import ParentClosePolicy, check_parent_close_policy
 from .alerts import RunFailure
+from .children import ParentClosePolicy, check_parent_close_policy
 from .flow import (
     DEFAULT_QUEUE,
     Concurrency,

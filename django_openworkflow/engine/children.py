@@ -8,17 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
 
+from ..definitions.children import ParentClosePolicy, check_parent_close_policy
 from ..definitions.payload import to_json_value
 from ..durations import Duration, parse_duration
 from ..errors import StepFailed, StepUsageError
-from ..states import (
-    FINISHED_STATUSES,
-    ParentClosePolicy,
-    RunStatus,
-    StepKind,
-    StepStatus,
-    check_parent_close_policy,
-)
+from ..states import FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from ..store.records import AttemptUpdate, ChildStart, NewAttempt, RunOutcome
 from .interrupts import Suspend, engine_error
 

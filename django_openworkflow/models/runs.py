@@ -12,8 +12,9 @@ from django.db.models import F, Lookup, Q
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import owf_settings
+from ..definitions.children import ParentClosePolicy
 from ..definitions.flow import DEFAULT_QUEUE
-from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, ParentClosePolicy, RunStatus, StepKind, StepStatus
+from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 
 _M = TypeVar("_M", bound=models.Model)
 

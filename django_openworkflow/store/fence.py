@@ -26,8 +26,9 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 
 from .. import tracing
+from ..definitions.children import ParentClosePolicy
 from ..models import StepAttempt, WorkflowRun
-from ..states import ParentClosePolicy, RunStatus, StepStatus
+from ..states import RunStatus, StepStatus
 from .core import BackendCore
 from .records import (
     AttemptUpdate,

@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ... import tracing
-from ...states import ParentClosePolicy, RunStatus, StepStatus
+from ...definitions.children import ParentClosePolicy
+from ...states import RunStatus, StepStatus
 from ...store.fence import PARENT_CLOSED
 from ...store.records import (
     AttemptUpdate,
