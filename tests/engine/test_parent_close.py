@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from django_openworkflow import WorkflowRegistrationError, send_signal, workflow
 from django_openworkflow.client.listing import run_json
@@ -166,3 +169,17 @@ def test_a_childs_run_page_and_json_show_its_policy(admin_client):
     assert "when the parent ends: Request cancel" in page
     assert run_json(kid)["parent_close_policy"] == "request_cancel"
     assert run_json(WorkflowRun.objects.get(id=parent.id))["parent_close_policy"] is None
+
+
+def test_a_parent_failed_by_its_deadline_closes_its_children():
+    parent = close_three_policies.run(deadline_at="1h")
+    drain()
+    # Its deadline passes while it waits: the claim that wakes it fails it (the overdue path, no replay).
+    past = timezone.now() - timedelta(seconds=1)
+    WorkflowRun.objects.filter(id=parent.id).update(deadline_at=past, available_at=past)
+    drain()
+    assert WorkflowRun.objects.get(id=parent.id).error["type"] == "DeadlineExceeded"
+    assert child(parent.id, "child-None").status == "canceled"
+    assert child(parent.id, "child-request_cancel").status == "canceled"
+    assert undone(child(parent.id, "child-request_cancel").id) == ["undo"]
+    assert child(parent.id, "child-abandon").status == "running"
