@@ -5,10 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_openworkflow import WorkflowRegistrationError, send_signal, workflow
 from django_openworkflow.client.listing import run_json
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import drain
@@ -20,6 +23,7 @@ from tests.fixtures.close_workflows import (
     close_deadline,
     close_fan_out,
     close_grandparent,
+    close_many,
     close_retried,
     close_three_policies,
 )
@@ -52,7 +56,13 @@ def test_a_parent_canceled_mid_fan_out_of_300_terminate_children_leaves_none_run
     workers.start("--poll", "20ms", "--concurrency", "4")
     workers.start("--poll", "20ms", "--concurrency", "4")
     # Canceled while it still starts children (a batch of 50 at a time), some of them waiting or done.
-    wait_until(lambda: children_of(parent.id).filter(status="completed").count() >= 10, timeout=60)
+    # Its "pace" step (before the last batch) holds it 2 s once 10 children completed: the cancel lands then.
+    wait_until(
+        lambda: (
+            children_of(parent.id).count() >= 250 and children_of(parent.id).filter(status="completed").count() >= 10
+        ),
+        timeout=60,
+    )
     parent.cancel()
     started = children_of(parent.id).count()
     assert 250 <= started < 300, "the cancel did not land mid-fan-out: the test no longer tests what it says"
@@ -183,3 +193,15 @@ def test_a_parent_failed_by_its_deadline_closes_its_children():
     assert child(parent.id, "child-request_cancel").status == "canceled"
     assert undone(child(parent.id, "child-request_cancel").id) == ["undo"]
     assert child(parent.id, "child-abandon").status == "running"
+
+
+def test_closing_300_children_costs_the_statements_closing_3_does():
+    def cancel_cost(n: int) -> int:
+        parent = close_many.run({"n": n})
+        drain(until=lambda: children_of(parent.id).count() == n)  # the parent's slice: the starts, the park
+        with CaptureQueriesContext(connections[owf_settings.database]) as queries:
+            parent.cancel()
+        assert children_of(parent.id).filter(status="canceled").count() == n
+        return len(queries)
+
+    assert cancel_cost(300) == cancel_cost(3)
