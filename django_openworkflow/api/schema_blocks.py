@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..definitions.children import ParentClosePolicy
 from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
 
 TIME = {"type": ["string", "null"], "format": "date-time"}
@@ -59,6 +60,10 @@ RUN = {
         "rerun_from_step": {
             **OPTIONAL_TEXT,
             "description": "the step a re-run started from; the steps before it were copied from rerun_of",
+        },
+        "parent_close_policy": {
+            "enum": [*ParentClosePolicy.values(), None],
+            "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,

@@ -241,6 +241,8 @@ def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = N
         # A re-run: the run it re-runs, and the step it started from (null: from the start).
         "rerun_of": str(run.rerun_of_id) if run.rerun_of_id else None,
         "rerun_from_step": run.rerun_from_step,
+        # A child run: what its parent's end does to it (null for a run no other run started).
+        "parent_close_policy": run.parent_close_policy if run.parent_step_attempt_id else None,
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)

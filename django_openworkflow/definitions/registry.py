@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 from .alerts import RunFailure
+from .children import ParentClosePolicy, check_parent_close_policy
 from .flow import (
     DEFAULT_QUEUE,
     Concurrency,
@@ -100,6 +101,8 @@ class WorkflowSpec:
     compensate_on_cancel: bool = False
     retention: timedelta | None = None
     on_failure: Callable[[RunFailure], Any] | None = None
+    parent_close_policy: ParentClosePolicy = ParentClosePolicy.ABANDON
+    """What happens to the children its runs start when the run ends (a child start may say otherwise)."""
 
     @property
     def is_async(self) -> bool:
@@ -338,6 +341,7 @@ def workflow(
     compensate_on_cancel: bool = False,
     retention: Duration | None = None,
     on_failure: Callable[[RunFailure], Any] | None = None,
+    parent_close_policy: str = ParentClosePolicy.ABANDON,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -361,6 +365,10 @@ def workflow(
     ``on_failure(failure)`` (a :class:`~django_openworkflow.definitions.alerts.RunFailure`)
     runs as a durable step named ``on-failure`` once a run has failed for
     good, after its compensations, before it is stored as failed.
+    ``parent_close_policy`` (``"abandon"``, ``"terminate"`` or
+    ``"request_cancel"``) is what happens to the unfinished children its
+    runs start when the run ends; ``ctx.step.run_workflow`` and
+    ``start_workflow`` may say otherwise per child.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -424,6 +432,10 @@ def workflow(
         if on_failure is not None and not callable(on_failure):
             raise WorkflowRegistrationError(f"{where}: on_failure must be a callable, got {on_failure!r:.80}")
         try:
+            close_policy = check_parent_close_policy(parent_close_policy, where)
+        except ValueError as exc:
+            raise WorkflowRegistrationError(str(exc)) from exc
+        try:
             kept = parse_retention(retention, f"{where}: retention")
         except ValueError as exc:
             raise WorkflowRegistrationError(str(exc)) from exc
@@ -444,6 +456,7 @@ def workflow(
             compensate_on_cancel=bool(compensate_on_cancel),
             retention=kept,
             on_failure=on_failure,
+            parent_close_policy=close_policy,
         )
         return registry.register(spec)
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
 
+from ..definitions.children import ParentClosePolicy, check_parent_close_policy
 from ..definitions.payload import to_json_value
 from ..durations import Duration, parse_duration
 from ..errors import StepFailed, StepUsageError
@@ -101,6 +102,8 @@ class ChildSteps:
         *,
         name: str | None = None,
         timeout: Duration = "1y",
+        parent_close_policy: str | None = None,
+        inherit_deadline: bool = False,
     ) -> Any:
         """Start a child workflow exactly once and wait for it durably; return its output.
 
@@ -109,6 +112,10 @@ class ChildSteps:
         carrying the child's error; so does ``timeout``, after which the child
         keeps running on its own. ``name`` (the durable key) defaults to the
         child workflow's name; a string picks the highest registered version.
+        ``parent_close_policy`` (``"abandon"``, ``"terminate"``,
+        ``"request_cancel"``; default: the parent workflow's) is what this
+        run's end does to the child if it has not finished; with
+        ``inherit_deadline`` the child's deadline is this run's.
         """
         s = self._slice
         spec = _child_spec(workflow, "run_workflow")
@@ -124,7 +131,7 @@ class ChildSteps:
         waiting = s.history.open.get(key)
         if waiting is None:
             s.starting_new_step(key, StepKind.WORKFLOW)
-            start = self._child_start(spec, input, key)
+            start = self._child_start(spec, input, key, parent_close_policy, inherit_deadline)
             s.check_can_start(key)
             timeout_at = now + wait
             insert = NewAttempt(
@@ -164,9 +171,19 @@ class ChildSteps:
             child_id, outcome = successor, store.run_outcome(successor)
         return child_id, outcome
 
-    def _child_start(self, spec: WorkflowSpec, input: Any, key: str) -> ChildStart:
-        child_input = to_json_value(input, f"input of child workflow {spec.name!r} (step {key!r})", "input")
-        return ChildStart(spec.name, spec.version, child_input, spec.flow_fields(child_input))
+    def _child_start(
+        self, spec: WorkflowSpec, input: Any, key: str, policy: str | None, inherit_deadline: bool
+    ) -> ChildStart:
+        s = self._slice
+        where = f"child workflow {spec.name!r} (step {key!r})"
+        close = s.spec.parent_close_policy if policy is None else check_parent_close_policy(policy, where)
+        child_input = to_json_value(input, f"input of {where}", "input")
+        flow = spec.flow_fields(child_input)
+        if close != ParentClosePolicy.ABANDON:
+            flow.update(parent_close_policy=close, closes_with=s.run.id)
+        if inherit_deadline:
+            flow["deadline_at"] = s.run.deadline_at  # the child has no deadline of its own: it gets the parent's
+        return ChildStart(spec.name, spec.version, child_input, flow)
 
     def _child_finished(self, key: str, attempt_id: int, child_id: Any, outcome: RunOutcome | None) -> ChildRun:
         """Journal (buffered) that the child of step ``key`` ended: its output, or its failure as the step's."""
@@ -191,14 +208,23 @@ class ChildSteps:
         s.history.add_failure(key, error)
         return ChildRun(self, key, child_id, done=True, error=error)
 
-    def start_workflow(self, workflow: WorkflowSpec | str, input: Any = None, *, name: str | None = None) -> ChildRun:
+    def start_workflow(
+        self,
+        workflow: WorkflowSpec | str,
+        input: Any = None,
+        *,
+        name: str | None = None,
+        parent_close_policy: str | None = None,
+        inherit_deadline: bool = False,
+    ) -> ChildRun:
         """Start a child workflow exactly once without waiting for it; returns a :class:`ChildRun`.
 
         Start as many as you like, then wait for them with :meth:`wait_all`
         or :meth:`wait_first` (or ``child.result()``). The starts are
         written together with the run's next journal write, each as a step
         of its own (``name`` defaults to the workflow's name, numbered on
-        repeats: ``resize``, ``resize:1``...).
+        repeats: ``resize``, ``resize:1``...). ``parent_close_policy`` and
+        ``inherit_deadline`` as for :meth:`run_workflow`.
         """
         s = self._slice
         spec = _child_spec(workflow, "start_workflow")
@@ -213,7 +239,7 @@ class ChildSteps:
         if last_error is not None:
             return ChildRun(self, key, None, done=True, error=last_error)
         s.starting_new_step(key, StepKind.WORKFLOW)
-        start = self._child_start(spec, input, key)
+        start = self._child_start(spec, input, key, parent_close_policy, inherit_deadline)
         s.check_can_start(key)
         context = {"workflow": spec.name, "version": spec.version}
         new = NewAttempt(key, StepKind.WORKFLOW, StepStatus.RUNNING, started_at=s.now(), context=context, child=start)

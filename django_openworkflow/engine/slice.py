@@ -119,10 +119,8 @@ class Slice(RunningStepTracking):
         for key, attempt in list(self.history.open.items()):
             if attempt.kind != StepKind.RUN:
                 continue
-            _, cause = self._charge or (
-                None,
-                engine_error("LeaseExpired", "the worker running this step lost its lease"),
-            )
+            lost = engine_error("LeaseExpired", "the worker running this step lost its lease")
+            _, cause = self._charge or (None, lost)
             self._charge = None
             self.pending.append(AttemptUpdate(attempt.id, StepStatus.FAILED, now, error=self._failure(key, cause)))
             del self.history.open[key]
@@ -271,8 +269,9 @@ class Slice(RunningStepTracking):
             self.history.count += 1
 
     def complete(self, output: Any) -> None:
-        """Finish the run with ``output`` (and wake a parent waiting on it)."""
-        self._journal(self.store.complete_run, output, self.run.parent_step_attempt_id, starts=True)
+        """Finish the run with ``output``, waking a parent waiting on it and closing children by their policy."""
+        parent, closing = self.run.parent_step_attempt_id, self.run.closes_children or self.spawned
+        self._journal(self.store.complete_run, output, parent, starts=True, close_children=closing)
 
     def cancel(self, error: dict[str, Any]) -> None:
         """End the run as canceled (its cancel was requested and its compensations ran)."""

@@ -10,7 +10,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_openworkflow", "0012_rerun_from_step"),
+        ("django_openworkflow", "0013_parent_close_policy"),
     ]
 
     operations = [

@@ -12,6 +12,7 @@ from django.db.models import F, Lookup, Q
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import owf_settings
+from ..definitions.children import ParentClosePolicy
 from ..definitions.flow import DEFAULT_QUEUE
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 
@@ -138,6 +139,22 @@ class WorkflowRun(models.Model):
         blank=True,
         help_text="The step this re-run starts from: the steps before it were copied from the run it re-runs.",
     )
+    # The parent-close policy (engine/children.py): what the end of the run named by closes_with does to this one.
+    parent_close_policy = models.CharField(
+        max_length=16,
+        choices=ParentClosePolicy.choices(),
+        default=ParentClosePolicy.ABANDON,
+        help_text="What happens to this child run when its parent ends.",
+    )
+    closes_with = models.UUIDField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The run whose end applies the parent-close policy: the parent (or its continue-as-new successor).",
+    )
+    closes_children = models.BooleanField(
+        default=False, editable=False, help_text="Whether it started children that its end cancels."
+    )
     cancel_requested_at = models.DateTimeField(
         null=True, blank=True, help_text="Canceled while running: its compensations run, then it ends as canceled."
     )
@@ -196,6 +213,8 @@ class WorkflowRun(models.Model):
             models.Index(fields=["status", "worker_id"], name="owf_run_status_worker_idx"),
             # Retention: finished runs past their retention, one range per distinct retention.
             models.Index(fields=["retention", "finished_at"], name="owf_run_retention_idx"),
+            # A parent's unfinished children to close when it ends (parent-close policy).
+            models.Index(fields=["closes_with", "status"], name="owf_run_closes_with_idx"),
             # The dashboard: runs finished in the last hours.
             models.Index(fields=["finished_at"], name="owf_run_finished_idx"),
         ]

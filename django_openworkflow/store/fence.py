@@ -26,6 +26,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 
 from .. import tracing
+from ..definitions.children import ParentClosePolicy
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
 from .core import BackendCore
@@ -38,6 +39,13 @@ from .records import (
     Pending,
     StoreUnavailable,
 )
+
+PARENT_CLOSED = {
+    "type": "Canceled",
+    "message": "canceled because its parent run ended (parent-close policy)",
+    "retryable": False,
+}
+"""The error of a child canceled by its parent's end."""
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -74,6 +82,7 @@ class FenceOps(BackendCore):
         wake_parent_of: int | None = None,
         ended_badly: bool = False,
         unless_canceling: bool = False,
+        close_children: bool = False,
     ) -> int | None:
         """Write ``pending``, new attempts and run fields in one fenced transaction.
 
@@ -87,6 +96,8 @@ class FenceOps(BackendCore):
         nothing) when the worker no longer holds the run, and, with
         ``unless_canceling``, :class:`CancelRequested` (after writing only
         the completions in ``pending``) when the run's cancel was requested.
+        ``close_children`` (a write that ends the run) applies the parent-close
+        policy of its unfinished children in the same transaction.
         """
         with self._keeping_completions(run_id, worker_id, now, pending, unless_canceling):
             return self._commit_held(
@@ -102,6 +113,7 @@ class FenceOps(BackendCore):
                 wake_parent_of=wake_parent_of,
                 ended_badly=ended_badly,
                 unless_canceling=unless_canceling,
+                close_children=close_children,
             )
 
     def _commit_held(
@@ -119,10 +131,13 @@ class FenceOps(BackendCore):
         wake_parent_of: int | None,
         ended_badly: bool,
         unless_canceling: bool,
+        close_children: bool,
     ) -> int | None:
         spawning = [c for c in pending if isinstance(c, NewAttempt) and c.child is not None]
-        if not (spawning or inserts or start_child or wake_when_child_done or wake_parent_of):
+        if not (spawning or inserts or start_child or wake_when_child_done or wake_parent_of or close_children):
             return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
+        if start_child is not None and start_child.flow.get("closes_with") is not None:
+            run_fields = {**run_fields, "closes_children": True}  # its end looks for its children (close_children)
         with self.write_lock(), transaction.atomic(using=self.alias):
             if spawning or inserts:
                 plain = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
@@ -131,6 +146,8 @@ class FenceOps(BackendCore):
                 new_id = insert.id if insert is not None else None
             else:
                 new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
+            if close_children:
+                self.close_children([run_id], now)
             if wake_parent_of is not None:
                 self.wake_parent(wake_parent_of, now, ended_badly)
             if wake_when_child_done and WorkflowRun.objects.finished().filter(id__in=wake_when_child_done).exists():
@@ -240,6 +257,54 @@ class FenceOps(BackendCore):
             status=StepStatus.FAILED, error={"type": "Canceled", "message": "the run was canceled"}, finished_at=now
         )
 
+    def close_children(self, run_ids: list[Any], now: datetime) -> list[Any]:
+        """Apply the parent-close policy of the unfinished children of runs that end now; the ids it canceled.
+
+        Inside the transaction that ends the runs (their rows are locked or
+        being written), one level of descendants per round: ``terminate``
+        children are canceled (their open steps closed, like any cancel),
+        and so, in the next round, are their own ``terminate`` children;
+        ``request_cancel`` children that have started get their cancel
+        requested (a worker runs their compensations; their own end closes
+        their children), those never started are canceled at once.
+        ``abandon`` children carry no ``closes_with`` and are never read.
+        The children are read with a locking read, so one whose start
+        committed just before is seen on every database. A child whose
+        concurrency place is freed here wakes the run waiting for it at that
+        run's next probe (``PROBE_INTERVAL``).
+        """
+        canceled: list[Any] = []
+        closing = list(run_ids)
+        while closing:
+            rows = list(
+                WorkflowRun.objects.claimable()
+                .select_for_update()
+                .filter(closes_with__in=closing)
+                .values_list("id", "parent_close_policy", "started_at", "cancel_requested_at")
+            )
+            ask = [
+                row[0]
+                for row in rows
+                if row[1] == ParentClosePolicy.REQUEST_CANCEL and row[2] is not None and row[3] is None
+            ]
+            ends = [
+                row[0]
+                for row in rows
+                if row[1] == ParentClosePolicy.TERMINATE
+                or (row[1] == ParentClosePolicy.REQUEST_CANCEL and row[2] is None)
+            ]
+            if ends:
+                WorkflowRun.objects.filter(id__in=ends).update(
+                    status=RunStatus.CANCELED, worker_id=None, finished_at=now, updated_at=now, error=PARENT_CLOSED
+                )
+                self._close_open_steps(ends, now)
+            if ask:
+                WorkflowRun.objects.filter(id__in=ask).update(cancel_requested_at=now, updated_at=now)
+                WorkflowRun.objects.filter(id__in=ask, worker_id__isnull=True).update(available_at=now)
+            canceled += ends
+            closing = ends
+        return canceled
+
     def _finish_attempt(self, change: AttemptUpdate) -> None:
         StepAttempt.objects.filter(id=change.attempt_id).update(
             status=change.status, output=change.output, error=change.error, finished_at=change.finished_at
@@ -272,6 +337,8 @@ class FenceOps(BackendCore):
             )
             new.child_run_id = children[-1].id
         WorkflowRun.objects.bulk_create(children)
+        if any(child.closes_with is not None for child in children):  # its end looks for them (close_children)
+            WorkflowRun.objects.filter(id=run_id).update(closes_children=True)
         links = [StepAttempt(id=new.id, child_workflow_run_id=new.child_run_id) for new in spawned]
         StepAttempt.objects.bulk_update(links, ["child_workflow_run"])
 

@@ -119,6 +119,7 @@ class EngineStore(Protocol):
         parent_step_id: int | None,
         *,
         unless_canceling: bool = False,
+        close_children: bool = False,
     ) -> None: ...
 
     def fail_run(

@@ -9,6 +9,7 @@ a database error, so user code cannot swallow it.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -143,8 +144,14 @@ class JournalOps(FenceOps):
         parent_step_id: int | None,
         *,
         unless_canceling: bool = False,
+        close_children: bool = False,
     ) -> None:
-        """The run returned ``output``: finish it and wake a parent waiting on it."""
+        """The run returned ``output``: finish it and wake a parent waiting on it.
+
+        ``close_children`` (the run started children with a parent-close
+        policy: ``RunRecord.closes_children``) applies it in the same
+        transaction; without, a run's completion costs no extra statement.
+        """
         fields = {"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": now}
         self._commit(
             run_id,
@@ -154,6 +161,7 @@ class JournalOps(FenceOps):
             run_fields=fields,
             wake_parent_of=parent_step_id,
             unless_canceling=unless_canceling,
+            close_children=close_children,
         )
 
     @engine_op
@@ -167,12 +175,19 @@ class JournalOps(FenceOps):
         parent_step_id: int | None,
         attempts: int | None = None,
     ) -> None:
-        """Fail the run for good with ``error`` and wake a parent waiting on it."""
+        """Fail the run for good with ``error``, close its children by their policy, wake a parent waiting on it."""
         fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": now}
         if attempts is not None:
             fields["attempts"] = attempts
         self._commit(
-            run_id, worker_id, now, pending, run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True
+            run_id,
+            worker_id,
+            now,
+            pending,
+            run_fields=fields,
+            wake_parent_of=parent_step_id,
+            ended_badly=True,
+            close_children=True,
         )
 
     @engine_op
@@ -185,11 +200,13 @@ class JournalOps(FenceOps):
         error: dict[str, Any],
         parent_step_id: int | None,
     ) -> None:
-        """End a run whose cancel was requested, its compensations done; close its open steps, wake a parent."""
+        """End a run whose cancel was requested, its compensations done; close its open steps and its children
+        (by their parent-close policy), wake a parent."""
         with self.write_lock(), transaction.atomic(using=self.alias):
             self._fence(run_id, worker_id, now, {"status": RunStatus.CANCELED, "error": error, "finished_at": now})
             self._flush(run_id, pending, now)
             self._close_open_steps([run_id], now)
+            self.close_children([run_id], now)
             if parent_step_id is not None:
                 self.wake_parent(parent_step_id, now, ended_badly=True)
 
@@ -288,7 +305,9 @@ class JournalOps(FenceOps):
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
         The successor keeps the run's deadline, its retention and its place under a
-        parent: a parent waiting on the run now waits on the successor.
+        parent: a parent waiting on the run now waits on the successor. It
+        keeps the run's children too: those with a parent-close policy are
+        closed when the successor (or the last run of the chain) ends.
         Returns the successor's id.
         """
         with (
@@ -299,12 +318,24 @@ class JournalOps(FenceOps):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
             self._fence(run_id, worker_id, now, fields, unless_canceling=unless_canceling)
             self._flush(run_id, pending, now)
-            name, deadline, parent_step, retention = (
+            name, deadline, parent_step, retention, policy, closes_with, closes_children = (
                 WorkflowRun.objects.filter(id=run_id)
-                .values_list("workflow_name", "deadline_at", "parent_step_attempt_id", "retention")
+                .values_list(
+                    "workflow_name",
+                    "deadline_at",
+                    "parent_step_attempt_id",
+                    "retention",
+                    "parent_close_policy",
+                    "closes_with",
+                    "closes_children",
+                )
                 .get()
             )
+            # The run's unfinished children with a policy are closed by the successor's end from now on.
+            successor_id = uuid.uuid4()
+            moved = WorkflowRun.objects.claimable().filter(closes_with=run_id).update(closes_with=successor_id)
             successor = WorkflowRun.objects.create(
+                id=successor_id,
                 trace_context=tracing.current_context(),
                 workflow_name=name,
                 version=version,
@@ -313,6 +344,9 @@ class JournalOps(FenceOps):
                 deadline_at=deadline,
                 parent_step_attempt_id=parent_step,
                 continued_from_id=run_id,
+                parent_close_policy=policy,
+                closes_with=closes_with,
+                closes_children=closes_children or bool(moved),
                 **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:

@@ -22,6 +22,7 @@ from .records import ClaimedRun, RunRecord, RunState
 RUN_RECORD_FIELDS = (
     "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
     "concurrency_key", "cancel_requested_at", "queue", "started_at", "trace_context", "rerun_from_step",
+    "closes_children",
 )  # fmt: skip
 """The columns a :class:`RunRecord` is read from, in its fields' order."""
 

@@ -75,6 +75,8 @@ class RunRecord:
     trace_context: dict[str, str] | None = None
     # A re-run from a step starts with the journal it copied: its first slice reads it.
     rerun_from_step: str | None = None
+    # It started children with a parent-close policy: its end closes them (fence.close_children).
+    closes_children: bool = False
 
 
 @dataclass(frozen=True)

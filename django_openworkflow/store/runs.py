@@ -285,8 +285,9 @@ class RunOps(JournalOps):
     def cancel_run(self, run_id: Any) -> bool:
         """Cancel a run that has not finished; False if it already had.
 
-        Its open steps are closed, and a parent waiting on it is woken so that
-        its wait step fails.
+        Its open steps are closed, its children are closed by their
+        parent-close policy, and a parent waiting on it is woken so that its
+        wait step fails.
         """
         return bool(self.cancel_runs([run_id]))
 
@@ -344,6 +345,7 @@ class RunOps(JournalOps):
             )
             # A step a worker is executing is closed too (that worker's own write is fenced out).
             self._close_open_steps(ids, now)
+            self.close_children(ids, now)  # by their parent-close policy, in the same transaction
             for _, parent_step, _ in targets:
                 if parent_step is not None:
                     self.wake_parent(parent_step, now, ended_badly=True)

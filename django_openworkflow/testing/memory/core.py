@@ -10,7 +10,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ... import tracing
-from ...states import StepStatus
+from ...definitions.children import ParentClosePolicy
+from ...states import RunStatus, StepStatus
+from ...store.fence import PARENT_CLOSED
 from ...store.records import (
     AttemptUpdate,
     CancelRequested,
@@ -129,6 +131,8 @@ class MemoryCore:
             new_id = self._insert_attempt(run_id, fenced.insert, now) if fenced.insert is not None else None
             for new in fenced.inserts:
                 self._insert_attempt(run_id, new, now)
+            if fenced.close_children:
+                self.close_children([run_id], now)
             if fenced.wake_parent_of is not None:
                 self.wake_parent(fenced.wake_parent_of, now, fenced.ended_badly)
             done = fenced.wake_when_child_done or []
@@ -196,7 +200,34 @@ class MemoryCore:
             now,
         )
         self.attempts[attempt_id].child_workflow_run_id = child.id
+        if child.closes_with is not None:
+            self.runs[child.closes_with].closes_children = True
         return child.id
+
+    def close_children(self, run_ids: list[Any], now: datetime) -> list[Any]:
+        """Apply the parent-close policy of the unfinished children of runs ending now (``FenceOps.close_children``)."""
+        canceled: list[Any] = []
+        closing = set(run_ids)
+        while closing:
+            children = [run for run in self.runs.values() if run.closes_with in closing and run.is_claimable]
+            ends = [
+                run
+                for run in children
+                if run.parent_close_policy == ParentClosePolicy.TERMINATE
+                or (run.parent_close_policy == ParentClosePolicy.REQUEST_CANCEL and run.started_at is None)
+            ]
+            for run in children:
+                if run in ends:
+                    self._update(run, now, status=RunStatus.CANCELED, worker_id=None, finished_at=now)
+                    run.error = _stored(PARENT_CLOSED)
+                elif run.parent_close_policy == ParentClosePolicy.REQUEST_CANCEL and run.cancel_requested_at is None:
+                    self._update(run, now, cancel_requested_at=now)
+                    if run.worker_id is None:
+                        run.available_at = now
+            self._close_open_steps([run.id for run in ends], now)
+            canceled += [run.id for run in ends]
+            closing = {run.id for run in ends}
+        return canceled
 
     def _close_open_steps(self, run_ids: list[Any], now: datetime) -> None:
         """A canceled run's sleep, wait or executing step ends with it."""
@@ -249,6 +280,7 @@ class MemoryCore:
             run.queue,
             run.started_at,
             _read(run.trace_context),
+            closes_children=run.closes_children,
         )
 
     # -- driving runs on an in-memory backend: a clock to move, a start, a drain --

@@ -105,12 +105,12 @@ class JournalOps(MemoryCore):
         parent_step_id: int | None,
         *,
         unless_canceling: bool = False,
+        close_children: bool = False,
     ) -> None:
-        """The run returned ``output``: finish it and wake a parent waiting on it."""
+        """The run returned ``output``: finish it, close its children by their policy, wake a parent waiting on it."""
         fields = {"status": RunStatus.COMPLETED, "output": _stored(output), "error": None, "finished_at": now}
-        self._commit(
-            run_id, worker_id, now, pending, _Fenced(run_fields=fields, wake_parent_of=parent_step_id), unless_canceling
-        )
+        fenced = _Fenced(run_fields=fields, wake_parent_of=parent_step_id, close_children=close_children)
+        self._commit(run_id, worker_id, now, pending, fenced, unless_canceling)
 
     def fail_run(
         self,
@@ -126,7 +126,7 @@ class JournalOps(MemoryCore):
         fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": _stored(error), "finished_at": now}
         if attempts is not None:
             fields["attempts"] = attempts
-        fenced = _Fenced(run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True)
+        fenced = _Fenced(run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True, close_children=True)
         self._commit(run_id, worker_id, now, pending, fenced, False)
 
     def cancel_held(
@@ -144,6 +144,7 @@ class JournalOps(MemoryCore):
             self._flush(run_id, pending, now)
             self._update(run, now, status=RunStatus.CANCELED, error=_stored(error), finished_at=now)
             self._close_open_steps([run_id], now)
+            self.close_children([run_id], now)
             if parent_step_id is not None:
                 self.wake_parent(parent_step_id, now, ended_badly=True)
 
@@ -317,6 +318,9 @@ class JournalOps(MemoryCore):
                     "deadline_at": run.deadline_at,
                     "parent_step_attempt_id": run.parent_step_attempt_id,
                     "continued_from_id": run_id,
+                    "parent_close_policy": run.parent_close_policy,
+                    "closes_with": run.closes_with,
+                    "closes_children": run.closes_children,
                     **flow,
                     "retention": run.retention,  # the successor is the same logical run: same retention
                 },
@@ -324,6 +328,9 @@ class JournalOps(MemoryCore):
             )
             if run.parent_step_attempt_id in self.attempts:
                 self.attempts[run.parent_step_attempt_id].child_workflow_run_id = successor.id
+            for child in self.runs.values():  # its children with a policy are closed by the successor's end
+                if child.closes_with == run_id and child.is_claimable:
+                    child.closes_with, successor.closes_children = successor.id, True
             return successor.id
 
     def holds_lease(self, run_id: Any, worker_id: str) -> bool:

@@ -67,6 +67,9 @@ class RunRow:
     parent_step_attempt_id: int | None = None
     continued_from_id: uuid.UUID | None = None
     cancel_requested_at: datetime | None = None
+    parent_close_policy: str = "abandon"
+    closes_with: uuid.UUID | None = None
+    closes_children: bool = False
     retention: timedelta | None = None
     trace_context: dict[str, str] | None = None
     wake_on_attempt_id: int | None = None
@@ -167,6 +170,7 @@ class _Fenced:
     wake_when_child_done: list[Any] | None = None
     wake_parent_of: int | None = None
     ended_badly: bool = False
+    close_children: bool = False
 
 
 def _spawns(change: AttemptUpdate | NewAttempt) -> bool:

@@ -115,6 +115,7 @@ class RunOps(MemoryCore):
             for run in targets:
                 self._update(run, now, status=RunStatus.CANCELED, worker_id=None, finished_at=now)
             self._close_open_steps([run.id for run in targets], now)
+            self.close_children([run.id for run in targets], now)
             for run in targets:
                 if run.parent_step_attempt_id is not None:
                     self.wake_parent(run.parent_step_attempt_id, now, ended_badly=True)
