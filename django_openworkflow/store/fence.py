@@ -29,6 +29,7 @@ from .. import tracing
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
 from .core import BackendCore
+from .fairness import place_of, place_runs
 from .records import (
     AttemptUpdate,
     CancelRequested,
@@ -144,6 +145,7 @@ class FenceOps(BackendCore):
                     input=start_child.input,
                     available_at=now,
                     **start_child.flow,
+                    fair_at=place_of(start_child.flow.get("fairness_key"), now),
                     parent_step_attempt_id=new_id,
                 )
                 StepAttempt.objects.filter(id=new_id).update(child_workflow_run=child)
@@ -271,6 +273,7 @@ class FenceOps(BackendCore):
                 )
             )
             new.child_run_id = children[-1].id
+        place_runs(children)  # in a fair queue: each child's place in line
         WorkflowRun.objects.bulk_create(children)
         links = [StepAttempt(id=new.id, child_workflow_run_id=new.child_run_id) for new in spawned]
         StepAttempt.objects.bulk_update(links, ["child_workflow_run"])

@@ -17,6 +17,7 @@ from django.db import transaction
 from .. import tracing
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus
+from .fairness import place_of
 from .fence import FenceOps, engine_op
 from .records import (
     AttemptRecord,
@@ -307,6 +308,7 @@ class JournalOps(FenceOps):
                 deadline_at=deadline,
                 parent_step_attempt_id=parent_step,
                 continued_from_id=run_id,
+                fair_at=place_of(flow.get("fairness_key"), now),
                 **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:

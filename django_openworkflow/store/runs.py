@@ -16,6 +16,7 @@ from .. import tracing
 from ..definitions.flow import DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepKind, StepStatus
+from .fairness import place_rows
 from .journal import JournalOps
 from .records import StartedRun
 
@@ -96,6 +97,8 @@ class RunOps(JournalOps):
         """
         if not rows:
             return
+        if any(row.get("fairness_key") is not None for row in rows):
+            place_rows(rows, self.now())  # runs of fair queues: their places in line
         trace_context = tracing.current_context()  # None with tracing off
         if trace_context is not None:
             for row in rows:
