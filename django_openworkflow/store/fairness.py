@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.db.models.functions import Coalesce
 
 from ..conf import owf_settings
@@ -87,6 +87,17 @@ def place_runs(runs: Sequence[WorkflowRun]) -> None:
         places = places_in_line([(run.fairness_key, run.available_at) for run in keyed])
         for run, place in zip(keyed, places, strict=True):
             run.fair_at = place
+
+
+def moved_to(due: Any) -> Case:
+    """``fair_at`` for an UPDATE that makes runs due at ``due`` (a time or the clock's SQL), to the back of the line.
+
+    A run its concurrency or rate limit sets aside, or wakes, takes its new
+    due time as its place (runs without a place keep none): the fair claim
+    does not read past the runs waiting for a place on every claim.
+    """
+    value = due if hasattr(due, "resolve_expression") else Value(due)
+    return Case(When(fair_at__isnull=True, then=Value(None)), default=value, output_field=DateTimeField())
 
 
 def adopt(queues: Sequence[str], now: datetime) -> int:

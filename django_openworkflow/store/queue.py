@@ -18,7 +18,7 @@ from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore
-from .fairness import adopt, fair_queues
+from .fairness import adopt, fair_queues, moved_to
 from .records import ClaimedRun, RunRecord, RunState
 
 RUN_RECORD_FIELDS = (
@@ -282,7 +282,9 @@ class QueueOps(BackendCore):
                 waiting.order_by("available_at", "-priority", "blocked_at").values_list("id", "available_at").first()
             )
             if first is not None and first[1] >= BLOCKED_UNTIL:
-                WorkflowRun.objects.filter(id=first[0]).update(available_at=now + PROBE_INTERVAL)
+                WorkflowRun.objects.filter(id=first[0]).update(
+                    available_at=now + PROBE_INTERVAL, fair_at=moved_to(now + PROBE_INTERVAL)
+                )
 
     def _places_taken(self, keys: list[str]) -> tuple[Counter[str], Counter[str]]:
         """Per key: runs holding a worker, and runs in progress (held or parked)."""
@@ -317,10 +319,13 @@ class QueueOps(BackendCore):
         for until, ids in waiting.items():
             if ids:
                 WorkflowRun.objects.filter(id__in=ids).update(
-                    available_at=until, blocked_at=Coalesce("blocked_at", Value(now)), updated_at=now
+                    available_at=until,
+                    fair_at=moved_to(until),
+                    blocked_at=Coalesce("blocked_at", Value(now)),
+                    updated_at=now,
                 )
         for until, ids in deferred.items():
-            WorkflowRun.objects.filter(id__in=ids).update(available_at=until, updated_at=now)
+            WorkflowRun.objects.filter(id__in=ids).update(available_at=until, fair_at=moved_to(until), updated_at=now)
 
     def _lease(self, runs: Any, worker_id: str, now: datetime, lease: timedelta) -> int:
         return int(

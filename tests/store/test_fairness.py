@@ -169,3 +169,16 @@ def test_the_system_checks_name_bad_fairness_settings_and_a_key_no_fair_queue_us
     with override_settings(OPENWORKFLOW={"FAIR_QUEUES": []}):
         (warning,) = check_fairness()
     assert warning.id == "openworkflow.W007" and "'flow-tenant'" in warning.msg
+
+
+def test_runs_set_aside_by_their_limit_go_to_the_back_of_the_line_and_come_back_when_woken():
+    """So that the fair claim does not read past a busy key's waiting runs on every claim."""
+    runs = [limited.run({"customer": "acme", "n": i}, queue="tenants").id for i in range(5)]
+    claimed = get_backend().claim("w", 10, LEASE, ("tenants",))
+    assert len(claimed) == 2  # Concurrency(2) per customer: three set aside
+    waiting = WorkflowRun.objects.filter(id__in=runs, worker_id__isnull=True)
+    assert waiting.count() == 3
+    assert all(run.fair_at == run.available_at for run in waiting)  # a place at the new due time, not the old one
+    assert get_backend().free_place("flow-limited/acme") is not None
+    woken = WorkflowRun.objects.get(id__in=runs, worker_id__isnull=True, available_at__lte=get_backend().now())
+    assert woken.fair_at == woken.available_at
