@@ -15,7 +15,8 @@ the due time breaks), which costs a turn, never a run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -100,21 +101,24 @@ def moved_to(due: Any) -> Case:
     return Case(When(fair_at__isnull=True, then=Value(None)), default=value, output_field=DateTimeField())
 
 
-def adopt(queues: Sequence[str], now: datetime) -> int:
+def adopt(queues: Sequence[str], now: datetime, write_lock: Callable[[], AbstractContextManager[Any]]) -> int:
     """Give the due runs of fair ``queues`` that have no place one; how many got one.
 
     Runs started before their queue was listed in ``FAIR_QUEUES`` (or by a
     process whose settings did not list it) have no place, and the fair
     claim reads only runs that have one. A claim that finds fewer runs than
     it wants calls this: such a run gets its concurrency key, else its
-    workflow's name, as its key, and its due time as its place.
+    workflow's name, as its key, and its due time as its place. A plain
+    read first (an idle worker's claims find none): only then the write,
+    under ``write_lock``.
     """
     keyless = WorkflowRun.objects.due(now).filter(queue__in=list(queues), fair_at__isnull=True)
     ids = list(keyless.order_by().values_list("id", flat=True)[:ADOPT_AT_MOST])
     if not ids:
         return 0
-    return int(
-        WorkflowRun.objects.filter(id__in=ids, fair_at__isnull=True).update(
-            fairness_key=Coalesce("fairness_key", "concurrency_key", "workflow_name"), fair_at=F("available_at")
+    with write_lock():
+        return int(
+            WorkflowRun.objects.filter(id__in=ids, fair_at__isnull=True).update(
+                fairness_key=Coalesce("fairness_key", "concurrency_key", "workflow_name"), fair_at=F("available_at")
+            )
         )
-    )

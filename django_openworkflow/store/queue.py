@@ -126,9 +126,7 @@ class QueueOps(BackendCore):
             if len(claimed) >= limit:
                 return claimed
         # Too few: runs started without a place in line (before the queue was fair) get one, then a look again.
-        with self.write_lock(), transaction.atomic(using=self.alias):
-            adopted = adopt(fair, self.now())
-        if adopted:
+        if adopt(fair, self.now(), self.write_lock):
             claimed += self._claim_queues(worker_id, limit - len(claimed), lease, fair, fair=True)
         return claimed
 
