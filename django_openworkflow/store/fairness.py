@@ -20,12 +20,15 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Case, DateTimeField, F, Value, When
+from django.db.models import Case, DateTimeField, F, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
 from ..conf import owf_settings
 from ..models import WorkflowRun
 from ..states import RunStatus
+
+KEYS_A_QUERY = 100
+"""Starts of many keys (``run_many``) read the keys' last places this many a query."""
 
 ADOPT_AT_MOST = 1000
 """A claim that found too few fair runs gives at most this many keyless due runs a place (see :func:`adopt`)."""
@@ -46,25 +49,46 @@ def claim_order() -> tuple[Any, ...]:
 def places_in_line(starts: Sequence[tuple[str | None, datetime]]) -> list[datetime | None]:
     """The place in line of each start given as (fairness key or None, due time), in order.
 
-    One indexed read per key (``owf_run_fair_tail_idx``): the last place of
-    its waiting runs. Starts of one key in one call follow one another a
-    quantum apart.
+    One indexed read per key (``owf_run_fair_tail_idx``), the last place of
+    its waiting runs, all in one query. Starts of one key in one call follow
+    one another a quantum apart.
     """
     quantum = owf_settings.fairness_quantum
-    last: dict[str, datetime | None] = {}
+    last = _last_places(sorted({key for key, _ in starts if key is not None}))
     places: list[datetime | None] = []
     for key, due in starts:
         if key is None:
             places.append(None)
             continue
-        if key not in last:
-            waiting = WorkflowRun.objects.filter(fairness_key=key, status=RunStatus.PENDING, fair_at__isnull=False)
-            last[key] = waiting.order_by("-fair_at").values_list("fair_at", flat=True).first()
         previous = last[key]
         place = due if previous is None else max(due, previous + quantum)
         last[key] = place
         places.append(place)
     return places
+
+
+def _last_places(keys: list[str]) -> dict[str, datetime | None]:
+    """The last place of each key's waiting runs (None: none waits), up to 100 keys a query.
+
+    Each key is a scalar subquery that reads one entry of its index, and a
+    query asks for up to 100 of them as the columns of one row (of any run:
+    an empty table has no key waiting either).
+    """
+    last: dict[str, datetime | None] = dict.fromkeys(keys)
+    for start in range(0, len(keys), KEYS_A_QUERY):
+        chunk = keys[start : start + KEYS_A_QUERY]
+        tails = {
+            f"k{index}": Subquery(
+                WorkflowRun.objects.filter(fairness_key=key, status=RunStatus.PENDING, fair_at__isnull=False)
+                .order_by("-fair_at")
+                .values("fair_at")[:1]
+            )
+            for index, key in enumerate(chunk)
+        }
+        row = WorkflowRun.objects.order_by().annotate(**tails).values_list(*tails).first()
+        if row is not None:
+            last.update(zip(chunk, row, strict=True))
+    return last
 
 
 def place_of(key: str | None, due: datetime) -> datetime | None:

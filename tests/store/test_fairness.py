@@ -182,3 +182,12 @@ def test_runs_set_aside_by_their_limit_go_to_the_back_of_the_line_and_come_back_
     assert get_backend().free_place("flow-limited/acme") is not None
     woken = WorkflowRun.objects.get(id__in=runs, worker_id__isnull=True, available_at__lte=get_backend().now())
     assert woken.fair_at == woken.available_at
+
+
+def test_run_many_places_each_keys_runs_after_its_waiting_ones_over_more_keys_than_a_query_reads():
+    keys = [f"t{i}" for i in range(150)]  # more than KEYS_A_QUERY: two queries for the last places
+    tenant.run_many([{"tenant": key, "n": 0} for key in keys])
+    tenant.run_many([{"tenant": key, "n": 1} for key in keys])
+    places = {(key, n): at for key, n, at in WorkflowRun.objects.values_list("fairness_key", "input__n", "fair_at")}
+    quantum = owf_settings.fairness_quantum
+    assert all(places[(f"flow-tenant/{key}", 1)] == places[(f"flow-tenant/{key}", 0)] + quantum for key in keys)
