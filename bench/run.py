@@ -19,6 +19,8 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               start -> finished_at (server) and start -> handle.result() returned.
   replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
   claims      claim latency with 1M finished + 10k parked runs vs an empty table.
+  fairness    10,000 runs of one key + 10 of each of 100 others, drained by claims of 10 with the
+              queue not fair, then fair: claim cost, and the runs claimed before a small key's last.
   memory      worker RSS after 1k and after 50k completed runs (--quick: 500 and 2k).
   starts      run() one at a time from one thread, and run_many() in bulk (with and without keys)
   fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
@@ -55,7 +57,19 @@ if str(ROOT) not in sys.path:
 from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
-from bench.phases import claims, fanout, latency, memory, prune, replay, scaleout, soak, starts, throughput  # noqa: E402
+from bench.phases import (  # noqa: E402
+    claims,
+    fairness,
+    fanout,
+    latency,
+    memory,
+    prune,
+    replay,
+    scaleout,
+    soak,
+    starts,
+    throughput,
+)
 from bench.processes import produce  # noqa: E402
 
 # name -> run(bench), in the order they run
@@ -64,6 +78,7 @@ PHASES = {
     "latency": latency.run,
     "replay": replay.run,
     "claims": claims.run,
+    "fairness": fairness.run,
     "memory": memory.run,
     "fanout": fanout.run,
     "starts": starts.run,

@@ -70,6 +70,8 @@ OPENWORKFLOW = {
     "POLL_INTERVAL": "100ms",
     # bench-long runs 1,000 steps; keep the per-run cap out of the way.
     "MAX_STEP_ATTEMPTS": 5000,
+    # bench/phases/fairness.py's queue (its workflow declares a fairness key); the phase sets it per measurement.
+    "FAIR_QUEUES": ["bench-fair"],
 }
 
 # OWF_BENCH_TELEMETRY=1: metrics and tracing on, spans recorded by the SDK (and dropped), to price them;

@@ -48,6 +48,31 @@ def check_retention_settings() -> list[checks.CheckMessage]:
     return messages
 
 
+def check_fairness() -> list[checks.CheckMessage]:
+    """FAIR_QUEUES and FAIRNESS_QUANTUM, and fairness keys declared where no queue is fair."""
+    from .definitions.registry import registry
+
+    messages: list[checks.CheckMessage] = []
+    for read in (lambda: owf_settings.fair_queues, lambda: owf_settings.fairness_quantum):
+        try:
+            read()
+        except ValueError as exc:
+            messages.append(checks.Error(str(exc), id="openworkflow.E007"))
+    if messages:
+        return messages
+    for spec in registry.all():
+        if spec.fairness_key is not None and spec.queue not in owf_settings.fair_queues:
+            messages.append(
+                checks.Warning(
+                    f"workflow {spec.name!r} declares a fairness_key, but its queue {spec.queue!r} "
+                    "is not in OPENWORKFLOW['FAIR_QUEUES']: its runs are claimed oldest first",
+                    hint=f"Add {spec.queue!r} to OPENWORKFLOW['FAIR_QUEUES'], or remove the fairness_key.",
+                    id="openworkflow.W007",
+                )
+            )
+    return messages
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -82,6 +107,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         except ValueError as exc:
             messages.append(checks.Error(str(exc), id="openworkflow.E005"))
     messages.extend(check_retention_settings())
+    messages.extend(check_fairness())
     try:
         mail_period()
     except ValueError as exc:

@@ -50,6 +50,11 @@ DEFAULTS: dict[str, Any] = {
     "PRUNE_BATCH_SIZE": 500,
     # How often runworkflows workers prune (one of them at a time); None or 0: never.
     "PRUNE_INTERVAL": "5m",
+    # Queues claimed fairly (docs/howto/flow-control.md "Fairness"): runs of different fairness keys
+    # take turns instead of the oldest first, so a flood under one key cannot starve the others.
+    "FAIR_QUEUES": [],
+    # In a fair queue, a key's waiting runs are placed in line at least this far apart.
+    "FAIRNESS_QUANTUM": "1s",
     # Mail ADMINS when a run fails, at most once per workflow per this duration (alerts.py); None: never.
     "MAIL_ADMINS_ON_FAILURE": None,
     # The site's address ("https://example.com"), for absolute links to run pages in mails.
@@ -131,6 +136,23 @@ class Settings:
     @property
     def prune_batch_size(self) -> int:
         return self._positive_int("PRUNE_BATCH_SIZE")
+
+    @property
+    def fair_queues(self) -> frozenset[str]:
+        queues = self._get("FAIR_QUEUES")
+        if isinstance(queues, str) or not all(isinstance(queue, str) for queue in queues or ()):
+            raise ValueError(f"OPENWORKFLOW['FAIR_QUEUES'] must be a list of queue names, got {queues!r:.60}")
+        return frozenset(queues or ())
+
+    @property
+    def fairness_quantum(self) -> timedelta:
+        try:
+            quantum = parse_duration(self._get("FAIRNESS_QUANTUM"))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"OPENWORKFLOW['FAIRNESS_QUANTUM']: {exc}") from None
+        if quantum <= timedelta(0):
+            raise ValueError(f"OPENWORKFLOW['FAIRNESS_QUANTUM'] must be longer than zero, got {quantum}")
+        return quantum
 
     def raw(self, key: str) -> Any:
         """The setting as the user wrote it (retention.py parses the retention ones)."""

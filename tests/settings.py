@@ -116,7 +116,8 @@ if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["OWF_TEST_DB_NAME"]
     DATABASES["other"]["NAME"] = _other_name(os.environ["OWF_TEST_DB_NAME"])
 
-OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms"}
+# The queue "tenants" is claimed fairly (tests/store/test_fairness.py, the flowapp tenant workflow).
+OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms", "FAIR_QUEUES": ["tenants"]}
 # Worker subprocesses of tests/worker/test_prune.py sweep often.
 if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
     OPENWORKFLOW["PRUNE_INTERVAL"] = os.environ["OWF_TEST_PRUNE_INTERVAL"]

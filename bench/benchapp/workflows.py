@@ -79,3 +79,7 @@ def _soak(ctx):
 
 soak_free = workflow(name="soak")(_soak)
 soak_limited = workflow(name="soak-limited", concurrency=Concurrency(SOAK_LIMIT, key=lambda spec: spec["k"]))(_soak)
+
+
+# A run of the queue bench-fair (bench/phases/fairness.py), its turns taken per tenant when the queue is fair.
+bench_tenant = workflow(name="bench-tenant", queue="bench-fair", fairness_key=lambda input: input["t"])(bench_1.fn)

@@ -33,7 +33,7 @@ PROBE_INTERVAL = timedelta(seconds=1)
 
 FLOW_COLUMNS = (
     "queue", "priority", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
-    "rate_key", "rate_limit", "rate_period", "retention",
+    "rate_key", "rate_limit", "rate_period", "retention", "fairness_key",
 )  # fmt: skip
 """The run's columns a start fills from the declarations (``WorkflowSpec.flow_fields``); a re-run copies them."""
 
@@ -82,7 +82,7 @@ def _period(value: Duration, what: str) -> timedelta:
     return period
 
 
-def _key(key: Any, what: str) -> KeyFunction | str | None:
+def check_key(key: Any, what: str) -> KeyFunction | str | None:
     if key is None or callable(key):
         return key
     if isinstance(key, str) and 0 < len(key) <= 200:
@@ -141,7 +141,7 @@ class Concurrency(Declaration):
 
     def _check_fields(self) -> None:
         _positive(self.limit, "Concurrency limit")
-        _key(self.key, "Concurrency key")
+        check_key(self.key, "Concurrency key")
         if not isinstance(self.count_parked, bool):
             raise WorkflowRegistrationError(
                 f"Concurrency count_parked must be True or False, got {self.count_parked!r:.80}"
@@ -166,7 +166,7 @@ class RateLimit(Declaration):
     def _check_fields(self) -> None:
         _positive(self.limit, "RateLimit limit")
         _period(self.per, "RateLimit per")
-        _key(self.key, "RateLimit key")
+        check_key(self.key, "RateLimit key")
 
     @property
     def period(self) -> timedelta:
@@ -191,7 +191,7 @@ class Debounce(Declaration):
 
     def _check_fields(self) -> None:
         _period(self.period, "Debounce period")
-        _key(self.key, "Debounce key")
+        check_key(self.key, "Debounce key")
         if self.max_wait is not None:
             _period(self.max_wait, "Debounce max_wait")
 

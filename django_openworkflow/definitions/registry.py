@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
+from ..conf import owf_settings
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 from .alerts import RunFailure
@@ -21,9 +22,11 @@ from .flow import (
     DEFAULT_QUEUE,
     Concurrency,
     Debounce,
+    KeyFunction,
     OnEvent,
     RateLimit,
     Schedule,
+    check_key,
     check_priority,
     check_queue,
     resolve_key,
@@ -95,6 +98,7 @@ class WorkflowSpec:
     concurrency: Concurrency | None = None
     rate_limit: RateLimit | None = None
     debounce: Debounce | None = None
+    fairness_key: KeyFunction | str | None = None
     schedule: Schedule | None = None
     on_event: tuple[OnEvent, ...] = ()
     step_timeout: Duration | None = None
@@ -203,6 +207,14 @@ class WorkflowSpec:
             raise InvalidArgument(
                 f"{where}: concurrency_key given, but the workflow declares no concurrency", "concurrency_key"
             )
+        if fields["queue"] in owf_settings.fair_queues:
+            # In a fair queue every run has a key: the declared one, else its concurrency key, else the workflow.
+            fair = self.fairness_key
+            fields["fairness_key"] = (
+                resolve_key(fair, input, self.name, "fairness_key")
+                if fair is not None
+                else fields.get("concurrency_key", self.name)
+            )
         if self.rate_limit is not None:
             fields["rate_key"] = resolve_key(self.rate_limit.key, input, self.name, "rate_limit key")
             fields["rate_limit"] = self.rate_limit.limit
@@ -231,6 +243,13 @@ def _declared(check: Callable[[Any, str], Any], value: Any, where: str) -> Any:
         return check(value, where)
     except InvalidArgument as exc:  # its message starts with ``where``
         raise WorkflowRegistrationError(str(exc)) from exc
+
+
+def _fairness_key(key: Any, where: str) -> KeyFunction | str | None:
+    try:
+        return check_key(key, "fairness_key")
+    except WorkflowRegistrationError as exc:
+        raise WorkflowRegistrationError(f"{where}: {exc}") from exc
 
 
 def _version_sort_key(version: str | None) -> tuple[Any, ...]:
@@ -335,6 +354,7 @@ def workflow(
     concurrency: Concurrency | int | None = None,
     rate_limit: RateLimit | None = None,
     debounce: Debounce | None = None,
+    fairness_key: KeyFunction | str | None = None,
     schedule: Schedule | str | None = None,
     on_event: OnEvent | str | list[OnEvent | str] | tuple[OnEvent | str, ...] | None = None,
     step_timeout: Duration | None = None,
@@ -351,7 +371,9 @@ def workflow(
     queue its runs wait in, ``priority`` orders them within it (higher
     first), ``concurrency`` (a :class:`Concurrency` or a plain limit) caps
     how many hold a worker at once, ``rate_limit`` how many start per
-    period, ``debounce`` folds starts together, and ``schedule`` (a
+    period, ``debounce`` folds starts together, ``fairness_key`` (a function
+    of the input, or a string) groups its runs for the turns a queue listed in
+    ``OPENWORKFLOW["FAIR_QUEUES"]`` takes, and ``schedule`` (a
     :class:`Schedule` or a cron expression) starts runs on a timetable.
     ``on_event`` (an event type, an :class:`OnEvent` with a match pattern,
     or a list of them) makes ``send_event`` start a run, with the event's
@@ -450,6 +472,7 @@ def workflow(
             concurrency=limit if isinstance(limit, Concurrency) else None,
             rate_limit=rate_limit,
             debounce=debounce,
+            fairness_key=_fairness_key(fairness_key, where),
             schedule=timetable,
             on_event=events,
             step_timeout=step_timeout,

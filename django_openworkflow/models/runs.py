@@ -97,6 +97,10 @@ class WorkflowRun(models.Model):
     queue = models.CharField(max_length=64, default=DEFAULT_QUEUE)
     priority = models.SmallIntegerField(default=0, help_text="Higher first, within a queue.")
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
+    # In a fair queue (OPENWORKFLOW["FAIR_QUEUES"]): the run's key, and its place in line among the
+    # queue's runs of its priority (store/fairness.py), set when it is started.
+    fairness_key = models.CharField(max_length=255, null=True, blank=True, editable=False)
+    fair_at = models.DateTimeField(null=True, blank=True, editable=False)
     concurrency_limit = models.PositiveIntegerField(null=True, blank=True)
     concurrency_counts_parked = models.BooleanField(
         default=False, help_text="Whether the run keeps its concurrency place while parked."
@@ -200,6 +204,18 @@ class WorkflowRun(models.Model):
                 fields=["queue", "-priority", "available_at"],
                 condition=Q(status__in=["pending", "running"]),
                 name="owf_run_queue_claim_idx",
+            ),
+            # The claim of a fair queue: highest priority first, then each run's place in line.
+            models.Index(
+                fields=["queue", "-priority", "fair_at", "available_at"],
+                condition=Q(status__in=["pending", "running"], fair_at__isnull=False),
+                name="owf_run_fair_claim_idx",
+            ),
+            # The last place in line of a key's waiting runs, where its next run goes.
+            models.Index(
+                fields=["fairness_key", "fair_at"],
+                condition=Q(status="pending", fair_at__isnull=False),
+                name="owf_run_fair_tail_idx",
             ),
             # Places taken under a concurrency limit, and the runs waiting for one.
             models.Index(fields=["concurrency_key", "status", "worker_id"], name="owf_run_concurrency_idx"),

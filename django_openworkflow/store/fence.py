@@ -30,6 +30,7 @@ from ..definitions.children import ParentClosePolicy
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
 from .core import BackendCore
+from .fairness import place_of, place_runs
 from .records import (
     AttemptUpdate,
     CancelRequested,
@@ -161,6 +162,7 @@ class FenceOps(BackendCore):
                     input=start_child.input,
                     available_at=now,
                     **start_child.flow,
+                    fair_at=place_of(start_child.flow.get("fairness_key"), now),
                     parent_step_attempt_id=new_id,
                 )
                 StepAttempt.objects.filter(id=new_id).update(child_workflow_run=child)
@@ -336,6 +338,7 @@ class FenceOps(BackendCore):
                 )
             )
             new.child_run_id = children[-1].id
+        place_runs(children)  # in a fair queue: each child's place in line
         WorkflowRun.objects.bulk_create(children)
         if any(child.closes_with is not None for child in children):  # its end looks for them (close_children)
             WorkflowRun.objects.filter(id=run_id).update(closes_children=True)

@@ -18,6 +18,7 @@ from django.db import transaction
 from .. import tracing
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus
+from .fairness import place_of
 from .fence import FenceOps, engine_op
 from .records import (
     AttemptRecord,
@@ -347,6 +348,7 @@ class JournalOps(FenceOps):
                 parent_close_policy=policy,
                 closes_with=closes_with,
                 closes_children=closes_children or bool(moved),
+                fair_at=place_of(flow.get("fairness_key"), now),
                 **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:

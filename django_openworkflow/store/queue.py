@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore
+from .fairness import adopt, fair_queues, moved_to
 from .records import ClaimedRun, RunRecord, RunState
 
 RUN_RECORD_FIELDS = (
@@ -85,6 +87,10 @@ SCAN_LIMIT = 1000
 class QueueOps(BackendCore):
     """Claims, leases and the due list, for workers and dispatchers."""
 
+    # Which group goes first when a claim serves fair queues and others; guarded by its lock.
+    _fair_turns = 0
+    _fair_turns_lock = threading.Lock()
+
     def claim(
         self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str] = (DEFAULT_QUEUE,)
     ) -> list[ClaimedRun]:
@@ -94,14 +100,47 @@ class QueueOps(BackendCore):
         (``SELECT ... FOR UPDATE SKIP LOCKED``), runs under a concurrency or
         rate limit are admitted or set aside (:meth:`_admit`), then the rest
         are leased with one UPDATE. Backends override :meth:`_select_due` or
-        the whole claim where their database does better.
+        :meth:`_claim_queues` where their database does better. In a fair
+        queue (``fairness.py``) the claim orders a priority's runs by their
+        place in line instead of their due time.
         """
         if limit <= 0:
             return []
-        # A deadlock's victim (MariaDB: a claim beside the prune sweep's deletes) claims again at once.
-        return self.retrying(lambda: self._claim(worker_id, limit, lease, queues))
+        fair = fair_queues(queues)
+        if not fair:  # the usual case: the claim as it always was
+            return self._claim_queues(worker_id, limit, lease, queues, fair=False)
+        return self._claim_fairly(worker_id, limit, lease, queues, fair)
 
-    def _claim(self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str]) -> list[ClaimedRun]:
+    def _claim_fairly(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str], fair: list[str]
+    ) -> list[ClaimedRun]:
+        """The fair queues, and the others (if the worker serves both), each claimed first in turn."""
+        plain = [queue for queue in queues if queue not in fair]
+        groups = [(fair, True), (plain, False)] if plain else [(fair, True)]
+        with self._fair_turns_lock:  # guards the turn: claims of several threads share a backend
+            self._fair_turns += 1
+            if self._fair_turns % 2 == 0:
+                groups.reverse()
+        claimed: list[ClaimedRun] = []
+        for group, is_fair in groups:
+            claimed += self._claim_queues(worker_id, limit - len(claimed), lease, group, fair=is_fair)
+            if len(claimed) >= limit:
+                return claimed
+        # Too few: runs started without a place in line (before the queue was fair) get one, then a look again.
+        if adopt(fair, self.now(), self.write_lock):
+            claimed += self._claim_queues(worker_id, limit - len(claimed), lease, fair, fair=True)
+        return claimed
+
+    def _claim_queues(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str], *, fair: bool
+    ) -> list[ClaimedRun]:
+        """Claim from ``queues``, all fair or none; a backend with a faster claim overrides this."""
+        # A deadlock's victim (MariaDB: a claim beside the prune sweep's deletes) claims again at once.
+        return self.retrying(lambda: self._claim(worker_id, limit, lease, queues, fair))
+
+    def _claim(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str], fair: bool = False
+    ) -> list[ClaimedRun]:
         claimed: list[ClaimedRun] = []
         locked: set[str] = set()  # the first round locks the keys it needs; later ones keep to those
         with self.write_lock(), transaction.atomic(using=self.alias):
@@ -109,7 +148,7 @@ class QueueOps(BackendCore):
             scan = limit
             for round in range(CLAIM_ROUNDS):
                 want = limit - len(claimed)
-                due = self._select_due(now, max(want, scan), queues)
+                due = self._select_due(now, max(want, scan), queues, fair)
                 got, set_aside = self._lease_admitted(due, worker_id, now, lease, want, locked, may_lock=round == 0)
                 claimed += got
                 # Runs refused by their limits are out of the way now: look further,
@@ -147,9 +186,13 @@ class QueueOps(BackendCore):
         self._lease(WorkflowRun.objects.filter(id__in=ids), worker_id, now, lease)
         return {record.id: record for record in self._run_records(ids)}
 
-    def _select_due(self, now: datetime, limit: int, queues: Sequence[str]) -> list[Candidate]:
+    def _select_due(self, now: datetime, limit: int, queues: Sequence[str], fair: bool = False) -> list[Candidate]:
         """The first due runs in claim order, locked, skipping rows others have locked."""
-        due = WorkflowRun.objects.due(now).filter(queue__in=list(queues)).order_by("-priority", "available_at")
+        due = WorkflowRun.objects.due(now).filter(queue__in=list(queues))
+        if fair:
+            due = due.filter(fair_at__isnull=False).order_by("-priority", "fair_at", "available_at")
+        else:
+            due = due.order_by("-priority", "available_at")
         rows = self.lock_skipping_locked(due).values_list(*CANDIDATE_FIELDS)[:limit]
         return [Candidate(*row) for row in rows]
 
@@ -238,7 +281,9 @@ class QueueOps(BackendCore):
                 waiting.order_by("available_at", "-priority", "blocked_at").values_list("id", "available_at").first()
             )
             if first is not None and first[1] >= BLOCKED_UNTIL:
-                WorkflowRun.objects.filter(id=first[0]).update(available_at=now + PROBE_INTERVAL)
+                WorkflowRun.objects.filter(id=first[0]).update(
+                    available_at=now + PROBE_INTERVAL, fair_at=moved_to(now + PROBE_INTERVAL)
+                )
 
     def _places_taken(self, keys: list[str]) -> tuple[Counter[str], Counter[str]]:
         """Per key: runs holding a worker, and runs in progress (held or parked)."""
@@ -273,10 +318,13 @@ class QueueOps(BackendCore):
         for until, ids in waiting.items():
             if ids:
                 WorkflowRun.objects.filter(id__in=ids).update(
-                    available_at=until, blocked_at=Coalesce("blocked_at", Value(now)), updated_at=now
+                    available_at=until,
+                    fair_at=moved_to(until),
+                    blocked_at=Coalesce("blocked_at", Value(now)),
+                    updated_at=now,
                 )
         for until, ids in deferred.items():
-            WorkflowRun.objects.filter(id__in=ids).update(available_at=until, updated_at=now)
+            WorkflowRun.objects.filter(id__in=ids).update(available_at=until, fair_at=moved_to(until), updated_at=now)
 
     def _lease(self, runs: Any, worker_id: str, now: datetime, lease: timedelta) -> int:
         return int(

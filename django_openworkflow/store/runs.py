@@ -16,6 +16,7 @@ from .. import tracing
 from ..definitions.flow import DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepKind, StepStatus
+from .fairness import moved_to, place_rows
 from .journal import JournalOps
 from .records import StartedRun
 
@@ -96,6 +97,8 @@ class RunOps(JournalOps):
         """
         if not rows:
             return
+        if any(row.get("fairness_key") is not None for row in rows):
+            place_rows(rows, self.now())  # runs of fair queues: their places in line
         trace_context = tracing.current_context()  # None with tracing off
         if trace_context is not None:
             for row in rows:
@@ -374,7 +377,8 @@ class RunOps(JournalOps):
             self._quiet_keys[concurrency_key] = time.monotonic() + PROBE_INTERVAL.total_seconds()
             return None
         with self.write_lock():
-            woken = waiting.filter(id=first[0]).update(available_at=self.now_expr())
+            now = self.now_expr()
+            woken = waiting.filter(id=first[0]).update(available_at=now, fair_at=moved_to(now))
         return first if woken else None
 
     def wake_run(self, run_id: Any) -> bool:

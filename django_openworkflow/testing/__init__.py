@@ -243,6 +243,7 @@ class WorkflowRunner:
         """Claim the next due run (of ``scope`` and its children, if given), in the workers' order."""
         from ..conf import owf_settings
         from ..models import WorkflowRun
+        from ..store.fairness import claim_order
 
         store = self.store
         lease = owf_settings.lease
@@ -258,7 +259,7 @@ class WorkflowRunner:
         due = WorkflowRun.objects.due(store.now()).filter(id__in=tree)
         if served is not None:
             due = due.filter(queue__in=served)
-        for run_id in due.order_by("-priority", "available_at").values_list("id", flat=True):
+        for run_id in due.order_by(*claim_order()).values_list("id", flat=True):
             one = store.claim_run(run_id, self.worker_id, lease)
             if one is not None:
                 return one

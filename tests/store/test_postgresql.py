@@ -88,16 +88,19 @@ def test_prepare_threshold_in_options_decides(fresh_connection: None) -> None:
         del options["prepare_threshold"]
 
 
-def test_the_prepared_claims_generic_plan_reads_the_claim_index() -> None:
+@pytest.mark.parametrize(("fair", "index"), [(False, "owf_run_queue_claim_idx"), (True, "owf_run_fair_claim_idx")])
+def test_the_prepared_claims_generic_plan_reads_the_claim_index(fair: bool, index: str) -> None:
     # PostgreSQL may keep one generic plan for a prepared statement; it must still walk the
-    # claim index, not every finished run.
+    # claim index (the fair claim's own, in a fair queue), not every finished run, and not sort.
     long_ago = timezone.now() - timedelta(days=1)
     WorkflowRun.objects.bulk_create(
         WorkflowRun(workflow_name="done", status=RunStatus.COMPLETED, available_at=long_ago) for _ in range(5000)
     )
-    WorkflowRun.objects.bulk_create(WorkflowRun(workflow_name="due", available_at=long_ago) for _ in range(5))
+    WorkflowRun.objects.bulk_create(
+        WorkflowRun(workflow_name="due", available_at=long_ago, fairness_key="k", fair_at=long_ago) for _ in range(5)
+    )
     numbered = iter(range(1, 10))
-    sql = re.sub("%s", lambda _: f"${next(numbered)}", _claim_sql(True))
+    sql = re.sub("%s", lambda _: f"${next(numbered)}", _claim_sql(True, fair))
     with connections[owf_settings.database].cursor() as cursor:
         cursor.execute("ANALYZE openworkflow_run")
         cursor.execute("SET plan_cache_mode = force_generic_plan")
@@ -108,5 +111,6 @@ def test_the_prepared_claims_generic_plan_reads_the_claim_index() -> None:
         finally:
             cursor.execute("DEALLOCATE owf_claim_plan")
             cursor.execute("RESET plan_cache_mode")
-    assert "owf_run_queue_claim_idx" in plan, plan
+    assert index in plan, plan
     assert "Seq Scan on openworkflow_run" not in plan, plan
+    assert "Sort" not in plan, plan

@@ -26,13 +26,15 @@ import psycopg
 from django.db import connections
 from django.db.models import Field, Model
 
-from ...definitions.flow import DEFAULT_QUEUE
 from ...models import StepAttempt, WorkflowRun
-from ...states import CLAIMABLE_STATUSES, RunStatus
+from ...states import RunStatus
 from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
 from ..records import ClaimedRun, NewAttempt, Pending, RunRecord
 from .base import Backend
+from .postgresql_claim import _field, _q, claim_sql, lease_sql
+
+_claim_sql = claim_sql  # the name tests/store/test_postgresql.py reads the plan of
 
 if TYPE_CHECKING:
     ServerBindingCursor = psycopg.Cursor[Any]
@@ -68,10 +70,10 @@ class PostgreSQLBackend(Backend):
             cursor.execute("SELECT statement_timestamp() AT TIME ZONE 'UTC'")
             return self._aware(cursor.fetchone()[0])
 
-    def claim(
-        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str] = (DEFAULT_QUEUE,)
+    def _claim_queues(
+        self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str], *, fair: bool
     ) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs in one statement, highest priority first, then oldest.
+        """Claim up to ``limit`` due runs in one statement, highest priority first, then oldest (or fairly).
 
         Runs that need admission under a concurrency or rate limit are not
         leased by the statement, which only says they were there; the
@@ -79,15 +81,14 @@ class PostgreSQLBackend(Backend):
         in a second transaction. Without limits in play a claim stays one
         statement.
         """
-        if limit <= 0:
-            return []
         # One queue (the usual case) is an equality: only then does PostgreSQL 15 read the
         # queue claim index in claim order instead of sorting every due run.
         one = len(queues) == 1
         params = [queues[0] if one else list(queues), limit, RunStatus.RUNNING.value, worker_id, lease]
-        rows = self.execute_hot(_claim_sql(one), params)
+        rows = self.execute_hot(claim_sql(one, fair), params)
         width = len(RUN_RECORD_FIELDS)
-        # Each row: the record's columns, then priority, fresh, lease_expired, due_at, claimed_at, held_back.
+        # Each row: the record's columns, then priority, fresh, lease_expired, due_at (or the place
+        # in line), claimed_at, held_back.
         leased = [(row[:width], *row[width:-1]) for row in rows if not row[-1]]
         leased.sort(key=lambda run: (-run[1], run[4]))
         connection = self.connection
@@ -103,7 +104,7 @@ class PostgreSQLBackend(Backend):
         ]
         if len(claimed) < len(rows) and len(claimed) < limit:  # some rows were held back
             # Limits are in play: the portable claim admits (or sets aside) the rest.
-            claimed += super().claim(worker_id, limit - len(claimed), lease, queues)
+            claimed += super()._claim_queues(worker_id, limit - len(claimed), lease, queues, fair=fair)
         return claimed
 
     def _lease_records(
@@ -112,7 +113,7 @@ class PostgreSQLBackend(Backend):
         # The lease and the records in one UPDATE ... RETURNING.
         params = [RunStatus.RUNNING.value, worker_id, now + lease, now, now, ids]
         connection = self.connection
-        records = [self._row_record(row, connection) for row in self.execute_hot(_lease_sql(), params)]
+        records = [self._row_record(row, connection) for row in self.execute_hot(lease_sql(), params)]
         return {record.id: record for record in records}
 
     def _row_record(self, values: Sequence[Any], connection: Any) -> RunRecord:
@@ -290,67 +291,6 @@ INPUT_INDEX_NAME = "owf_run_input_gin"
 INPUT_INDEX_SQL = (
     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INPUT_INDEX_NAME} ON openworkflow_run USING gin (input jsonb_path_ops)"
 )
-
-
-@functools.cache
-def _claim_sql(one_queue: bool) -> str:
-    """The claim statement: lock the first due runs, lease those free of limits, name the others."""
-    table = _q(WorkflowRun._meta.db_table)
-    # Literal statuses (our constants) so the planner can match the partial claim index.
-    statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
-    # Candidate.needs_place / needs_rate, in SQL.
-    needs_admission = (
-        "(due.concurrency_key IS NOT NULL AND due.worker_id IS NULL"
-        f" AND (due.status = '{RunStatus.PENDING.value}' OR NOT due.concurrency_counts_parked))"
-        " OR (due.rate_key IS NOT NULL AND due.started_at IS NULL)"
-    )
-    record = ", ".join(f"r.{_q(_field(WorkflowRun, name).column)}" for name in RUN_RECORD_FIELDS)
-    nulls = ", ".join(["NULL"] * (len(RUN_RECORD_FIELDS) - 1))
-    return f"""
-        WITH due AS (
-            SELECT id, started_at, available_at, worker_id, status, priority,
-                concurrency_key, concurrency_counts_parked, rate_key FROM {table}
-            WHERE queue {"= %s" if one_queue else "= ANY(%s)"} AND status IN ({statuses})
-                AND available_at <= statement_timestamp()
-            ORDER BY priority DESC, available_at
-            LIMIT %s
-            FOR UPDATE SKIP LOCKED
-        ), leased AS (
-            UPDATE {table} AS r
-            SET status = %s, worker_id = %s, available_at = statement_timestamp() + %s,
-                started_at = COALESCE(r.started_at, statement_timestamp()), updated_at = statement_timestamp(),
-                blocked_at = NULL, debounce_key = NULL
-            FROM due WHERE r.id = due.id AND NOT ({needs_admission})
-            RETURNING {record}, due.priority, due.started_at IS NULL AS fresh,
-                due.worker_id IS NOT NULL AS lease_expired, due.available_at AS due_at,
-                statement_timestamp() AT TIME ZONE 'UTC' AS claimed_at, false AS held_back
-        )
-        SELECT * FROM leased
-        UNION ALL
-        SELECT due.id, {nulls}, NULL, NULL, NULL, NULL, NULL, true FROM due WHERE {needs_admission}
-    """
-
-
-@functools.cache
-def _lease_sql() -> str:
-    """``QueueOps._lease`` returning the records: status, holder, lease end, first start, update time; ids."""
-    record = ", ".join(_q(_field(WorkflowRun, name).column) for name in RUN_RECORD_FIELDS)
-    return (
-        f"UPDATE {_q(WorkflowRun._meta.db_table)} SET status = %s, worker_id = %s, available_at = %s, "
-        "started_at = COALESCE(started_at, %s), updated_at = %s, blocked_at = NULL, debounce_key = NULL "
-        f"WHERE id = ANY(%s) RETURNING {record}"
-    )
-
-
-def _q(name: str | None) -> str:
-    assert name, "a concrete column or table name"
-    return f'"{name}"'
-
-
-def _field(model: type[Model], name: str) -> Field[Any, Any]:
-    field = model._meta.get_field(name)
-    assert isinstance(field, Field), name  # only concrete columns are written here
-    return field
 
 
 @functools.cache

@@ -118,7 +118,7 @@ class SQLiteBackend(Backend):
         # Every write transaction already holds the database's write lock.
         pass
 
-    def _select_due(self, now: datetime, limit: int, queues: Sequence[str]) -> list[Candidate]:
+    def _select_due(self, now: datetime, limit: int, queues: Sequence[str], fair: bool = False) -> list[Candidate]:
         """The first due runs in claim order, read through the partial queue claim index.
 
         SQLite's planner, without ANALYZE statistics, prefers the (status,
@@ -131,7 +131,8 @@ class SQLiteBackend(Backend):
         That index puts a priority's sleeping and waiting runs after its due
         ones, so a claim that finds nothing would read them all: an idle
         worker first asks the (available_at) claim index, which stops at the
-        first run not yet due, whether anything is due at all.
+        first run not yet due, whether anything is due at all. A fair claim
+        reads the fair claim index, in order of the runs' places in line.
         """
         table = WorkflowRun._meta.db_table
         statuses = ", ".join(f"'{status.value}'" for status in CLAIMABLE_STATUSES)
@@ -141,10 +142,15 @@ class SQLiteBackend(Backend):
             f'SELECT 1 FROM "{table}" INDEXED BY "owf_run_claim_idx" '
             f'WHERE "status" IN ({statuses}) AND "available_at" <= %s LIMIT 1'
         )
+        index, in_line, by_place = (
+            ("owf_run_fair_claim_idx", ' AND "fair_at" IS NOT NULL', ' "fair_at",')
+            if fair
+            else ("owf_run_queue_claim_idx", "", "")
+        )
         sql = (
-            f'SELECT {columns} FROM "{table}" INDEXED BY "owf_run_queue_claim_idx" '
-            f'WHERE "queue" IN ({in_queues}) AND "status" IN ({statuses}) AND "available_at" <= %s '
-            f'ORDER BY "priority" DESC, "available_at" LIMIT %s'
+            f'SELECT {columns} FROM "{table}" INDEXED BY "{index}" '
+            f'WHERE "queue" IN ({in_queues}) AND "status" IN ({statuses}) AND "available_at" <= %s{in_line} '
+            f'ORDER BY "priority" DESC,{by_place} "available_at" LIMIT %s'
         )
         at = self.connection.ops.adapt_datetimefield_value(now)
         with self.connection.cursor() as cursor:

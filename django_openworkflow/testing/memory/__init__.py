@@ -147,7 +147,8 @@ def drain(
     """Execute every due run of ``backend`` on this thread, a slice at a time, until none is due; the slices.
 
     Each run is claimed as a worker claims it (highest priority first, then
-    oldest, from every queue) for ``worker_id``, with ``lease`` (default
+    oldest, from every queue; a fair queue too, where workers take turns per
+    key) for ``worker_id``, with ``lease`` (default
     ``OPENWORKFLOW["LEASE"]``), and executed through the
     :class:`~django_openworkflow.worker.runner.SliceRunner` the workers use,
     with a lease that always holds. Children and successors are due at once,

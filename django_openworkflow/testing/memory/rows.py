@@ -59,6 +59,8 @@ class RunRow:
     concurrency_key: str | None = None
     concurrency_limit: int | None = None
     concurrency_counts_parked: bool = False
+    fairness_key: str | None = None  # kept, not used: this backend claims fair queues oldest first
+    fair_at: datetime | None = None
     blocked_at: datetime | None = None
     rate_key: str | None = None
     rate_limit: int | None = None
