@@ -60,6 +60,15 @@ RUN = {
             **OPTIONAL_TEXT,
             "description": "the step a re-run started from; the steps before it were copied from rerun_of",
         },
+        "subject": {
+            "type": ["object", "null"],
+            "properties": {
+                "type": {**TEXT, "description": 'the model, as "app_label.model"'},
+                "id": {**TEXT, "description": "the primary key, as text"},
+            },
+            "required": ["type", "id"],
+            "description": "the object the run belongs to (started with subject=obj), if any",
+        },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},
@@ -98,10 +107,10 @@ ERROR = {
                 "code": {
                     "type": "string",
                     "description": "what a program can test: invalid, missing_field, unknown_field, "
-                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, out_of_range "
-                    "(the last three: rules a JSON Schema cannot state), not_authenticated, malformed_token, "
-                    "unknown_token, revoked_token, expired_token, inactive_user, permission_denied, "
-                    "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
+                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, "
+                    "out_of_range, bad_subject (the last four: rules a JSON Schema cannot state), "
+                    "not_authenticated, malformed_token, unknown_token, revoked_token, expired_token, inactive_user, "
+                    "permission_denied, csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
                     "run_finished, too_large, not_json, count_changed",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
                 },

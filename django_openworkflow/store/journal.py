@@ -281,7 +281,7 @@ class JournalOps(FenceOps):
     ) -> Any:
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
-        The successor keeps the run's deadline, its retention and its place under a
+        The successor keeps the run's deadline, its retention, its subject and its place under a
         parent: a parent waiting on the run now waits on the successor.
         Returns the successor's id.
         """
@@ -293,9 +293,11 @@ class JournalOps(FenceOps):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
             self._fence(run_id, worker_id, now, fields, unless_canceling=unless_canceling)
             self._flush(run_id, pending, now)
-            name, deadline, parent_step, retention = (
+            name, deadline, parent_step, retention, subject_type, subject_id = (
                 WorkflowRun.objects.filter(id=run_id)
-                .values_list("workflow_name", "deadline_at", "parent_step_attempt_id", "retention")
+                .values_list(
+                    "workflow_name", "deadline_at", "parent_step_attempt_id", "retention", "subject_type", "subject_id"
+                )
                 .get()
             )
             successor = WorkflowRun.objects.create(
@@ -307,6 +309,8 @@ class JournalOps(FenceOps):
                 deadline_at=deadline,
                 parent_step_attempt_id=parent_step,
                 continued_from_id=run_id,
+                subject_type=subject_type,  # ... and the same subject
+                subject_id=subject_id,
                 **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:

@@ -313,6 +313,8 @@ class JournalOps(MemoryCore):
                     "continued_from_id": run_id,
                     **flow,
                     "retention": run.retention,  # the successor is the same logical run: same retention
+                    "subject_type": run.subject_type,  # ... and the same subject
+                    "subject_id": run.subject_id,
                 },
                 now,
             )

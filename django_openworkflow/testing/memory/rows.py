@@ -68,6 +68,8 @@ class RunRow:
     continued_from_id: uuid.UUID | None = None
     cancel_requested_at: datetime | None = None
     retention: timedelta | None = None
+    subject_type: str | None = None
+    subject_id: str | None = None
     trace_context: dict[str, str] | None = None
     wake_on_attempt_id: int | None = None
     created_at: datetime | None = None
