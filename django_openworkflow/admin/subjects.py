@@ -118,7 +118,12 @@ def runs_section(request: HttpRequest, obj: Model, limit: int) -> dict[str, Any]
                 else "",
                 "error": headline,
                 "error_step": step,
-                "created": fmt.format_time(run.created_at),
+                "created": format_html(
+                    '<time datetime="{}" title="{}">{}</time>',
+                    run.created_at.isoformat(),
+                    fmt.format_time(run.created_at, precise=True),
+                    fmt.compact_time(run.created_at, now),
+                ),
                 "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)) or "-",
                 "actions": [
                     format_html('<a class="owf-subject-action" href="{}#owf-actions">{}…</a>', run_url(run.id), a.label)
