@@ -63,7 +63,7 @@ def test_each_order_shows_exactly_its_runs_everywhere(workers: Any, admin_client
         subject = f"testapp.order:{pk}"
         assert {str(run.id) for run in runs_for(order)} == run_ids
         # The order's own admin page: its runs, the failure with its error.
-        page = admin_client.get(f"/admin/testapp/order/{pk}/change/")
+        page = admin_client.get(f"/shop-admin/testapp/order/{pk}/change/")
         assert page.status_code == 200
         html = page.content.decode()
         assert run_ids_in(html) == run_ids
@@ -134,12 +134,26 @@ def test_only_users_who_may_view_runs_see_an_objects_runs(django_user_model: Any
     user.user_permissions.add(Permission.objects.get(codename="change_order"))
     client = Client()
     client.force_login(user)
-    page = client.get(f"/admin/testapp/order/{order.pk}/change/").content.decode()
+    page = client.get(f"/shop-admin/testapp/order/{order.pk}/change/").content.decode()
     assert str(handle.id) not in page and "Workflow runs" not in page
     user.user_permissions.add(Permission.objects.get(codename="view_workflowrun"))
     user = django_user_model.objects.get(pk=user.pk)  # permissions are cached on the user object
     client.force_login(user)
-    page = client.get(f"/admin/testapp/order/{order.pk}/change/").content.decode()
+    page = client.get(f"/shop-admin/testapp/order/{order.pk}/change/").content.decode()
     assert run_ids_in(page) == {str(handle.id)}
     # Viewing is not acting: the actions need the change (or add) permission on runs.
     assert "owf-subject-action" not in page
+
+
+def test_the_run_page_names_the_subject_and_the_section_links_to_all_its_runs(admin_client: Client) -> None:
+    order = Order.objects.create(reference="L-1")
+    handles = three_steps.run_many([{"start": n} for n in range(23)], subjects=[order] * 23)
+    page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{handles[0].id}/change/").content.decode()
+    assert f"testapp.order:{order.pk}" in page  # no admin page of its own on this site: no link, the text
+    assert f"?subject=testapp.order%3A{order.pk}" in page
+    section = admin_client.get(f"/shop-admin/testapp/order/{order.pk}/change/").content.decode()
+    newest = {str(run.id) for run in runs_for(order)[:20]}  # one start: ordered by id within its one time
+    assert len(newest) == 20 and run_ids_in(section) == newest  # as many as workflow_runs_limit says
+    assert "All 23 runs in the run list" in section
+    # The add page has no object, so no section.
+    assert "owf-subject-runs" not in admin_client.get("/shop-admin/testapp/order/add/").content.decode()
