@@ -31,7 +31,7 @@ from ..states import DisplayStatus, RunStatus
 from ..store import get_backend, run_states
 from ..store.notify import run_waiters
 from .dispatcher import get_dispatcher
-from .subjects import subject_of
+from .subjects import Subject, subject_of
 
 if TYPE_CHECKING:
     from .listing import StepRecord
@@ -348,6 +348,17 @@ class RunHandle:
         finally:
             if finished is not None:
                 run_waiters.unregister(str(handle.id), finished)
+
+    def subject(self) -> Subject | None:
+        """What the run was started for (``subject=obj``): the model's label and the primary key, or None.
+
+        The object itself is not read (it may have been deleted since).
+        """
+        run = WorkflowRun.objects.filter(id=self.id).values_list("subject_type", "subject_id").first()
+        if run is None:
+            raise RunNotFound(f"no workflow run with id {self.id}")
+        subject_type, subject_id = run
+        return None if subject_type is None else Subject(subject_type, subject_id or "")
 
     def successor(self) -> RunHandle | None:
         """The run this one handed over to with ``ctx.continue_as_new``, if it did."""

@@ -30,6 +30,8 @@ def test_a_run_started_with_a_subject_is_among_its_runs_and_no_other_objects() -
     assert (stored.subject_type, stored.subject_id) == ("testapp.order", str(first.pk))
     assert run_json(stored)["subject"] == {"type": "testapp.order", "id": str(first.pk)}
     assert run_json(WorkflowRun.objects.get(id=loose.id))["subject"] is None
+    assert mine.subject() == ("testapp.order", str(first.pk)) and loose.subject() is None
+    assert str(mine.subject()) == f"testapp.order:{first.pk}"
     # The text form finds the same runs (an object since deleted has only that).
     assert [run.id for run in runs_for(f"testapp.order:{first.pk}")] == [mine.id]
     assert [run.id for run in list_runs(subject=first).runs] == [mine.id]
