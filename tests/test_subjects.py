@@ -21,7 +21,7 @@ from django_openworkflow import runs_for
 from django_openworkflow.models import WorkflowRun
 from tests.cli.helpers import as_json, workflows
 from tests.conftest import wait_until
-from tests.fixtures.testapp.models import Order
+from tests.fixtures.testapp.models import Coupon, Order
 from tests.fixtures.testapp.workflows import always_fails, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -157,3 +157,12 @@ def test_the_run_page_names_the_subject_and_the_section_links_to_all_its_runs(ad
     assert "All 23 runs in the run list" in section
     # The add page has no object, so no section.
     assert "owf-subject-runs" not in admin_client.get("/shop-admin/testapp/order/add/").content.decode()
+
+
+def test_a_change_form_template_of_ones_own_places_the_section_itself(admin_client: Client) -> None:
+    coupon = Coupon.objects.create(code="Spring-10")
+    handle = three_steps.run(subject=coupon)
+    page = admin_client.get("/shop-admin/testapp/coupon/Spring-10/change/")
+    assert [template.name for template in page.templates][0] == "testapp/coupon_change_form.html"
+    html = page.content.decode()
+    assert "coupon-form-top" in html and run_ids_in(html) == {str(handle.id)}

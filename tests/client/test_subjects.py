@@ -13,7 +13,7 @@ from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.testing import drain
 from tests.fixtures.languageapp.workflows import poller
-from tests.fixtures.testapp.models import Coupon, Order
+from tests.fixtures.testapp.models import Coupon, Order, RushOrder
 from tests.fixtures.testapp.workflows import always_fails, three_steps
 
 pytestmark = pytest.mark.django_db(databases="__all__")
@@ -131,3 +131,11 @@ def test_a_subject_key_longer_than_a_column_is_refused() -> None:
     coupon._state.adding = False  # as if read back: a key no column of runs holds
     with pytest.raises(InvalidArgument, match="at most 255 characters"):
         three_steps.run(subject=coupon)
+
+
+def test_a_proxy_instance_is_the_subject_of_its_concrete_model() -> None:
+    order = Order.objects.create(reference="E-1")
+    rush = RushOrder.objects.get(pk=order.pk)
+    handle = three_steps.run(subject=rush)
+    assert [run.id for run in runs_for(order)] == [handle.id] == [run.id for run in runs_for(rush)]
+    assert parse_subject(f"testapp.rushorder:{order.pk}") == ("testapp.order", str(order.pk))
