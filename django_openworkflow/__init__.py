@@ -1,7 +1,8 @@
 """Durable workflows for Django, checkpointed in your own database.
 
 The public API: declare with :func:`workflow`, start with ``spec.run()``,
-follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`.
+follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`
+(and an object's runs with :func:`runs_for`).
 """
 
 from .definitions.alerts import RunFailure
@@ -63,6 +64,7 @@ __all__ = [
     "get_run",
     "list_runs",
     "publish_event",
+    "runs_for",
     "send_event",
     "send_signal",
     "start_run",
@@ -87,6 +89,10 @@ def __getattr__(name: str) -> object:
         from .client import runs
 
         return getattr(runs, name)
+    if name == "runs_for":
+        from .client.subjects import runs_for
+
+        return runs_for
     if name in ("send_event", "publish_event", "PublishedEvent"):
         from .client import events
 

@@ -117,7 +117,9 @@ if os.environ.get("OWF_TEST_DB_NAME"):
     DATABASES["other"]["NAME"] = _other_name(os.environ["OWF_TEST_DB_NAME"])
 
 # The queue "tenants" is claimed fairly (tests/store/test_fairness.py, the flowapp tenant workflow).
-OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms", "FAIR_QUEUES": ["tenants"]}
+# A quantum of an hour: places in line depend on the order of the starts, never on how long a loaded
+# machine took between them (with 1 s, a start a second late lands a turn later).
+OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms", "FAIR_QUEUES": ["tenants"], "FAIRNESS_QUANTUM": "1h"}
 # Worker subprocesses of tests/worker/test_prune.py sweep often.
 if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
     OPENWORKFLOW["PRUNE_INTERVAL"] = os.environ["OWF_TEST_PRUNE_INTERVAL"]

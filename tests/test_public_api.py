@@ -25,8 +25,8 @@ def test_the_public_names_are_the_documented_ones():
         OpenWorkflowError PayloadError PublishedEvent RateLimit ResultTimeout RetryAfter RetryPolicy RunFailure
         RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed StepRecord StepTimeout
         StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed WorkflowRegistrationError
-        WorkflowSpec backfill_schedule get_run list_runs publish_event send_event send_signal start_run start_runs
-        trigger_schedule workflow""".split()
+        WorkflowSpec backfill_schedule get_run list_runs publish_event runs_for send_event send_signal start_run
+        start_runs trigger_schedule workflow""".split()
     )
 
 

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
@@ -21,10 +21,11 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .. import formatting as fmt
+from ..client.subjects import Subject, parse_subject
 from ..definitions.flow import QUEUE_NAME
 from ..definitions.payload import check_text
 from ..definitions.registry import registry
-from ..errors import PayloadError
+from ..errors import InvalidArgument, PayloadError
 from ..models import StepAttempt, WorkflowRun
 from ..states import DisplayStatus
 from ..store import get_backend, queries, run_states
@@ -145,6 +146,42 @@ class QueueFilter(admin.SimpleListFilter):
         return queryset.filter(queue=value) if QUEUE_NAME.match(value) else queryset.none()
 
 
+class SubjectFilter(admin.SimpleListFilter):
+    """The runs of one object, ``?subject=app_label.model:pk``: the link an object's runs section gives.
+
+    No choices to offer (any object of the project may be one): shown only
+    while it filters. A subject that names no installed model or no primary
+    key of it shows no runs and says why, once, above the list.
+    """
+
+    title = _("subject")
+    parameter_name = "subject"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        given = request.GET.get(self.parameter_name)
+        return [(given, given)] if given else []
+
+    def has_output(self) -> bool:
+        return self.value() is not None
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        value = self.value()
+        if not value:
+            return queryset
+        subject = _once_per_request(request, f"subject:{value}", lambda: _subject(request, value))
+        if subject is None:
+            return queryset.none()
+        return queryset.filter(subject_type=subject.type, subject_id=subject.id)
+
+
+def _subject(request: HttpRequest, value: str) -> Subject | None:
+    try:
+        return parse_subject(value)
+    except InvalidArgument as exc:
+        messages.error(request, gettext("No runs shown for this subject: %(error)s") % {"error": exc})
+        return None
+
+
 class CreatedFilter(admin.DateFieldListFilter):
     """Django's date filter on ``created_at``, titled in the user's language (the field has no verbose name)."""
 
@@ -158,6 +195,7 @@ FILTERS = (
     WorkflowNameFilter,
     VersionFilter,
     QueueFilter,
+    SubjectFilter,
     ("created_at", CreatedFilter),
     CreatedRangeFilter,
     FinishedRangeFilter,

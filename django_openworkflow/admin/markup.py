@@ -1,10 +1,12 @@
-"""The bits of admin HTML that several pages share: a run's link, a workflow's link and a status badge."""
+"""The bits of admin HTML that several pages share: a run's link, a workflow's link, a subject's, a status badge."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
-from django.urls import reverse
+from django.contrib.admin.utils import quote
+from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html
 
 from ..formatting import status_label
@@ -34,3 +36,23 @@ def badge(shown: str) -> str:
 def status_badge(status: str, worker_id: str | None = None) -> str:
     """A coloured badge; ``parked`` for a running run that no worker holds (:func:`badge` tells more)."""
     return badge(display_status(status, worker_id))
+
+
+def subject_runs_url(subject_type: str, subject_id: str) -> str:
+    """The run list filtered to one subject's runs."""
+    base = reverse("admin:django_openworkflow_workflowrun_changelist")
+    return f"{base}?{urlencode({'subject': f'{subject_type}:{subject_id}'})}"
+
+
+def subject_link(subject_type: str, subject_id: str) -> str:
+    """``app_label.model:pk``, a link to the object's own admin page where the admin has one.
+
+    The object is not read: it may be gone (its runs stay), and its page says so.
+    """
+    app_label, _, model_name = subject_type.partition(".")
+    text = f"{subject_type}:{subject_id}"
+    try:
+        url = reverse(f"admin:{app_label}_{model_name}_change", args=[quote(subject_id)])
+    except NoReverseMatch:
+        return format_html('<code class="owf-subject">{}</code>', text)
+    return format_html('<a class="owf-subject" href="{}"><code>{}</code></a>', url, text)

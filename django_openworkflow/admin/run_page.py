@@ -21,7 +21,7 @@ from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
 from ..store import get_backend, queries
 from .journal import journal_rows
-from .markup import badge, status_badge
+from .markup import badge, status_badge, subject_link, subject_runs_url
 from .timeline import build_timeline
 from .tracebacks import fold
 
@@ -149,6 +149,8 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
             "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
         },
         "expires": expiry(run, now),
+        "subject_link": subject_link(run.subject_type, run.subject_id or "") if run.subject_type else "",
+        "subject_runs_url": subject_runs_url(run.subject_type, run.subject_id or "") if run.subject_type else "",
         "successor_id": get_backend().successor_id(run.id) if run.status == RunStatus.CONTINUED else None,
         "parent_run": parent_step.workflow_run if parent_step is not None else None,
         "parent_step": parent_step,

@@ -12,7 +12,9 @@ with ``fullmatch`` (Python's ``$`` also matches before a final newline).
 What a JSON Schema cannot state is checked on the server only, and refused
 with a code of its own, so that a client can tell it apart:
 ``out_of_range`` (a time outside what the databases store, a deadline
-already past, a duration over 1,000 years), ``bad_payload`` (a NUL
+already past, a duration over 1,000 years), ``bad_subject`` (a subject
+whose model is not installed, whose key is not one of its primary keys,
+or, to start a run, that does not exist), ``bad_payload`` (a NUL
 character or a lone surrogate in text, JSON nested too deep, an input
 search a database cannot compare) and ``bad_cursor`` (a string that no
 page gave as its ``next_cursor``).
@@ -115,6 +117,28 @@ WHEN_SCHEMA: dict[str, Any] = {
         {"type": "null"},
     ]
 }
+
+
+SUBJECT_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*[.][A-Za-z_][A-Za-z0-9_]*:[^\\u0000]{1,255}$"
+SUBJECT_SCHEMA: dict[str, Any] = {
+    "type": "string",
+    "maxLength": 512,
+    "pattern": SUBJECT_PATTERN,
+    "description": "an object of the project as app_label.model:pk, e.g. shop.order:42 (400 bad_subject when "
+    "that model is not installed or the key is not one of its primary keys)",
+}
+_SUBJECT = re.compile(SUBJECT_PATTERN.strip("^$"))
+
+
+def subject(value: Any, field: str = "subject") -> str | None:
+    """An object as ``app_label.model:pk`` text (the shape only: the client checks the model and the key), or None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid(field, f"{field} must be a string, not {_kind(value)}")
+    if len(value) > 512 or not _SUBJECT.fullmatch(value):
+        raise invalid(field, f"{field} must be written app_label.model:pk, such as shop.order:42, got {value!r:.80}")
+    return value
 
 
 def name(data: Mapping[str, Any], field: str) -> str | None:

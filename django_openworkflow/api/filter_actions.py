@@ -35,7 +35,7 @@ ACTIONS: dict[str, tuple[str, str]] = {
 }
 """The path's name -> (the operation in ``client/matching.py``, the permission it needs)."""
 
-FILTER_FIELDS = ("status", "workflow", "queue", "created_after", "created_before", "input")
+FILTER_FIELDS = ("status", "workflow", "queue", "created_after", "created_before", "input", "subject")
 BODY_FIELDS = {name: False for name in (*FILTER_FIELDS, "confirm_count")}
 MAX_COUNT = 2**53 - 1
 """The largest ``confirm_count``: JSON numbers are exact up to here."""
@@ -78,11 +78,14 @@ def matching_runs(data: dict[str, Any]) -> Any:
             workflow=fields.name(data, "workflow"),
             queue=fields.queue(data.get("queue")),
             input_contains=pattern,
+            subject=fields.subject(data.get("subject")),
             **moments,
         )
     except InvalidArgument as exc:
         if exc.argument == "input_contains":  # an object no database can compare (see containment.py)
             raise ApiError(400, "bad_payload", str(exc), "input") from None
+        if exc.argument == "subject":  # no installed model, or no primary key of it
+            raise ApiError(400, "bad_subject", str(exc), "subject") from None
         raise
     return where.apply(queries.runs())
 

@@ -13,7 +13,16 @@ from django.conf import settings
 
 from .. import __version__
 from ..store.queries import DISPLAY_STATUSES
-from .fields import LIMIT_SCHEMA, MOMENT_SCHEMA, NAME_SCHEMA, PRIORITY_SCHEMA, QUEUE_SCHEMA, STATUS_PATTERN, WHEN_SCHEMA
+from .fields import (
+    LIMIT_SCHEMA,
+    MOMENT_SCHEMA,
+    NAME_SCHEMA,
+    PRIORITY_SCHEMA,
+    QUEUE_SCHEMA,
+    STATUS_PATTERN,
+    SUBJECT_SCHEMA,
+    WHEN_SCHEMA,
+)
 from .schema_blocks import (
     ERROR,
     OPTIONAL_TEXT,
@@ -64,6 +73,7 @@ FILTER = {
         "type": ["object", "null"],
         "description": "a JSON object the run's input contains, as GET /runs's input (400 bad_payload otherwise)",
     },
+    "subject": {"anyOf": [SUBJECT_SCHEMA, {"type": "null"}], "description": "the runs linked to this object"},
 }
 """The filter of an action on every matching run: GET /runs's parameters, as JSON."""
 
@@ -164,6 +174,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         "(400 bad_payload otherwise)",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
+                    _query("subject", "the runs linked to this object (started with subject=obj)", SUBJECT_SCHEMA),
                     _query("limit", "runs per page", LIMIT_SCHEMA),
                     _query("cursor", "the next_cursor of the previous page (400 bad_cursor otherwise)", NAME_SCHEMA),
                 ],
@@ -200,6 +211,10 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         },
                         "queue": _nullable(QUEUE_SCHEMA, "the workflow's own queue when null or absent"),
                         "priority": _nullable(PRIORITY_SCHEMA, "the workflow's own priority when null or absent"),
+                        "subject": {
+                            "anyOf": [SUBJECT_SCHEMA, {"type": "null"}],
+                            "description": "link the run to this object, which must exist (400 bad_subject otherwise)",
+                        },
                     },
                 ),
                 "responses": {

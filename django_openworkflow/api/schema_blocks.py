@@ -65,6 +65,15 @@ RUN = {
             "enum": [*ParentClosePolicy.values(), None],
             "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
+        "subject": {
+            "type": ["object", "null"],
+            "properties": {
+                "type": {**TEXT, "description": 'the model, as "app_label.model"'},
+                "id": {**TEXT, "description": "the primary key, as text"},
+            },
+            "required": ["type", "id"],
+            "description": "the object the run belongs to (started with subject=obj), if any",
+        },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},
@@ -103,11 +112,11 @@ ERROR = {
                 "code": {
                     "type": "string",
                     "description": "what a program can test: invalid, missing_field, unknown_field, "
-                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, out_of_range "
-                    "(the last three: rules a JSON Schema cannot state), not_authenticated, malformed_token, "
-                    "unknown_token, revoked_token, expired_token, inactive_user, permission_denied, "
-                    "csrf_failed, not_found, unknown_workflow, no_such_endpoint, method_not_allowed, refused, "
-                    "run_finished, too_large, not_json, count_changed",
+                    "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, "
+                    "out_of_range, bad_subject (the last four: rules a JSON Schema cannot state), "
+                    "not_authenticated, malformed_token, unknown_token, revoked_token, expired_token, inactive_user, "
+                    "permission_denied, csrf_failed, not_found, unknown_workflow, no_such_endpoint, "
+                    "method_not_allowed, refused, run_finished, too_large, not_json, count_changed",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
                 },
                 "message": TEXT,

@@ -37,6 +37,7 @@ from ..client import operations
 from ..client.events import publish_event
 from ..client.listing import attempt_json, list_runs, run_json
 from ..client.runs import RunHandle, send_signal, start_run
+from ..client.subjects import find_subject
 from ..conf import owf_settings
 from ..definitions.registry import registry
 from ..errors import (
@@ -203,7 +204,17 @@ def _run(run_id: Any, status: int = 200, **extra: Any) -> HttpResponse:
 
 # -- runs -------------------------------------------------------------------------------
 
-LIST_PARAMETERS = ("status", "workflow", "queue", "created_after", "created_before", "input", "limit", "cursor")
+LIST_PARAMETERS = (
+    "status",
+    "workflow",
+    "queue",
+    "created_after",
+    "created_before",
+    "input",
+    "subject",
+    "limit",
+    "cursor",
+)
 
 
 @endpoint(GET="view", POST="add")
@@ -232,12 +243,15 @@ def runs(request: HttpRequest) -> HttpResponse:
             created_after=_moment(query, "created_after"),
             created_before=_moment(query, "created_before"),
             input_contains=pattern,
+            subject=fields.subject(query.get("subject")),
             limit=fields.limit(query.get("limit", "50")),
             cursor=fields.name(query, "cursor"),
         )
     except InvalidArgument as exc:
         if exc.argument == "input_contains":  # an object no database can compare (see containment.py)
             raise ApiError(400, "bad_payload", str(exc), "input") from None
+        if exc.argument == "subject":  # no installed model, or no primary key of it: no schema can say
+            raise ApiError(400, "bad_subject", str(exc), "subject") from None
         if exc.argument == "cursor":  # opaque: no schema can say which strings are cursors
             raise ApiError(400, "bad_cursor", str(exc), "cursor") from None
         raise
@@ -269,6 +283,7 @@ START_FIELDS = {
     "deadline_at": False,
     "queue": False,
     "priority": False,
+    "subject": False,
 }
 
 
@@ -277,9 +292,15 @@ def _start(request: HttpRequest) -> HttpResponse:
     workflow = fields.required_name(data, "workflow")
     deadline = fields.when(data, "deadline_at")
     fields.future(deadline, "deadline_at")
+    text = fields.subject(data.get("subject"))
+    try:
+        subject = None if text is None else find_subject(text)
+    except InvalidArgument as exc:
+        raise ApiError(400, "bad_subject", str(exc), "subject") from None
     handle = start_run(
         workflow,
         data.get("input"),
+        subject=subject,
         version=fields.name(data, "version"),
         idempotency_key=fields.name(data, "idempotency_key"),
         available_at=fields.when(data, "available_at"),

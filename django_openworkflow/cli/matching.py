@@ -23,7 +23,7 @@ from ..store import queries
 from .common import print_json
 from .runs_view import filter_from_options
 
-FILTER_OPTIONS = ("status", "workflow", "queue", "input")
+FILTER_OPTIONS = ("status", "workflow", "queue", "input", "subject")
 
 WORDS = {  # operation -> (what to ask, what was done)
     "cancel": ("Cancel", "Canceled"),
@@ -34,7 +34,7 @@ WORDS = {  # operation -> (what to ask, what was done)
 
 
 def add_filter_options(parser: argparse.ArgumentParser) -> None:
-    """``--status``, ``--workflow``, ``--queue``, ``--input``: the filter of ``list`` and of ``--all-matching``."""
+    """``--status``, ``--workflow``, ``--queue``, ``--input``, ``--subject``: for ``list`` and ``--all-matching``."""
     parser.add_argument(
         "--status",
         action="append",
@@ -48,6 +48,11 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="only runs whose input contains this JSON object, e.g. '{\"customer\": 42}'",
     )
+    parser.add_argument(
+        "--subject",
+        metavar="APP_LABEL.MODEL:PK",
+        help="only runs linked to this object (started with subject=obj), e.g. shop.order:42",
+    )
 
 
 def add_matching_options(parser: argparse.ArgumentParser) -> None:
@@ -56,7 +61,8 @@ def add_matching_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--all-matching",
         action="store_true",
-        help="act on every run the filter options match (--status, --workflow, --queue, --input; none: every run)",
+        help="act on every run the filter options match "
+        "(--status, --workflow, --queue, --input, --subject; none: every run)",
     )
     add_filter_options(group)  # type: ignore[arg-type]  # an argument group takes the same add_argument
     group.add_argument("--dry-run", action="store_true", help="with --all-matching: count, change nothing")

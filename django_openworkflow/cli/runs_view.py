@@ -13,6 +13,7 @@ from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
 from ..client.listing import attempt_json, run_filter, run_json
+from ..client.subjects import parse_subject
 from ..definitions.flow import DEFAULT_QUEUE, QUEUE_NAME
 from ..definitions.payload import check_text
 from ..definitions.retention import expires_at
@@ -81,7 +82,10 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 
 def filter_from_options(options: dict[str, Any]) -> queries.RunFilter:
-    """The runs ``--status``, ``--workflow``, ``--queue`` and ``--input`` choose (``list`` and ``--all-matching``)."""
+    """The runs ``--status``, ``--workflow``, ``--queue``, ``--input`` and ``--subject`` choose.
+
+    For ``list`` and ``--all-matching``.
+    """
     statuses = [s.strip() for value in options["status"] or [] for s in value.split(",") if s.strip()]
     unknown = [s for s in statuses if s not in queries.DISPLAY_STATUSES]
     if unknown:
@@ -98,7 +102,17 @@ def filter_from_options(options: dict[str, Any]) -> queries.RunFilter:
         )
     pattern = None if options.get("input") is None else read_json_option(options["input"], "--input")
     try:
-        return run_filter(status=statuses, workflow=options["workflow"] or None, queue=queue, input_contains=pattern)
+        subject = None if options.get("subject") is None else parse_subject(options["subject"], "--subject")
+    except InvalidArgument as exc:
+        raise CommandError(printable(str(exc))) from None
+    try:
+        return run_filter(
+            status=statuses,
+            workflow=options["workflow"] or None,
+            queue=queue,
+            input_contains=pattern,
+            subject=subject,
+        )
     except InvalidArgument as exc:
         raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
 
@@ -159,6 +173,8 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         fields.append(("rate limit", rate_limit_text(run)))
     if run.debounce_key:
         fields.append(("debounce key", run.debounce_key))
+    if run.subject_type:
+        fields.append(("subject", f"{run.subject_type}:{run.subject_id}"))
     fields.append(("expires", expiry_text(run)))
     if run.rerun_of_id or run.rerun_from_step:
         since = f" from step {run.rerun_from_step!r} (the steps before it copied)" if run.rerun_from_step else ""

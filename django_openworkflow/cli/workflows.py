@@ -21,6 +21,7 @@ from django.core.management.base import CommandError, OutputWrapper
 from ..client import operations
 from ..client.listing import run_json
 from ..client.runs import RunHandle, send_signal, start_run
+from ..client.subjects import find_subject
 from ..durations import parse_duration
 from ..errors import (
     OpenWorkflowError,
@@ -95,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--input", default=None, metavar="JSON", help="the run's input as JSON (default: null)")
     start.add_argument("--version", default=None, help="the workflow version (default: the highest registered)")
     start.add_argument("--idempotency-key", default=None, metavar="KEY", help="start at most one run with this key")
+    start.add_argument(
+        "--subject",
+        default=None,
+        metavar="APP_LABEL.MODEL:PK",
+        help="link the run to this object (it must exist), e.g. shop.order:42",
+    )
     start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
     start.add_argument(
         "--timeout",
@@ -162,7 +169,8 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     input_value = read_json_option(options["input"], "--input")
     name, key = options["name"], options["idempotency_key"]
     try:
-        handle = start_run(name, input_value, version=options["version"], idempotency_key=key)
+        subject = None if options["subject"] is None else find_subject(options["subject"], "--subject")
+        handle = start_run(name, input_value, version=options["version"], idempotency_key=key, subject=subject)
     except (OpenWorkflowError, ValueError, OverflowError) as exc:
         raise command_error(exc) from None
     run = handle.fetch()

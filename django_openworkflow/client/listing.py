@@ -28,6 +28,7 @@ from ..models import StepAttempt, WorkflowRun
 from ..store import queries, run_states
 from ..store.containment import check_pattern
 from ..store.run_states import RunState
+from .subjects import as_subject
 
 MAX_PAGE = 500
 """The most runs one page holds."""
@@ -80,6 +81,7 @@ def list_runs(
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     input_contains: dict[str, Any] | None = None,
+    subject: Any = None,
     limit: int = 50,
     cursor: str | None = None,
     payloads: bool = False,
@@ -91,7 +93,8 @@ def list_runs(
     ``canceled``, ``continued``: :class:`~django_openworkflow.states.DisplayStatus`);
     ``created_after`` (inclusive) and ``created_before`` (exclusive) are
     aware datetimes; ``input_contains`` is a JSON object the input must
-    contain (``{"customer": 42}``). Pass the page's ``next_cursor`` as
+    contain (``{"customer": 42}``); ``subject`` a saved model instance, or
+    its ``"app_label.model:pk"`` text: the runs linked to it. Pass the page's ``next_cursor`` as
     ``cursor`` for the next one. ``payloads`` reads each run's input,
     output and error with it (otherwise they load on first access).
     Raises :class:`InvalidArgument` naming a bad filter.
@@ -103,6 +106,7 @@ def list_runs(
         created_after=created_after,
         created_before=created_before,
         input_contains=input_contains,
+        subject=subject,
     )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r:.40}", "limit")
@@ -121,6 +125,7 @@ def run_filter(
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     input_contains: Any = None,
+    subject: Any = None,
 ) -> queries.RunFilter:
     """The filters checked and put together; :class:`InvalidArgument` naming the first bad one."""
     statuses = (status,) if isinstance(status, str) else tuple(status or ())
@@ -142,7 +147,16 @@ def run_filter(
             check_pattern(input_contains)
         except ValueError as exc:
             raise InvalidArgument(str(exc), "input_contains") from None
-    return queries.RunFilter(statuses, workflow, queue, created_after, created_before, input_contains)
+    linked = None if subject is None else as_subject(subject)
+    return queries.RunFilter(
+        statuses,
+        workflow,
+        queue,
+        created_after,
+        created_before,
+        input_contains,
+        None if linked is None else (linked.type, linked.id),
+    )
 
 
 def parse_moment(value: str, what: str) -> datetime:
@@ -243,6 +257,8 @@ def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = N
         "rerun_from_step": run.rerun_from_step,
         # A child run: what its parent's end does to it (null for a run no other run started).
         "parent_close_policy": run.parent_close_policy if run.parent_step_attempt_id else None,
+        # What the run is about (client/subjects.py): the object's model and primary key, not the object.
+        "subject": {"type": run.subject_type, "id": run.subject_id} if run.subject_type else None,
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)

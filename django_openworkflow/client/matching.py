@@ -103,7 +103,7 @@ def runs_matching(**filters: Any) -> QuerySet[WorkflowRun]:
     """The runs :func:`~.listing.list_runs`'s filters select, for :func:`preview` and :func:`apply_to_matching`.
 
     ``status``, ``workflow``, ``queue``, ``created_after``,
-    ``created_before``, ``input_contains``: checked as ``list_runs``
+    ``created_before``, ``input_contains``, ``subject``: checked as ``list_runs``
     checks them (:class:`~django_openworkflow.errors.InvalidArgument` naming a bad one).
     """
     return run_filter(**filters).apply(queries.runs())

@@ -255,8 +255,9 @@ def rerun_many(run_ids: Iterable[Any]) -> BulkResult:
 
 
 def _rerun_fields(run: WorkflowRun) -> dict[str, Any]:
-    """A re-run's columns: the run's workflow, version, input and flow columns, and the link to it."""
+    """A re-run's columns: the run's workflow, version, input, flow columns and subject, and the link to it."""
     fields = {"workflow_name": run.workflow_name, "version": run.version, "input": run.input, "rerun_of_id": run.id}
+    fields |= {"subject_type": run.subject_type, "subject_id": run.subject_id}
     return fields | {name: getattr(run, name) for name in FLOW_COLUMNS}
 
 

@@ -31,6 +31,7 @@ from ..states import DisplayStatus, RunStatus
 from ..store import get_backend, run_states
 from ..store.notify import run_waiters
 from .dispatcher import get_dispatcher
+from .subjects import Subject, subject_of
 
 if TYPE_CHECKING:
     from .listing import StepRecord
@@ -63,6 +64,7 @@ def start_run(
     concurrency_key: str | None = None,
     debounce_key: str | None = None,
     retention: Duration | None = None,
+    subject: Any = None,
 ) -> RunHandle:
     """Start a run of ``workflow_name``.
 
@@ -74,6 +76,7 @@ def start_run(
     override the workflow's flow-control declarations for this run. A
     debounced start returns the run it folded into (``created`` False).
     ``retention`` overrides how long the run is kept once finished.
+    ``subject`` links the run to a saved model instance (:func:`runs_for`).
     """
     return start_run_with_id(
         None,
@@ -88,6 +91,7 @@ def start_run(
         concurrency_key=concurrency_key,
         debounce_key=debounce_key,
         retention=retention,
+        subject=subject,
     )
 
 
@@ -105,6 +109,7 @@ def start_run_with_id(
     concurrency_key: str | None = None,
     debounce_key: str | None = None,
     retention: Duration | None = None,
+    subject: Any = None,
 ) -> RunHandle:
     """:func:`start_run`, the new run's id chosen by the caller (a new one when ``None``).
 
@@ -120,6 +125,8 @@ def start_run_with_id(
     )
     if run_id is not None:
         flow["id"] = run_id
+    if subject is not None:
+        flow.update(subject_of(subject).columns())
     debounce = spec.debounce_key_for(stored_input, debounce_key)
     if debounce is not None and (idempotency_key is not None or available_at is not None):
         raise InvalidArgument(
@@ -160,6 +167,7 @@ def start_runs(
     queue: str | None = None,
     priority: int | None = None,
     retention: Duration | None = None,
+    subjects: Sequence[Any] | None = None,
 ) -> list[RunHandle]:
     """Start one run of ``workflow_name`` per input, in a few statements; their handles, in order.
 
@@ -170,7 +178,8 @@ def start_runs(
     input is checked before anything is written: one that is not JSON
     raises :class:`PayloadError` naming its index, and no run starts. A
     debounced workflow's starts fold together, which is ``run()``'s job:
-    it is refused here.
+    it is refused here. ``subjects`` (one saved model instance per input,
+    ``None`` for none) links each run to its object (:func:`runs_for`).
     """
     spec = registry.find(workflow_name, version)
     if spec.debounce is not None:
@@ -187,6 +196,17 @@ def start_runs(
         )
     for key in keys:
         _check_key(key)
+    if subjects is None:
+        linked: list[dict[str, str]] = [{}] * len(values)
+    else:
+        given = list(subjects)
+        if len(given) != len(values):
+            raise InvalidArgument(
+                f"{len(given)} subjects for {len(values)} inputs: give one per input (None for none)", "subjects"
+            )
+        linked = [
+            {} if obj is None else subject_of(obj, f"subject {index}").columns() for index, obj in enumerate(given)
+        ]
     store = get_backend()
     db_clock = functools.cache(store.now)
     available = _as_datetime(available_at, "available_at", db_clock)
@@ -194,7 +214,7 @@ def start_runs(
     if deadline is not None and deadline <= db_clock():
         raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
     rows = []
-    for index, (value, key) in enumerate(zip(values, keys, strict=True)):
+    for index, (value, key, subject) in enumerate(zip(values, keys, linked, strict=True)):
         stored = to_json_value(value, f"input {index} of workflow {workflow_name!r}", "input")
         rows.append(
             {
@@ -205,6 +225,7 @@ def start_runs(
                 "deadline_at": deadline,
                 "idempotency_key": key,
                 **spec.flow_fields(stored, queue=queue, priority=priority, retention=retention),
+                **subject,
             }
         )
     inserted = store.insert_runs(rows) if rows else []
@@ -327,6 +348,17 @@ class RunHandle:
         finally:
             if finished is not None:
                 run_waiters.unregister(str(handle.id), finished)
+
+    def subject(self) -> Subject | None:
+        """What the run was started for (``subject=obj``): the model's label and the primary key, or None.
+
+        The object itself is not read (it may have been deleted since).
+        """
+        run = WorkflowRun.objects.filter(id=self.id).values_list("subject_type", "subject_id").first()
+        if run is None:
+            raise RunNotFound(f"no workflow run with id {self.id}")
+        subject_type, subject_id = run
+        return None if subject_type is None else Subject(subject_type, subject_id or "")
 
     def successor(self) -> RunHandle | None:
         """The run this one handed over to with ``ctx.continue_as_new``, if it did."""

@@ -126,6 +126,7 @@ class WorkflowSpec:
         concurrency_key: str | None = None,
         debounce_key: str | None = None,
         retention: Duration | None = None,
+        subject: Any = None,
     ) -> RunHandle:
         """Start a run of this workflow (of ``version`` if given, else this spec's).
 
@@ -133,7 +134,9 @@ class WorkflowSpec:
         ``transaction.atomic()`` it exists only if that transaction commits.
         ``queue`` and ``priority`` override the declaration for this run;
         ``concurrency_key`` and ``debounce_key`` give the key instead of the
-        declared key function.
+        declared key function. ``subject`` links the run to a saved model
+        instance: ``runs_for(order)`` lists it, the admin shows it on the
+        object's page (``WorkflowRunsMixin``).
         """
         return _client().start_run(
             self.name,
@@ -147,6 +150,7 @@ class WorkflowSpec:
             concurrency_key=concurrency_key,
             debounce_key=debounce_key,
             retention=retention,
+            subject=subject,
         )
 
     def run_many(
@@ -159,8 +163,12 @@ class WorkflowSpec:
         queue: str | None = None,
         priority: int | None = None,
         retention: Duration | None = None,
+        subjects: Sequence[Any] | None = None,
     ) -> list[RunHandle]:
-        """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``)."""
+        """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``).
+
+        ``subjects``: one saved model instance per input (``None`` for none), each run's subject.
+        """
         return _client().start_runs(
             self.name,
             inputs,
@@ -171,6 +179,7 @@ class WorkflowSpec:
             queue=queue,
             priority=priority,
             retention=retention,
+            subjects=subjects,
         )
 
     def flow_fields(

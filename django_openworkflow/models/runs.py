@@ -167,6 +167,15 @@ class WorkflowRun(models.Model):
         blank=True,
         help_text="How long the run is kept once finished, fixed at start; empty: until deleted by hand.",
     )
+    # What the run is about: any model instance of the project, by its model's label and primary key
+    # (client/subjects.py). Plain columns, not a foreign key: the workflow tables may live on another
+    # database than the model, and the user's migrations never touch them. A deleted object leaves them.
+    subject_type = models.CharField(
+        max_length=200, null=True, blank=True, help_text='The subject\'s model, as "app_label.model".'
+    )
+    subject_id = models.CharField(
+        max_length=255, null=True, blank=True, help_text="The subject's primary key, as text."
+    )
     # The W3C trace context of the code that started the run (traceparent, tracestate), for tracing.py.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
     # While parked waiting for children: the one child step whose end wakes the run early (None: any child's).
@@ -231,6 +240,8 @@ class WorkflowRun(models.Model):
             models.Index(fields=["retention", "finished_at"], name="owf_run_retention_idx"),
             # A parent's unfinished children to close when it ends (parent-close policy).
             models.Index(fields=["closes_with", "status"], name="owf_run_closes_with_idx"),
+            # A subject's runs, newest first (runs_for, the filters by subject).
+            models.Index(fields=["subject_type", "subject_id", "created_at"], name="owf_run_subject_idx"),
             # The dashboard: runs finished in the last hours.
             models.Index(fields=["finished_at"], name="owf_run_finished_idx"),
         ]

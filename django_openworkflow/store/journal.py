@@ -305,7 +305,7 @@ class JournalOps(FenceOps):
     ) -> Any:
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
-        The successor keeps the run's deadline, its retention and its place under a
+        The successor keeps the run's deadline, its retention, its subject and its place under a
         parent: a parent waiting on the run now waits on the successor. It
         keeps the run's children too: those with a parent-close policy are
         closed when the successor (or the last run of the chain) ends.
@@ -319,7 +319,7 @@ class JournalOps(FenceOps):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
             self._fence(run_id, worker_id, now, fields, unless_canceling=unless_canceling)
             self._flush(run_id, pending, now)
-            name, deadline, parent_step, retention, policy, closes_with, closes_children = (
+            name, deadline, parent_step, retention, policy, closes_with, closes_children, subject_type, subject_id = (
                 WorkflowRun.objects.filter(id=run_id)
                 .values_list(
                     "workflow_name",
@@ -329,6 +329,8 @@ class JournalOps(FenceOps):
                     "parent_close_policy",
                     "closes_with",
                     "closes_children",
+                    "subject_type",
+                    "subject_id",
                 )
                 .get()
             )
@@ -349,6 +351,8 @@ class JournalOps(FenceOps):
                 closes_with=closes_with,
                 closes_children=closes_children or bool(moved),
                 fair_at=place_of(flow.get("fairness_key"), now),
+                subject_type=subject_type,  # ... and the same subject
+                subject_id=subject_id,
                 **{**flow, "retention": retention},  # the successor is the same logical run: same retention
             )
             if parent_step is not None:

@@ -202,7 +202,8 @@ class RunFilter:
     ``statuses`` are display statuses (``parked`` among them); the time
     range is on ``created_at``, ``created_after`` inclusive and
     ``created_before`` exclusive; ``input_contains`` is a JSON object the
-    run's input must contain (``store/containment.py``: one rule everywhere).
+    run's input must contain (``store/containment.py``: one rule everywhere);
+    ``subject`` is an object's (model label, primary key as text).
     """
 
     statuses: tuple[str, ...] = ()
@@ -211,6 +212,8 @@ class RunFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     input_contains: dict[str, Any] | None = None
+    subject: tuple[str, str] | None = None
+    """(model label, primary key as text): the runs linked to that object (client/subjects.py)."""
 
     def apply(self, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         if self.statuses:
@@ -226,6 +229,8 @@ class RunFilter:
             queryset = queryset.filter(created_at__gte=self.created_after)
         if self.created_before is not None:
             queryset = queryset.filter(created_at__lt=self.created_before)
+        if self.subject is not None:
+            queryset = queryset.filter(subject_type=self.subject[0], subject_id=self.subject[1])
         if self.input_contains is not None:
             from . import get_backend
 

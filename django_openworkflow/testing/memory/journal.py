@@ -323,6 +323,8 @@ class JournalOps(MemoryCore):
                     "closes_children": run.closes_children,
                     **flow,
                     "retention": run.retention,  # the successor is the same logical run: same retention
+                    "subject_type": run.subject_type,  # ... and the same subject
+                    "subject_id": run.subject_id,
                 },
                 now,
             )

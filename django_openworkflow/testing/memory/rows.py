@@ -73,6 +73,8 @@ class RunRow:
     closes_with: uuid.UUID | None = None
     closes_children: bool = False
     retention: timedelta | None = None
+    subject_type: str | None = None
+    subject_id: str | None = None
     trace_context: dict[str, str] | None = None
     wake_on_attempt_id: int | None = None
     created_at: datetime | None = None
