@@ -11,10 +11,11 @@ from ..store.records import NewAttempt
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew
+from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
 
-__all__ = ["ChildRun", "WorkflowContext"]
+__all__ = ["ChildRun", "RunStream", "WorkflowContext"]
 
 
 class WorkflowContext:
@@ -31,6 +32,23 @@ class WorkflowContext:
         self.run_id = slice_.run.id
         self.workflow_name: str = slice_.run.workflow_name
         self.step = StepApi(slice_)
+        self._progress = Progress(slice_)
+
+    def publish(self, key: str, value: Any) -> None:
+        """Set the run's latest value for ``key`` (a JSON value); ``handle.get_event(key)`` reads it.
+
+        Written with the run's next journal write (the next step's start, a
+        sleep, a wait or the run's end), so readers see a step boundary's
+        values together; publishing a key twice before then writes the last
+        value only. Replay-safe: the replay of a publish changes nothing, and
+        a value is never replaced by an older one. Call it between steps, not
+        inside a step's code (:class:`StepUsageError`).
+        """
+        self._progress.publish(key, value)
+
+    def stream(self, name: str) -> RunStream:
+        """The run's stream ``name``: ``ctx.stream("log").write(chunk)`` appends to it (see :class:`RunStream`)."""
+        return RunStream(self._progress, name)
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""
