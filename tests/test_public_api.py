@@ -22,10 +22,11 @@ def test_the_public_names_are_the_documented_ones():
     # A name dropped from __all__ (or added without a thought) shows up here.
     assert sorted(django_openworkflow.__all__) == sorted(
         """AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError EventNotPublished NonRetryableError
-        OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent RateLimit ResultTimeout RetryAfter RetryPolicy RunFailure
-        RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed StepRecord StepTimeout
-        StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed WorkflowRegistrationError
-        WorkflowSpec get_run list_runs publish_event send_event send_signal start_run start_runs workflow""".split()
+        OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent RateLimit ResultTimeout RetryAfter
+        RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed StepRecord
+        StepTimeout StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed
+        WorkflowRegistrationError WorkflowSpec get_run list_runs publish_event send_event send_signal start_run
+        start_runs workflow""".split()
     )
 
 

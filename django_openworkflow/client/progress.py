@@ -15,7 +15,6 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import EventNotPublished, ProgressTimeout, RunNotFound
-from ..models import WorkflowRun
 from ..states import FINISHED_STATUSES
 from ..store import progress
 
@@ -32,10 +31,10 @@ def _seconds(timeout: float | timedelta | None) -> float | None:
 
 
 def _status(run_id: uuid.UUID) -> str:
-    status = WorkflowRun.objects.filter(id=run_id).values_list("status", flat=True).first()
+    status = progress.run_status(run_id)
     if status is None:
         raise RunNotFound(f"no workflow run with id {run_id}")
-    return str(status)
+    return status
 
 
 class _Waiter:

@@ -1,5 +1,6 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
-events, gates and schedules, what runs publish and stream, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
+events, gates and schedules, what runs publish and stream, the workers' heartbeat rows and paused
+queues, and the HTTP API's tokens."""
 
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from .messages import Event, Gate, Signal

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db.models import Count, Max
 
-from ..models import PublishedValue, StreamChunk
+from ..models import PublishedValue, StreamChunk, WorkflowRun
 from .records import ProgressWrite
 
 MAX_CHUNKS_PER_READ = 500
@@ -120,3 +120,9 @@ def stream_summaries(run_id: Any, last: int = 5) -> list[StreamSummary]:
         )
         summaries.append(StreamSummary(row["stream"], row["count"], tail))
     return summaries
+
+
+def run_status(run_id: Any) -> str | None:
+    """The run's stored status, or None when there is no such run."""
+    status = WorkflowRun.objects.filter(id=run_id).values_list("status", flat=True).first()
+    return None if status is None else str(status)

@@ -1,4 +1,4 @@
-"""``ctx.publish`` / ``handle.get_event`` and ``ctx.stream`` / ``handle.stream`` (client/progress.py, engine/progress.py)."""
+"""``ctx.publish`` and ``handle.get_event``, ``ctx.stream`` and ``handle.stream`` (client/ and engine/progress.py)."""
 
 from __future__ import annotations
 

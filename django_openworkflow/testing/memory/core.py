@@ -163,7 +163,7 @@ class MemoryCore:
                 self._insert_attempt(run_id, change, now)
 
     def _write_progress(self, run_id: Any, item: ProgressWrite) -> None:
-        """As ``store/progress.py``: a chunk at an offset already written, or a value of an earlier position, is dropped."""
+        """As ``store/progress.py``: a chunk already at its offset, or a value of an earlier position, is dropped."""
         if item.stream is not None:
             chunks = self.chunks.setdefault((run_id, item.stream), [])
             if item.position == len(chunks):
