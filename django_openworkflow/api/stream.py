@@ -53,13 +53,15 @@ def _event(name: str, data: Any, event_id: int | None = None) -> str:
 
 def _start_offset(request: HttpRequest) -> int:
     """Where the stream starts: after ``Last-Event-ID`` (a reconnection), else at ``?offset=`` (default 0)."""
-    last = request.headers.get("Last-Event-ID", "").strip()
-    if last.isascii() and last.isdigit():
-        return int(last) + 1
     offset = request.GET.get("offset", "0")
     if not (offset.isascii() and offset.isdigit()):
         raise ApiError(400, "invalid", f"offset must be an integer of at least 0, got {offset!r:.40}", "offset")
-    return int(offset)
+    last = request.headers.get("Last-Event-ID", "").strip()
+    if not last:
+        return int(offset)
+    if not (last.isascii() and last.isdigit()):
+        raise ApiError(400, "invalid", f"Last-Event-ID must be a chunk's offset, got {last!r:.40}", "Last-Event-ID")
+    return int(last) + 1
 
 
 @endpoint(GET="view")

@@ -105,3 +105,12 @@ def test_bad_requests_are_answered_before_the_stream_starts(viewer, path, status
     response = viewer.get(f"{API}/" + path.replace("{run}", str(handle.id)))
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
+
+
+@pytest.mark.parametrize("last", ["-1", "x", "1.5"])
+def test_a_bad_last_event_id_is_refused_even_with_an_offset(viewer, last):
+    handle = progress_steps.run()
+    response = viewer.get(f"{API}/runs/{handle.id}/events?offset=2", headers={"Last-Event-ID": last})
+    status, code = 400, "invalid"
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
