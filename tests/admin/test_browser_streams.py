@@ -1,8 +1,9 @@
 """The run page's Progress box in a real browser: shown, readable in light and dark, no console error.
 
 On test_browser_live.py's example project (on the suite's kind of database), with a run
-that a process on the example project's settings starts and executes to its end. With OPENWORKFLOW_SCREENSHOTS=docs the docs' picture is refreshed
-(``docs/run-page-progress.png``, from the light pass).
+that a process on the example project's settings starts and executes to its end. With
+OPENWORKFLOW_SCREENSHOTS=docs the docs' picture is refreshed (``docs/run-page-progress.png``,
+from the light pass).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 from typing import Any
-
-import pytest
 
 from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, PASSWORD, WIDE, Watched, chromium
 from tests.admin.test_browser_live import example_admin, in_example_project, live_admin  # noqa: F401 (fixtures)
@@ -41,7 +40,7 @@ print(run.id)
 """
 
 
-def test_the_progress_box_in_a_real_browser(live_admin: dict[str, Any]) -> None:
+def test_the_progress_box_in_a_real_browser(live_admin: dict[str, Any]) -> None:  # noqa: F811
     base = live_admin["base"]
     run_id = in_example_project(live_admin["database"], REPORT).splitlines()[-1]
     ARTIFACTS.mkdir(exist_ok=True)
