@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from datetime import timedelta
 
 import pytest
 
@@ -107,3 +108,16 @@ def test_a_run_writing_1000_chunks_across_a_worker_kill_delivers_each_once_in_or
     assert handle.get_event("written") == 1000
     assert handle.get_event("status") == "done"
     assert SideEffect.objects.filter(run_id=handle.id, step="hang").count() == 2
+
+
+def test_published_values_and_chunks_are_pruned_with_their_run():
+    from django_openworkflow.models import WorkflowRun
+    from django_openworkflow.worker.prune import prune
+
+    kept, pruned = progress_steps.run(), progress_steps.run()
+    drain()
+    WorkflowRun.objects.filter(id=pruned.id).update(retention=timedelta(0))
+    assert prune().runs == {"progress-steps": 1}
+    assert not PublishedValue.objects.filter(workflow_run_id=pruned.id).exists()
+    assert not StreamChunk.objects.filter(workflow_run_id=pruned.id).exists()
+    assert list(kept.stream("log")) == ["step 0", "step 1", "step 2"]
