@@ -159,3 +159,11 @@ class WorkflowCanceled(OpenWorkflowError):
 
 class ResultTimeout(OpenWorkflowError, TimeoutError):
     """``handle.result(timeout=...)`` gave up before the run finished."""
+
+
+class ProgressTimeout(OpenWorkflowError, TimeoutError):
+    """``handle.get_event(key, timeout=...)`` or ``handle.stream(name, timeout=...)`` gave up waiting."""
+
+
+class EventNotPublished(OpenWorkflowError, LookupError):
+    """``handle.get_event(key)`` on a run that finished without publishing ``key``: it never will."""

@@ -19,7 +19,7 @@ from ..client.reruns import from_step_refusals
 from ..definitions.retention import expires_at
 from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
-from ..store import get_backend, queries
+from ..store import get_backend, progress, queries
 from .journal import journal_rows
 from .markup import badge, status_badge, subject_link, subject_runs_url
 from .timeline import build_timeline
@@ -169,4 +169,19 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
         **error_block(run, attempts),
         "pending_signals": pending_signals,
         "consumed_signals": consumed_signals,
+        **progress_block(run.id),
     }
+
+
+STREAM_CHUNKS_SHOWN = 5
+"""How many of a stream's last chunks the run page shows."""
+
+
+def progress_block(run_id: Any) -> dict[str, Any]:
+    """What the run published (``ctx.publish``) and the last chunks of its streams (``ctx.stream``)."""
+    values = [(key, fmt.compact_json(value)) for key, value in progress.published_values(run_id).items()]
+    streams = [
+        progress.StreamSummary(s.name, s.count, [(at, fmt.compact_json(chunk)) for at, chunk in s.last])
+        for s in progress.stream_summaries(run_id, STREAM_CHUNKS_SHOWN)
+    ]
+    return {"progress_values": values, "progress_streams": streams}

@@ -316,6 +316,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
     }
     paths.update(_worker_paths())
     paths.update(schedule_paths())
+    paths["/runs/{run_id}/events"] = _events_path()
     for operations in paths.values():
         if "post" in operations:
             operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]
@@ -425,4 +426,46 @@ def _worker_paths() -> dict[str, Any]:
         },
         "/queues/{name}/pause": pause("Pause", "Workers claim none of its runs"),
         "/queues/{name}/resume": pause("Resume", "Workers claim its runs again"),
+    }
+
+
+def _events_path() -> dict[str, Any]:
+    """The server-sent events of a run's progress (``stream.py``)."""
+    return {
+        "get": {
+            "summary": "A run's published values and one of its streams, as server-sent events",
+            "description": "Needs the view (or change) permission. text/event-stream: 'progress' (every published "
+            "value, as one object, whenever one changes), 'chunk' (id: its offset; data: the chunk), 'end' "
+            "(data: the run's status; the response ends). A connection lasts a minute at most: reconnect with "
+            "Last-Event-ID (the last chunk's offset) and the stream goes on from the next chunk.",
+            "parameters": [
+                RUN_ID,
+                _query("stream", "the stream to send; none: only the published values", NAME_SCHEMA),
+                _query("offset", "the first chunk's offset (Last-Event-ID wins)", {"type": "integer", "minimum": 0}),
+                {
+                    "name": "Last-Event-ID",
+                    "in": "header",
+                    "description": "the offset of the last chunk received",
+                    "schema": {"type": "integer", "minimum": 0},
+                },
+            ],
+            "responses": {
+                "200": {
+                    "description": "the events",
+                    "content": {
+                        "text/event-stream": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "event": {"enum": ["progress", "chunk", "end"]},
+                                    "data": {"type": "string", "description": "JSON"},
+                                    "id": {"type": "string", "description": "a chunk's offset"},
+                                },
+                            }
+                        }
+                    },
+                },
+                **_errors(400, 404),
+            },
+        }
     }

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import filter_actions, schedules, views, workers
+from . import filter_actions, schedules, stream, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -15,6 +15,7 @@ urlpatterns: list[URLPattern] = [
     path("api/runs/<str:run_id>/retry-now", views.run_retry_now, name="api-run-retry-now"),
     path("api/runs/<str:run_id>/rerun", views.run_rerun, name="api-run-rerun"),
     path("api/runs/<str:run_id>/signals", views.run_signal, name="api-run-signals"),
+    path("api/runs/<str:run_id>/events", stream.run_events, name="api-run-events"),
     path("api/events", views.events, name="api-events"),
     path("api/workflows", views.workflows, name="api-workflows"),
     path("api/workers", workers.worker_list, name="api-workers"),

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import BadRequest, RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, QueryDict
 from django.middleware.csrf import CsrfViewMiddleware
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -61,6 +61,7 @@ PERMISSIONS = {
     "change": (f"{APP}.change_workflowrun",),
     "add+change": (f"{APP}.add_workflowrun", f"{APP}.change_workflowrun"),  # both
 }
+View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 BODY_OVERHEAD = 64 * 1024
 """What a request body may hold besides its payload (names, keys, JSON punctuation)."""
 
@@ -92,14 +93,14 @@ def _allowed(request: HttpRequest, permission: str) -> bool:
     return user.has_perms(names)
 
 
-def endpoint(**methods: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
+def endpoint(**methods: str) -> Callable[[View], View]:
     """A view answering ``methods`` (``GET="view"``: the method and the permission it needs), errors as JSON."""
 
-    def decorate(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    def decorate(view: View) -> View:
         @csrf_exempt  # checked below, after authentication, so that a failure is answered in JSON too
         @never_cache
         @functools.wraps(view)
-        def wrapped(request: HttpRequest, **kwargs: Any) -> HttpResponse:
+        def wrapped(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
             try:
                 permission = methods.get(request.method or "")
                 if permission is None:
@@ -152,7 +153,7 @@ def endpoint(**methods: str) -> Callable[[Callable[..., HttpResponse]], Callable
             except (BadRequest, SuspiciousOperation) as exc:  # what Django itself refuses in a request
                 return ApiError(400, "bad_request", f"the request cannot be read: {exc}").response()
 
-        return wrapped
+        return cast(View, wrapped)
 
     return decorate
 

@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -384,6 +384,33 @@ class RunHandle:
         from .listing import run_steps
 
         return run_steps(self.id)
+
+    def get_event(self, key: str, timeout: float | timedelta | None = None) -> Any:
+        """The latest value the run published under ``key`` (``ctx.publish``), waiting until there is one.
+
+        Raises :class:`ProgressTimeout` (a ``TimeoutError``) after ``timeout``
+        seconds, and :class:`EventNotPublished` when the run finished without
+        publishing ``key``.
+        """
+        from .progress import get_event
+
+        return get_event(self.id, key, timeout)
+
+    def stream(
+        self, name: str, offset: int = 0, *, follow: bool = True, timeout: float | timedelta | None = None
+    ) -> Iterator[Any]:
+        """Iterate over the chunks of the run's stream ``name`` (``ctx.stream(name).write``) from ``offset``, in order.
+
+        Each chunk once: a reader that stops after ``n`` chunks resumes with
+        ``offset=offset + n``. With ``follow`` (the default) the iterator
+        waits for more and ends when the run has finished and every chunk it
+        wrote was given; ``timeout`` bounds each wait for a next chunk
+        (:class:`ProgressTimeout`). With ``follow=False`` it gives what is
+        there now and ends.
+        """
+        from .progress import read_stream
+
+        return read_stream(self.id, name, offset, follow=follow, timeout=timeout)
 
     def signal(self, name: str, data: Any = None, idempotency_key: str | None = None) -> bool:
         """Send a signal to this run (see :func:`send_signal`)."""

@@ -13,10 +13,11 @@ from ..store.records import NewAttempt
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew
+from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
 
-__all__ = ["ChildRun", "WorkflowContext"]
+__all__ = ["ChildRun", "RunStream", "WorkflowContext"]
 
 _UNREAD = object()
 
@@ -26,7 +27,8 @@ class WorkflowContext:
 
     ``input`` is the run's input, ``step`` the durable step API, ``version``
     the version the run started with, ``run_id`` the run's id;
-    ``scheduled_at`` the tick a schedule started the run for.
+    ``scheduled_at`` the tick a schedule started the run for; ``publish`` and
+    ``stream`` let readers follow the run's progress.
     """
 
     def __init__(self, slice_: Slice) -> None:
@@ -37,6 +39,7 @@ class WorkflowContext:
         self.workflow_name: str = slice_.run.workflow_name
         self.step = StepApi(slice_)
         self._scheduled_at: datetime | object | None = _UNREAD  # the slice's thread only, like the context
+        self._progress = Progress(slice_)
 
     @property
     def scheduled_at(self) -> datetime | None:
@@ -49,6 +52,22 @@ class WorkflowContext:
         if self._scheduled_at is _UNREAD:
             self._scheduled_at = scheduled_time(self._slice.store.idempotency_key(self.run_id))
         return self._scheduled_at  # type: ignore[return-value]
+
+    def publish(self, key: str, value: Any) -> None:
+        """Set the run's latest value for ``key`` (a JSON value); ``handle.get_event(key)`` reads it.
+
+        Written with the run's next journal write (the next step's start, a
+        sleep, a wait or the run's end), so readers see a step boundary's
+        values together; publishing a key twice before then writes the last
+        value only. Replay-safe: the replay of a publish changes nothing, and
+        a value is never replaced by an older one. Call it between steps, not
+        inside a step's code (:class:`StepUsageError`).
+        """
+        self._progress.publish(key, value)
+
+    def stream(self, name: str) -> RunStream:
+        """The run's stream ``name``: ``ctx.stream("log").write(chunk)`` appends to it (see :class:`RunStream`)."""
+        return RunStream(self._progress, name)
 
     def is_canceled(self) -> bool:
         """True once the run has been canceled (for long steps to check cooperatively)."""

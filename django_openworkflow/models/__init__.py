@@ -1,9 +1,11 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
-events, gates and schedules, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
+events, gates and schedules, what runs publish and stream, the workers' heartbeat rows and paused
+queues, and the HTTP API's tokens."""
 
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from .messages import Event, Gate, Signal
 from .operations import QueueState, Schedule, WorkerProcess
+from .progress import PublishedValue, StreamChunk
 from .runs import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
 from .tokens import TOKEN_PREFIX_LENGTH, TOKEN_START, ApiToken, ApiTokenManager, token_digest
 
@@ -18,6 +20,7 @@ __all__ = [
     "ApiTokenManager",
     "Event",
     "Gate",
+    "PublishedValue",
     "QueueState",
     "RunStatus",
     "Schedule",
@@ -25,6 +28,7 @@ __all__ = [
     "StepAttempt",
     "StepKind",
     "StepStatus",
+    "StreamChunk",
     "WorkerProcess",
     "WorkflowRun",
     "token_digest",

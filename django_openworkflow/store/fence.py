@@ -31,6 +31,7 @@ from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
 from .core import BackendCore
 from .fairness import place_of, place_runs
+from .progress import write_progress
 from .records import (
     AttemptUpdate,
     CancelRequested,
@@ -38,6 +39,7 @@ from .records import (
     LeaseLost,
     NewAttempt,
     Pending,
+    ProgressWrite,
     StoreUnavailable,
 )
 
@@ -243,8 +245,11 @@ class FenceOps(BackendCore):
 
     def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
         spawning = []
+        progress = []
         for change in pending:
-            if not isinstance(change, NewAttempt):
+            if isinstance(change, ProgressWrite):
+                progress.append(change)
+            elif not isinstance(change, NewAttempt):
                 self._finish_attempt(change)
             elif change.child is not None:
                 spawning.append(change)
@@ -252,6 +257,8 @@ class FenceOps(BackendCore):
                 self._insert_attempt(run_id, change, now)
         if spawning:
             self._insert_attempts(run_id, spawning, now)
+        if progress:
+            write_progress(run_id, progress, now)
 
     def _close_open_steps(self, run_ids: list[Any], now: datetime) -> None:
         """A canceled run's sleep, wait or executing step ends with it, so no step shows "running" forever."""

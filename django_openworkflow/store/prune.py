@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 
-from ..models import Event, Signal, StepAttempt, WorkflowRun
+from ..models import Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
 from ..states import FINISHED_STATUSES
 from . import queries
 
@@ -112,10 +112,11 @@ def delete_batch(backend: Backend, expired: Expired, limit: int) -> Counter[str]
 
 
 def delete_runs(ids: list[Any]) -> None:
-    """Inside a transaction: delete these runs, their journals and signals; clear links to them from other rows.
+    """Inside a transaction: delete these runs, their journals, signals, published values and stream chunks.
 
-    Eight statements whatever the number of runs. The order lets databases
-    that check foreign keys at once (MySQL, MariaDB) accept each statement.
+    Links to them from other rows are cleared. Ten statements whatever the
+    number of runs. The order lets databases that check foreign keys at once
+    (MySQL, MariaDB) accept each statement.
     """
     attempts = StepAttempt.objects.filter(workflow_run_id__in=ids).values("id")
     # A successor outlives the run it continued; a child outlives its finished parent.
@@ -125,6 +126,8 @@ def delete_runs(ids: list[Any]) -> None:
     # A parent (with a longer retention) keeps its journal entry for the child, without the link.
     StepAttempt.objects.filter(child_workflow_run_id__in=ids).update(child_workflow_run=None)
     Signal.objects.filter(workflow_run_id__in=ids)._raw_delete(Signal.objects.db)
+    PublishedValue.objects.filter(workflow_run_id__in=ids)._raw_delete(PublishedValue.objects.db)
+    StreamChunk.objects.filter(workflow_run_id__in=ids)._raw_delete(StreamChunk.objects.db)
     Signal.objects.filter(consumed_by_id__in=attempts).update(consumed_by=None)
     StepAttempt.objects.filter(workflow_run_id__in=ids)._raw_delete(StepAttempt.objects.db)
     WorkflowRun.objects.filter(id__in=ids)._raw_delete(WorkflowRun.objects.db)

@@ -229,5 +229,23 @@ class EventOutcome:
     repeat: bool = False
 
 
-Pending = list[AttemptUpdate | NewAttempt]
-"""Finished attempts the engine buffered; each fenced write commits them first."""
+@dataclass
+class ProgressWrite:
+    """A value ``ctx.publish`` set or a chunk ``ctx.stream(name).write`` appended, written with the next journal write.
+
+    ``stream`` is None for a published value (``name`` is its key) and the
+    stream's name for a chunk. ``position`` is where the call stands in the
+    run's deterministic execution, so a replay reproduces it: a chunk's
+    offset in its stream (the row is unique on run, stream and offset, and a
+    second insert writes nothing), a value's count of progress calls before
+    it (a stored value is replaced only by one of a later position).
+    """
+
+    name: str
+    position: int
+    value: Any
+    stream: str | None = None
+
+
+Pending = list[AttemptUpdate | NewAttempt | ProgressWrite]
+"""Finished attempts (and progress) the engine buffered; each fenced write commits them first."""

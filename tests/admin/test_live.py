@@ -19,7 +19,7 @@ from tests.admin.helpers import LIST_URL, action_url, make_run, one_of_each, run
 
 DASHBOARD_URL = reverse("admin:django_openworkflow_workflowrun_dashboard")
 POLL = {"HTTP_X_OPENWORKFLOW_LIVE": "1"}
-RUN_REGIONS = ("title", "controls", "summary", "error", "timeline", "journal", "signals", "payloads")
+RUN_REGIONS = ("title", "controls", "summary", "progress", "error", "timeline", "journal", "signals", "payloads")
 
 
 def regions(page: str) -> list[str]:

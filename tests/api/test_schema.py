@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.core.failures import Failure
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from django_openworkflow.api import stream
 from django_openworkflow.models import ApiToken, Event, Signal, StepAttempt, WorkflowRun
 from tests.fixtures.testapp.workflows import three_steps
 
@@ -140,6 +141,12 @@ def positive_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
 def written() -> tuple[int, int, int, int]:
     """What the database holds: runs, step attempts, signals, events."""
     return (WorkflowRun.objects.count(), StepAttempt.objects.count(), Signal.objects.count(), Event.objects.count())
+
+
+@pytest.fixture(autouse=True)
+def short_event_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's server-sent events end with the run or after a minute: here after a moment."""
+    monkeypatch.setattr(stream, "CONNECTION_SECONDS", 0.1)
 
 
 def exercise(case: Any, base_url: str, headers: dict[str, str] | None = None) -> None:

@@ -49,8 +49,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_openworkflow.conf import owf_settings
-from django_openworkflow.models import FINISHED_STATUSES, Event, Signal, StepAttempt, WorkflowRun
-from django_openworkflow.store import get_backend
+from django_openworkflow.models import (
+    FINISHED_STATUSES,
+    Event,
+    PublishedValue,
+    Signal,
+    StepAttempt,
+    StreamChunk,
+    WorkflowRun,
+)
+from django_openworkflow.store import get_backend, progress
 from django_openworkflow.store.backends.base import Backend
 from django_openworkflow.store.core import contains
 from django_openworkflow.store.records import (
@@ -60,6 +68,7 @@ from django_openworkflow.store.records import (
     DeliveredSignal,
     LeaseLost,
     NewAttempt,
+    ProgressWrite,
 )
 from django_openworkflow.testing.memory import AttemptRow, InMemoryBackend
 from tests.conftest import race
@@ -106,7 +115,12 @@ class DatabaseTables:
         return list(Event.objects.order_by("id"))
 
     def snapshot(self):
-        return [list(model.objects.order_by("id").values()) for model in (WorkflowRun, StepAttempt, Signal, Event)]
+        models = (WorkflowRun, StepAttempt, Signal, Event, PublishedValue, StreamChunk)
+        return [list(model.objects.order_by("id").values()) for model in models]
+
+    def progress(self, run_id):
+        """What the run published, and its stream ``s``."""
+        return progress.published_values(run_id), progress.read_chunks(run_id, "s", 0)
 
     def due_near(self, run_id, when):
         """Compared in SQL: reading a datetime back may depend on the session's time zone."""
@@ -160,7 +174,12 @@ class MemoryTables:
 
     def snapshot(self):
         tables = (self.backend.runs, self.backend.attempts, self.backend.signals, self.backend.events)
-        return [[asdict(row) for row in self._rows(table)] for table in tables]
+        with self.backend.lock:
+            written = (copy.deepcopy(self.backend.published), copy.deepcopy(self.backend.chunks))
+        return [[asdict(row) for row in self._rows(table)] for table in tables], written
+
+    def progress(self, run_id):
+        return self.backend.published_values(run_id), self.backend.read_chunks(run_id, "s", 0)
 
     def due_near(self, run_id, when):
         return abs(self.run(run_id).available_at - when) <= CLOSE
@@ -434,6 +453,8 @@ class Journaled:
     def pending(self, now):
         return [
             AttemptUpdate(self.step_id, "completed", now, output={"a": 1}),
+            ProgressWrite("pct", 0, 50),
+            ProgressWrite("s", 0, {"chunk": 0}, stream="s"),
             NewAttempt("b", "run", "completed", now, output=2, finished_at=now),
         ]
 
@@ -493,6 +514,19 @@ def test_each_fenced_write_commits_the_pending_changes_with_it(write):
     assert (steps["a"].status, steps["a"].output) == ("completed", {"a": 1})
     assert (steps["b"].status, steps["b"].output) == ("completed", 2)
     assert steps["a"].id < steps["w"].id < steps["b"].id
+    assert tables().progress(j.run_id) == ({"pct": 50}, [(0, {"chunk": 0})])
+
+
+@pytest.mark.parametrize("write", FENCED_WRITES.values(), ids=FENCED_WRITES.keys())
+def test_the_replay_of_progress_writes_nothing_new(write):
+    j = journaled()
+    backend, now = store(), db_now()
+    later = [ProgressWrite("pct", 5, 80), ProgressWrite("s", 1, {"chunk": 1}, stream="s")]
+    backend.flush(j.run_id, "w1", now, [ProgressWrite("pct", 0, 50), ProgressWrite("s", 0, "x", stream="s"), *later])
+    # The replay reaches the same calls again: an earlier value, the same chunks (whatever they hold now).
+    replayed = [ProgressWrite("pct", 3, 70), ProgressWrite("s", 0, "y", stream="s"), *later[1:]]
+    write(backend, j, "w1", now, replayed + [ProgressWrite("s", 2, {"chunk": 2}, stream="s")])
+    assert tables().progress(j.run_id) == ({"pct": 80}, [(0, "x"), (1, {"chunk": 1}), (2, {"chunk": 2})])
 
 
 def test_release_by_a_worker_that_lost_the_run_changes_nothing():

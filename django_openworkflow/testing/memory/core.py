@@ -20,6 +20,7 @@ from ...store.records import (
     LeaseLost,
     NewAttempt,
     Pending,
+    ProgressWrite,
     RunRecord,
 )
 
@@ -49,6 +50,9 @@ class MemoryCore:
         self.attempts: dict[int, AttemptRow] = {}
         self.signals: dict[int, SignalRow] = {}
         self.events: dict[int, EventRow] = {}
+        # What runs publish and stream (ctx.publish, ctx.stream): key -> (position, value), and each stream's chunks.
+        self.published: dict[tuple[uuid.UUID, str], tuple[int, Any]] = {}
+        self.chunks: dict[tuple[uuid.UUID, str], list[Any]] = {}
         self._attempt_ids = itertools.count(1)
         self._signal_ids = itertools.count(1)
         self._event_ids = itertools.count(1)
@@ -153,12 +157,37 @@ class MemoryCore:
         for change in pending:
             if isinstance(change, AttemptUpdate):
                 self._finish_attempt(change)
+            elif isinstance(change, ProgressWrite):
+                self._write_progress(run_id, change)
         for change in pending:
             if isinstance(change, NewAttempt) and change.child is None:
                 self._insert_attempt(run_id, change, now)
         for change in pending:
             if isinstance(change, NewAttempt) and change.child is not None:
                 self._insert_attempt(run_id, change, now)
+
+    def _write_progress(self, run_id: Any, item: ProgressWrite) -> None:
+        """As ``store/progress.py``: a chunk already at its offset, or a value of an earlier position, is dropped."""
+        if item.stream is not None:
+            chunks = self.chunks.setdefault((run_id, item.stream), [])
+            if item.position == len(chunks):
+                chunks.append(_stored(item.value))
+            return
+        stored = self.published.get((run_id, item.name))
+        if stored is None or stored[0] < item.position:
+            self.published[(run_id, item.name)] = (item.position, _stored(item.value))
+
+    def published_values(self, run_id: Any) -> dict[str, Any]:
+        """Every key the run published, with its latest value (``store.progress.published_values``)."""
+        with self.lock:
+            found = {key: _read(value) for (run, key), (_, value) in self.published.items() if run == run_id}
+        return dict(sorted(found.items()))
+
+    def read_chunks(self, run_id: Any, stream: str, offset: int = 0) -> list[tuple[int, Any]]:
+        """The chunks of ``stream`` from ``offset`` on, as ``(offset, data)`` (``store.progress.read_chunks``)."""
+        with self.lock:
+            chunks = self.chunks.get((run_id, stream), [])[offset:]
+            return [(offset + index, _read(data)) for index, data in enumerate(chunks)]
 
     def _finish_attempt(self, change: AttemptUpdate) -> None:
         attempt = self.attempts.get(change.attempt_id)

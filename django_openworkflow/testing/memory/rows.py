@@ -19,6 +19,7 @@ from ...store.records import (
     AttemptUpdate,
     ChildStart,
     NewAttempt,
+    ProgressWrite,
 )
 
 if TYPE_CHECKING:
@@ -177,5 +178,5 @@ class _Fenced:
     close_children: bool = False
 
 
-def _spawns(change: AttemptUpdate | NewAttempt) -> bool:
+def _spawns(change: AttemptUpdate | NewAttempt | ProgressWrite) -> bool:
     return isinstance(change, NewAttempt) and change.child is not None
