@@ -32,6 +32,7 @@ from .schema_blocks import (
     _operation,
     _query,
     _ref,
+    approval_paths,
 )
 
 
@@ -299,6 +300,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
         },
     }
     paths.update(_worker_paths())
+    paths.update(approval_paths())
     for operations in paths.values():
         if "post" in operations:
             operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]

@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import filter_actions, views, workers
+from . import approvals, filter_actions, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -21,6 +21,8 @@ urlpatterns: list[URLPattern] = [
     path("api/queues", workers.queue_list, name="api-queues"),
     path("api/queues/<str:name>/pause", workers.queue_pause, name="api-queue-pause"),
     path("api/queues/<str:name>/resume", workers.queue_resume, name="api-queue-resume"),
+    path("api/approvals", approvals.approval_list, name="api-approvals"),
+    path("api/approvals/<int:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -1,7 +1,8 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
-events, gates and schedules, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
+events, gates, approvals and schedules, the workers' heartbeat rows and paused queues, and the HTTP API's tokens."""
 
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from .approvals import Approval, ApprovalStatus
 from .messages import Event, Gate, Signal
 from .operations import QueueState, Schedule, WorkerProcess
 from .runs import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
@@ -16,6 +17,8 @@ __all__ = [
     "TOKEN_START",
     "ApiToken",
     "ApiTokenManager",
+    "Approval",
+    "ApprovalStatus",
     "Event",
     "Gate",
     "QueueState",
