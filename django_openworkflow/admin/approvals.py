@@ -103,7 +103,13 @@ class ApprovalAdmin(admin.ModelAdmin):
             raise PermissionDenied from None
         except ApprovalNotFound:
             raise Http404("No such approval.") from None
-        except (ApprovalClosed, InvalidArgument) as exc:
+        except ApprovalClosed as exc:
+            if exc.decided_by:
+                said = gettext("This approval was already decided by %(who)s: the first decision counts.")
+            else:
+                said = gettext("This approval can no longer be decided: it timed out or its run has ended.")
+            self.message_user(request, said % {"who": exc.decided_by}, messages.ERROR)
+        except InvalidArgument as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
             said = gettext("Approved.") if decision == "approve" else gettext("Rejected.")
