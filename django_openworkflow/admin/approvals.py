@@ -25,6 +25,7 @@ from ..client.approvals import approvals_for, decide_approval
 from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
 from ..models import Approval
 from .markup import run_url, workflow_url
+from .workers import RUNS_VIEW
 
 INBOX = "admin:django_openworkflow_approval_changelist"
 
@@ -84,6 +85,8 @@ class ApprovalAdmin(admin.ModelAdmin):
             "media": self.media,
             "title": gettext("Inbox"),
             "rows": rows,
+            # The run links lead to pages that need the view permission on runs: plain ids without it.
+            "can_view_runs": any(request.user.has_perm(name) for name in RUNS_VIEW),
             **(extra_context or {}),
         }
         return TemplateResponse(request, "django_openworkflow/inbox.html", context)

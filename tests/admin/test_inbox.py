@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from django_openworkflow.models import Approval, ApiToken, Signal
+from django_openworkflow.models import ApiToken, Approval, Signal
 from tests.admin.test_i18n import left_in_english, localized  # noqa: F401  (a fixture)
 from tests.conftest import is_parked
 from tests.fixtures.testapp.workflows import refund
@@ -49,7 +49,11 @@ def test_the_inbox_shows_a_member_the_approval_with_its_runs_context(opened, dja
     handle, approval = opened
     page = _login(django_user_model, "ada", "managers").get(INBOX).content.decode()
     assert "Refund 120 EUR" in page and "refund" in page and str(handle.id) in page
-    assert f"/admin/django_openworkflow/workflowrun/{handle.id}/change/" in page
+    assert f"/admin/django_openworkflow/workflowrun/{handle.id}/change/" not in page  # no view permission on runs
+    viewer = _login(django_user_model, "vic", "managers")
+    user = django_user_model.objects.get(username="vic")
+    user.user_permissions.add(Permission.objects.get(codename="view_workflowrun"))
+    assert f"/admin/django_openworkflow/workflowrun/{handle.id}/change/" in viewer.get(INBOX).content.decode()
     assert "&quot;order&quot;:42" in page  # the input's summary
     assert f'action="{INBOX}{approval.id}/decide/"' in page
     outsider = _login(django_user_model, "eve", "interns").get(INBOX).content.decode()
@@ -110,7 +114,9 @@ def test_the_api_lists_and_decides_with_the_same_rules(opened, django_user_model
     )  # fmt: skip
     assert post(ada, {"approved": True}).status_code == 409
     assert post(ada, {"approved": True}).json()["decided_by"] == "ada"
-    missing = ada.post(f"{API}/approvals/999999/decide", json.dumps({"approved": True}), content_type="application/json")
+    missing = ada.post(
+        f"{API}/approvals/999999/decide", json.dumps({"approved": True}), content_type="application/json"
+    )
     assert missing.status_code == 404
     assert Signal.objects.count() == 1
 
