@@ -28,6 +28,7 @@ from .errors import (
 )
 
 __all__ = [
+    "ApprovalDecision",
     "AsyncWorkflowContext",
     "ChildRun",
     "Concurrency",
@@ -59,6 +60,7 @@ __all__ = [
     "WorkflowFailed",
     "WorkflowRegistrationError",
     "WorkflowSpec",
+    "decide_approval",
     "get_run",
     "list_runs",
     "publish_event",
@@ -103,6 +105,14 @@ def __getattr__(name: str) -> object:
         from .client import operations
 
         return operations
+    if name == "ApprovalDecision":
+        from .engine.approvals import ApprovalDecision
+
+        return ApprovalDecision
+    if name == "decide_approval":
+        from .client.approvals import decide_approval
+
+        return decide_approval
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

@@ -46,8 +46,11 @@ def approval_list(request: HttpRequest) -> HttpResponse:
 
 
 @endpoint(POST="user")
-def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
+def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Approve (``"approved": true``) or reject, with an optional comment; the decision is delivered to the run."""
+    if not (approval_id.isascii() and approval_id.isdigit() and len(approval_id) < 19):
+        raise ApiError(404, "not_found", f"{approval_id!r:.40} is not an approval id")
+    number = int(approval_id)
     data = _body(request, {"approved": True, "comment": False})
     approved = data["approved"]
     if not isinstance(approved, bool):
@@ -56,7 +59,7 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
     if not isinstance(comment, str):
         raise ApiError(400, "invalid", "comment must be a string", "comment")
     try:
-        decision = decide_approval(approval_id, request.user, approved=approved, comment=comment)
+        decision = decide_approval(number, request.user, approved=approved, comment=comment)
     except ApprovalNotFound as exc:
         raise ApiError(404, "not_found", str(exc)) from None
     except ApprovalNotAssigned as exc:
@@ -66,4 +69,4 @@ def approval_decide(request: HttpRequest, approval_id: int) -> HttpResponse:
             {"error": {"code": "already_decided", "message": str(exc), "field": None}, "decided_by": exc.decided_by},
             409,
         )
-    return json_response({"approval_id": approval_id, "decision": decision})
+    return json_response({"approval_id": number, "decision": decision})

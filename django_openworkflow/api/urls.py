@@ -22,7 +22,7 @@ urlpatterns: list[URLPattern] = [
     path("api/queues/<str:name>/pause", workers.queue_pause, name="api-queue-pause"),
     path("api/queues/<str:name>/resume", workers.queue_resume, name="api-queue-resume"),
     path("api/approvals", approvals.approval_list, name="api-approvals"),
-    path("api/approvals/<int:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
+    path("api/approvals/<str:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]
