@@ -4,7 +4,7 @@ Any authenticated user (session or token) may call them: the list holds
 only the approvals the user may decide, and a decision on another one is
 refused (403, ``not_assigned``), as in the admin's Inbox — the same check
 (:func:`django_openworkflow.client.approvals.decide_approval`). A second
-decision is told who decided first (409, ``already_decided``).
+decision is told who decided first, in the message (409, ``already_decided``).
 """
 
 from __future__ import annotations
@@ -64,9 +64,6 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         raise ApiError(404, "not_found", str(exc)) from None
     except ApprovalNotAssigned as exc:
         raise ApiError(403, "not_assigned", str(exc)) from None
-    except ApprovalClosed as exc:
-        return json_response(
-            {"error": {"code": "already_decided", "message": str(exc), "field": None}, "decided_by": exc.decided_by},
-            409,
-        )
+    except ApprovalClosed as exc:  # the message names who decided first, and when
+        raise ApiError(409, "already_decided", str(exc)) from None
     return json_response({"approval_id": number, "decision": decision})

@@ -203,7 +203,6 @@ APPROVAL = _object(
 def approval_paths() -> dict[str, Any]:
     """``/approvals`` and deciding one (``approvals.py``)."""
     approval_id = {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "integer"}}
-    closed = _object({"error": _ref("Error"), "decided_by": {**TEXT, "description": '"" when nobody decided it'}})
     return {
         "/approvals": {
             "get": {
@@ -220,16 +219,16 @@ def approval_paths() -> dict[str, Any]:
             "post": {
                 "summary": "Approve or reject an approval; the decision is delivered to its run",
                 "description": "Any authenticated user among the approval's assignees (403 not_assigned "
-                "otherwise). The first decision wins: a later one is answered 409 already_decided, naming who "
-                "decided first in decided_by, and delivers nothing.",
+                "otherwise). The first decision wins: a later one is answered 409 already_decided, whose message "
+                "names who decided first, and delivers nothing; so is a decision on an approval that timed out "
+                "or whose run has ended.",
                 "parameters": [approval_id],
                 "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": TEXT}),
                 "responses": {
                     "200": _answer(
                         "the decision delivered", _object({"approval_id": {"type": "integer"}, "decision": DECISION})
                     ),
-                    **_errors(400, 404, 415),
-                    "409": _answer("decided already, timed out, or the run has ended", closed),
+                    **_errors(400, 404, 409, 415),
                 },
             }
         },
