@@ -123,3 +123,10 @@ def test_the_inbox_in_french_leaves_no_english(opened, django_user_model, locali
     # The approval's name, details, the run's workflow and the user's name are data, not English.
     left = [t for t in left_in_english(client, INBOX) if "refund" not in t.lower() and t != "ada"]
     assert left == [], left
+
+
+def test_the_run_page_says_it_waits_for_an_approval_and_offers_no_signal_for_it(opened, admin_client):
+    handle, _ = opened
+    page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{handle.id}/change/").content.decode()
+    assert "waiting for approval &#x27;refund&#x27;" in page
+    assert "the run waits for it" not in page  # no "Send signal 'refund'" form: only a decision reaches the wait
