@@ -17,7 +17,7 @@ from ..definitions.payload import check_text
 from ..errors import ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
 from ..models import FINISHED_STATUSES, Approval, ApprovalStatus, WorkflowRun
 from ..store import get_backend
-from ..store.approvals import may_decide
+from ..store.approvals import Decider, may_decide
 
 INBOX_LIMIT = 200
 """The most approvals the inbox and the API list at once (the oldest first)."""
@@ -39,8 +39,9 @@ def open_approvals() -> QuerySet[Approval]:
 def approvals_for(user: Any, limit: int = INBOX_LIMIT) -> list[Approval]:
     """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`)."""
     found: list[Approval] = []
+    decider = Decider(user)
     for approval in open_approvals().iterator(chunk_size=500):
-        if may_decide(user, approval.assignees):
+        if decider.may(approval.assignees):
             found.append(approval)
             if len(found) >= limit:
                 break

@@ -40,17 +40,34 @@ def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
     ``permissions`` (``"app_label.codename"``, through Django's backends, so
     a group's permissions count).
     """
-    if user is None or not user.is_authenticated or not user.is_active:
-        return False
-    if user.is_superuser:
-        return True
-    names = set(assignees.get("users", ()))
-    if user.get_username() in names or str(user.pk) in names:
-        return True
-    groups = assignees.get("groups", ())
-    if groups and user.groups.filter(name__in=groups).exists():
-        return True
-    return any(user.has_perm(permission) for permission in assignees.get("permissions", ()))
+    return Decider(user).may(assignees)
+
+
+class Decider:
+    """:func:`may_decide` for one user over many approvals: the user's groups are read once (the Inbox).
+
+    Confined to the request (or call) that made it: never shared between threads.
+    """
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self.active = user is not None and user.is_authenticated and user.is_active
+        self.names = {user.get_username(), str(user.pk)} if self.active else set()
+        self._groups: set[str] | None = None
+
+    def may(self, assignees: dict[str, list[str]]) -> bool:
+        if not self.active:
+            return False
+        if self.user.is_superuser or self.names & set(assignees.get("users", ())):
+            return True
+        groups = assignees.get("groups", ())
+        if groups:
+            if self._groups is None:
+                self._groups = set(self.user.groups.values_list("name", flat=True))
+            if self._groups & set(groups):
+                return True
+        # Django's backends cache the user's permissions on the user object after the first check.
+        return any(self.user.has_perm(permission) for permission in assignees.get("permissions", ()))
 
 
 class ApprovalOps(JournalOps):
