@@ -141,6 +141,20 @@ def mail_assignees(*, run_id: Any, workflow_name: str, name: str, details: str, 
     send_mail(f"Approval needed: {name}"[:200], body, None, recipients, fail_silently=False)
 
 
+def approval_notify_problem() -> str | None:
+    """Why ``APPROVAL_NOTIFY`` cannot be called (the system check openworkflow.E007), or None."""
+    notify = owf_settings.raw(APPROVAL_SETTING)
+    if notify is None or notify is False:
+        return None
+    try:
+        hook = import_string(notify) if isinstance(notify, str) else None
+    except ImportError as exc:
+        return f"{notify!r:.120} does not import: {exc}"
+    if not callable(hook):
+        return f"{notify!r:.120} is not a dotted path to a function; give one such as 'myproject.approvals.notify'"
+    return None
+
+
 def _on_approval_opened(sender: str, **kwargs: Any) -> None:
     notify = owf_settings.raw(APPROVAL_SETTING)
     if not notify:

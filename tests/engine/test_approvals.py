@@ -9,6 +9,8 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, Permission
 from django.core import mail
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from django_openworkflow.client.approvals import approvals_for, decide_approval
 from django_openworkflow.engine.approvals import parse_assignees
@@ -148,6 +150,16 @@ def test_a_failing_notification_is_logged_and_the_run_goes_on(run_worker, django
     decide_approval(approval.id, ada, approved=True)
     run_worker(until=lambda: handle.status() == "completed")
     assert handle.result()["approved"] is True
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("no.such.module.notify", "does not import"), ("django_openworkflow.alerts.APPROVAL_SETTING", "not a dotted")],
+)
+def test_a_bad_notify_setting_is_a_system_check_error(settings, value, message):
+    settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "APPROVAL_NOTIFY": value}
+    with pytest.raises(SystemCheckError, match=rf"openworkflow.E007.*APPROVAL_NOTIFY.*{message}"):
+        call_command("check")
 
 
 @pytest.mark.parametrize(
