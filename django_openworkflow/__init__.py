@@ -31,6 +31,7 @@ from .errors import (
 )
 
 __all__ = [
+    "ApprovalDecision",
     "AsyncWorkflowContext",
     "ChildRun",
     "Concurrency",
@@ -65,6 +66,7 @@ __all__ = [
     "WorkflowRegistrationError",
     "WorkflowSpec",
     "backfill_schedule",
+    "decide_approval",
     "get_run",
     "list_runs",
     "publish_event",
@@ -119,6 +121,14 @@ def __getattr__(name: str) -> object:
         from .worker import schedule_runs
 
         return getattr(schedule_runs, name)
+    if name == "ApprovalDecision":
+        from .engine.approvals import ApprovalDecision
+
+        return ApprovalDecision
+    if name == "decide_approval":
+        from .client.approvals import decide_approval
+
+        return decide_approval
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

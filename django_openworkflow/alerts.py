@@ -9,6 +9,13 @@ a cache the workers share (Redis, Memcached, the database cache) it holds
 across the fleet; with the per-process default (``LocMemCache``) it holds per
 process. A mail that cannot be sent is logged, never raised: it cannot fail
 a run.
+
+When a run opens an approval (``ctx.wait_for_approval``),
+``OPENWORKFLOW["APPROVAL_NOTIFY"]`` — a dotted path to a function called
+with the ``approval_opened`` hook's keyword arguments, by default
+:func:`mail_assignees` (Django's ``send_mail`` to the assignees with an
+address, with a link to the Inbox); ``None`` sends nothing — tells them.
+Its errors are logged, never raised.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.core.mail import mail_admins
+from django.core.mail import mail_admins, send_mail
 from django.urls import NoReverseMatch, reverse
+from django.utils.module_loading import import_string
 
 from . import hooks
 from .conf import owf_settings
@@ -85,6 +93,81 @@ def _on_run_finished(sender: str, *, run_id: Any, status: str, error: Any = None
         logger.exception("could not mail the admins about failed run %s", run_id)
 
 
+# -- approvals: tell the assignees when one opens ------------------------------------------
+
+APPROVAL_SETTING = "APPROVAL_NOTIFY"
+
+
+def inbox_link() -> str:
+    """The admin's Inbox: absolute with ``OPENWORKFLOW["SITE_URL"]``, else the path ("" without the admin)."""
+    try:
+        path = reverse("admin:django_openworkflow_approval_changelist")
+    except NoReverseMatch:
+        return ""
+    site = owf_settings.raw("SITE_URL") or ""
+    return f"{site.rstrip('/')}{path}"
+
+
+def assignee_emails(assignees: dict[str, list[str]]) -> list[str]:
+    """The addresses of the active users among ``assignees`` (named, in a group, holding a permission)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+    from django.db.models import Q
+
+    user_model = get_user_model()
+    users = assignees.get("users", [])
+    match = Q(**{f"{user_model.USERNAME_FIELD}__in": users}) | Q(pk__in=[u for u in users if u.isdigit()])
+    if assignees.get("groups"):
+        match |= Q(groups__name__in=assignees["groups"])
+    for name in assignees.get("permissions", []):
+        app_label, _, codename = name.partition(".")
+        granted = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        match |= Q(user_permissions__in=granted) | Q(groups__permissions__in=granted)
+    found = user_model._default_manager.filter(match, is_active=True).exclude(email="")
+    return sorted({str(email) for email in found.values_list("email", flat=True) if email})
+
+
+def mail_assignees(*, run_id: Any, workflow_name: str, name: str, details: str, assignees: Any, **kwargs: Any) -> None:
+    """The default ``APPROVAL_NOTIFY``: mail the assignees with an address a link to the Inbox (``send_mail``)."""
+    recipients = assignee_emails(assignees)
+    if not recipients:
+        return
+    link = inbox_link()
+    body = (
+        f"Run {run_id} of workflow {workflow_name!r} waits for your approval: {name}.\n"
+        + (f"\n{details}\n" if details else "")
+        + (f"\nDecide in the inbox: {link}\n" if link else "")
+    )
+    send_mail(f"Approval needed: {name}"[:200], body, None, recipients, fail_silently=False)
+
+
+def approval_notify_problem() -> str | None:
+    """Why ``APPROVAL_NOTIFY`` cannot be called (the system check openworkflow.E008), or None."""
+    notify = owf_settings.raw(APPROVAL_SETTING)
+    if notify is None or notify is False:
+        return None
+    try:
+        hook = import_string(notify) if isinstance(notify, str) else None
+    except ImportError as exc:
+        return f"{notify!r:.120} does not import: {exc}"
+    if not callable(hook):
+        return f"{notify!r:.120} is not a dotted path to a function; give one such as 'myproject.approvals.notify'"
+    return None
+
+
+def _on_approval_opened(sender: str, **kwargs: Any) -> None:
+    notify = owf_settings.raw(APPROVAL_SETTING)
+    if not notify:
+        return
+    try:
+        import_string(notify)(**kwargs)
+    except Exception:  # a mail server down, a broken hook: never the run's failure
+        logger.exception(
+            "the approval notification (OPENWORKFLOW[%r]) failed for run %s", APPROVAL_SETTING, kwargs.get("run_id")
+        )
+
+
 def connect() -> None:
-    """Listen for failed runs (the app does it at start-up; the setting is read at each failure)."""
+    """Listen for failed runs and opened approvals (the app does it at start-up; settings are read each time)."""
     hooks.run_finished.connect(_on_run_finished, dispatch_uid="django_openworkflow.alerts")
+    hooks.approval_opened.connect(_on_approval_opened, dispatch_uid="django_openworkflow.alerts.approvals")

@@ -20,7 +20,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, router
 
 from . import metrics, tracing
-from .alerts import SETTING, mail_period
+from .alerts import APPROVAL_SETTING, SETTING, approval_notify_problem, mail_period
 from .conf import DEFAULTS, owf_settings
 from .models import WorkflowRun
 from .routers import APP_LABEL, WITH_THE_USERS
@@ -112,6 +112,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         mail_period()
     except ValueError as exc:
         messages.append(checks.Error(f"OPENWORKFLOW[{SETTING!r}]: {exc}", id="openworkflow.E006"))
+    problem = approval_notify_problem()
+    if problem is not None:
+        messages.append(checks.Error(f"OPENWORKFLOW[{APPROVAL_SETTING!r}]: {problem}, or None", id="openworkflow.E008"))
     if owf_settings.database not in settings.DATABASES:
         messages.append(
             checks.Error(

@@ -59,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "MAIL_ADMINS_ON_FAILURE": None,
     # The site's address ("https://example.com"), for absolute links to run pages in mails.
     "SITE_URL": None,
+    # Called when a run opens an approval (alerts.py); the default mails the assignees. None: nothing.
+    "APPROVAL_NOTIFY": "django_openworkflow.alerts.mail_assignees",
     # -- Telemetry (docs/operations-telemetry.md) --
     # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
     "METRICS": False,

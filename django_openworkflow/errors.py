@@ -110,6 +110,29 @@ class SignalError(OpenWorkflowError):
     """A signal cannot be sent (the run has finished)."""
 
 
+class ApprovalError(OpenWorkflowError):
+    """An approval cannot be decided: see the subclasses."""
+
+
+class ApprovalNotFound(ApprovalError):
+    """No approval has this id."""
+
+
+class ApprovalNotAssigned(ApprovalError):
+    """The user deciding is not among the approval's assignees (nor a superuser); nothing was delivered."""
+
+
+class ApprovalClosed(ApprovalError):
+    """The approval was decided already (the first decision wins), timed out, or its run ended.
+
+    ``decided_by`` names who decided it first ("" when nobody did).
+    """
+
+    def __init__(self, message: str, decided_by: str = "") -> None:
+        super().__init__(message)
+        self.decided_by = decided_by
+
+
 class DeterminismError(OpenWorkflowError):
     """Replay took a different path from the one recorded in the journal."""
 

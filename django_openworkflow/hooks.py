@@ -47,6 +47,12 @@ signal_sent = Signal()
 call returns, even if a transaction around it rolls back later). ``run_id``, ``workflow_name``,
 ``signal_name``, ``delivered`` (a waiting step took it now), ``seconds``."""
 
+approval_opened = Signal()
+"""A run began waiting for an approval (``ctx.wait_for_approval``), sent by the worker once the approval is
+stored, at most once. ``run_id``, ``workflow_name``, ``step`` (the wait's step key), ``name``, ``details``,
+``assignees`` (``{"users", "groups", "permissions"}``), ``timeout_at``. ``OPENWORKFLOW["APPROVAL_NOTIFY"]``
+mails the assignees from it (``alerts.py``)."""
+
 runs_pruned = Signal()
 """Retention deleted finished runs. ``count``: how many, ``workflow_name``: theirs (``sender`` too)."""
 

@@ -132,8 +132,8 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
         "wake_hint": fmt.state_hint(state, run, run.error, wait, now),
         "available_hint": fmt.wake_hint(run, now),
         "signal_wait": str((wait.context or {}).get("signal") or wait.step_name)
-        if wait is not None and wait.kind == StepKind.SIGNAL
-        else "",
+        if wait is not None and wait.kind == StepKind.SIGNAL and "approval" not in (wait.context or {})
+        else "",  # an approval's wait takes no signal: it is decided in the Inbox
         "workflow_attempts": fmt.workflow_attempts(run),
         "executing": fmt.executing_hint(run, attempts, now),
         "blocked_line": fmt.blocked_line(run, now),

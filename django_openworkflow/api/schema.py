@@ -41,6 +41,7 @@ from .schema_blocks import (
     _operation,
     _query,
     _ref,
+    approval_paths,
 )
 from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
 
@@ -317,6 +318,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
     paths.update(_worker_paths())
     paths.update(schedule_paths())
     paths["/runs/{run_id}/events"] = _events_path()
+    paths.update(approval_paths())
     for operations in paths.values():
         if "post" in operations:
             operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]

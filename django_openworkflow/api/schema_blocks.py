@@ -182,3 +182,68 @@ def _operation(
             "responses": {ok: _answer("the run as it is now", RUN_ANSWER), **_errors(*statuses)},
         }
     }
+
+
+DECISION = _object(
+    {
+        "approved": {"type": "boolean"},
+        "by": {**TEXT, "description": "the username of who decided"},
+        "at": {"type": "string", "format": "date-time"},
+        "comment": TEXT,
+    }
+)
+APPROVAL = _object(
+    {
+        "id": {"type": "integer"},
+        "name": TEXT,
+        "details": {**TEXT, "description": "what is being approved"},
+        "run_id": {"type": "string", "format": "uuid"},
+        "workflow": TEXT,
+        "input": {"description": "the run's input"},
+        "step": {**TEXT, "description": "the wait's step key in the run's journal"},
+        "assignees": _object(
+            {
+                "users": {"type": "array", "items": TEXT},
+                "groups": {"type": "array", "items": TEXT},
+                "permissions": {"type": "array", "items": TEXT},
+            }
+        ),
+        "created_at": TIME,
+        "timeout_at": TIME,
+    }
+)
+
+
+def approval_paths() -> dict[str, Any]:
+    """``/approvals`` and deciding one (``approvals.py``)."""
+    approval_id = {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "integer"}}
+    return {
+        "/approvals": {
+            "get": {
+                "summary": "The open approvals the caller may decide, oldest first",
+                "description": "Any authenticated user: the list holds the approvals assigned to them (by user, "
+                "group or permission); a superuser sees them all.",
+                "responses": {
+                    "200": _answer("the approvals", _object({"approvals": {"type": "array", "items": APPROVAL}})),
+                    **_errors(400),
+                },
+            }
+        },
+        "/approvals/{approval_id}/decide": {
+            "post": {
+                "summary": "Approve or reject an approval; the decision is delivered to its run",
+                "description": "Any authenticated user among the approval's assignees (403 not_assigned "
+                "otherwise). The first decision wins: a later one is answered 409 already_decided, whose message "
+                "names who decided first, and delivers nothing; so is a decision on an approval that timed out "
+                "or whose run has ended.",
+                "parameters": [approval_id],
+                "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": TEXT}),
+                "responses": {
+                    "200": _answer(
+                        "the decision delivered", _object({"approval_id": {"type": "integer"}, "decision": DECISION})
+                    ),
+                    **_errors(400, 404, 409, 415),
+                },
+            }
+        },
+    }

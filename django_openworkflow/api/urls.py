@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import filter_actions, schedules, stream, views, workers
+from . import approvals, filter_actions, schedules, stream, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -25,6 +25,8 @@ urlpatterns: list[URLPattern] = [
     path("api/schedules", schedules.schedule_list, name="api-schedules"),
     path("api/schedules/<str:name>/trigger", schedules.schedule_trigger, name="api-schedule-trigger"),
     path("api/schedules/<str:name>/backfill", schedules.schedule_backfill, name="api-schedule-backfill"),
+    path("api/approvals", approvals.approval_list, name="api-approvals"),
+    path("api/approvals/<str:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -60,6 +60,7 @@ PERMISSIONS = {
     "add": (f"{APP}.add_workflowrun",),
     "change": (f"{APP}.change_workflowrun",),
     "add+change": (f"{APP}.add_workflowrun", f"{APP}.change_workflowrun"),  # both
+    "user": (),  # any user: what they may see and do is checked per object (approvals)
 }
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])
 BODY_OVERHEAD = 64 * 1024

@@ -7,9 +7,11 @@ from typing import Any, NoReturn
 
 from ..definitions.cron import scheduled_time
 from ..definitions.payload import to_json_value
+from ..durations import Duration
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
+from .approvals import ApprovalDecision, wait_for_approval
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew
@@ -17,7 +19,7 @@ from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
 
-__all__ = ["ChildRun", "RunStream", "WorkflowContext"]
+__all__ = ["ApprovalDecision", "ChildRun", "RunStream", "WorkflowContext"]
 
 _UNREAD = object()
 
@@ -99,6 +101,21 @@ class WorkflowContext:
         step's code.
         """
         return current_attempt()
+
+    def wait_for_approval(
+        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+    ) -> ApprovalDecision | None:
+        """Park until someone among ``assignees`` approves or rejects; return the :class:`ApprovalDecision`.
+
+        ``assignees``: ``"user:<username or id>"``, ``"group:<name>"`` or
+        ``"perm:<app_label.codename>"``, one or a list; any of them (and
+        any superuser) may decide, in the admin's inbox, through the API or
+        with :func:`~django_openworkflow.decide_approval`. ``details`` says
+        what is being approved, in the inbox. Returns ``None`` on timeout,
+        like ``ctx.step.wait_for_signal``; the approval then leaves the
+        inbox. A replay returns the journaled decision.
+        """
+        return wait_for_approval(self.step, name, assignees, timeout, details)
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change called ``name``.

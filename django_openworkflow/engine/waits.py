@@ -2,19 +2,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
 
+from .. import hooks
 from ..definitions.payload import check_text, to_json_value
 from ..durations import Duration, parse_duration
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
-from ..store.records import NewAttempt
+from ..store.records import NewApproval, NewAttempt
 from .interrupts import Suspend
 
 if TYPE_CHECKING:
     from .slice import Slice
+
+
+def approval_opened(s: Slice, key: str, approval: NewApproval) -> None:
+    """Send the ``approval_opened`` hook once the approval's row is committed (its notification)."""
+    hooks.send(
+        hooks.approval_opened,
+        s.run.workflow_name,
+        run_id=s.run.id,
+        step=key,
+        name=approval.name,
+        details=approval.details,
+        assignees=approval.assignees,
+        timeout_at=approval.timeout_at,
+    )
 
 
 class WaitSteps:
@@ -64,8 +81,12 @@ class WaitSteps:
         context: dict[str, Any],
         signal_name: str | None = None,
         event_type: str | None = None,
+        approval: Callable[[datetime], NewApproval] | None = None,
     ) -> dict[str, Any] | None:
-        """The shared wait: returns the delivered output dict, or None on timeout; parks otherwise."""
+        """The shared wait: returns the delivered output dict, or None on timeout; parks otherwise.
+
+        ``approval`` makes the approval a new wait opens, given its timeout (``approvals.py``).
+        """
         s = self._slice
         wait = parse_duration(timeout)
         key = s.enter_step_api(api, name)
@@ -82,9 +103,12 @@ class WaitSteps:
                 key, kind, StepStatus.RUNNING, started_at=now, context={**context, "timeout_at": timeout_at.isoformat()}
             )
             until = s.park_limit(timeout_at)
+            opens = None if approval is None else approval(timeout_at)
             signal = s.wait_for_delivery(
-                insert=insert, park_until=until, signal_name=signal_name, event_type=event_type
+                insert=insert, park_until=until, signal_name=signal_name, event_type=event_type, approval=opens
             )
+            if opens is not None:
+                approval_opened(s, key, opens)
             if signal is not None:
                 return {"signal_id": signal.id, "data": signal.data}
             raise Suspend(until, f"{api} {key!r}", written=True)

@@ -1,8 +1,9 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
-events, gates and schedules, what runs publish and stream, the workers' heartbeat rows and paused
-queues, and the HTTP API's tokens."""
+events, gates, approvals and schedules, what runs publish and stream, the workers' heartbeat rows and
+paused queues, and the HTTP API's tokens."""
 
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from .approvals import Approval, ApprovalStatus
 from .messages import Event, Gate, Signal
 from .operations import QueueState, Schedule, WorkerProcess
 from .progress import PublishedValue, StreamChunk
@@ -18,6 +19,8 @@ __all__ = [
     "TOKEN_START",
     "ApiToken",
     "ApiTokenManager",
+    "Approval",
+    "ApprovalStatus",
     "Event",
     "Gate",
     "PublishedValue",

@@ -24,6 +24,7 @@ from .records import (
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
+    NewApproval,
     NewAttempt,
     Pending,
     RunOutcome,
@@ -172,6 +173,7 @@ class EngineStore(Protocol):
         waiting_attempt_id: int | None = None,
         signal_name: str | None = None,
         event_type: str | None = None,
+        approval: NewApproval | None = None,
         unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]: ...
 

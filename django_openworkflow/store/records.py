@@ -155,6 +155,16 @@ class AttemptUpdate:
     error: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class NewApproval:
+    """The approval a new wait opens: its name, what is approved, and who may decide (``store/approvals.py``)."""
+
+    name: str
+    details: str
+    assignees: dict[str, list[str]]
+    timeout_at: datetime
+
+
 @dataclass
 class NewAttempt:
     """A step attempt to insert.

@@ -16,19 +16,20 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from ..errors import StepUsageError
-from ..models import Signal, StepAttempt, WorkflowRun
+from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
 from ..states import StepStatus
+from .approvals import ApprovalOps
 from .fence import engine_op
-from .journal import JournalOps
 from .records import (
     DeliveredSignal,
+    NewApproval,
     NewAttempt,
     Pending,
     StoreUnavailable,
 )
 
 
-class WaitOps(JournalOps):
+class WaitOps(ApprovalOps):
     """Signal and event waits, and atomic steps."""
 
     # -- signal and event waits --
@@ -46,6 +47,7 @@ class WaitOps(JournalOps):
         waiting_attempt_id: int | None = None,
         signal_name: str | None = None,
         event_type: str | None = None,
+        approval: NewApproval | None = None,
         unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]:
         """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
@@ -55,7 +57,8 @@ class WaitOps(JournalOps):
         now and the run does not park. Otherwise the run parks until
         ``park_until`` — unless a sender completed the wait meanwhile, in which
         case it is due at once. Senders lock the run row, and so does the fence
-        here, so each delivery is seen by one side or the other.
+        here, so each delivery is seen by one side or the other. A new wait
+        for an approval writes its ``approval`` row too (``approvals.py``).
         """
         with (
             self._keeping_completions(run_id, worker_id, now, pending, unless_canceling),
@@ -69,6 +72,8 @@ class WaitOps(JournalOps):
             attempt_id = waiting_attempt_id
             if insert is not None:
                 attempt_id = self._insert_attempt(run_id, insert, now).id
+                if approval is not None:
+                    self._open_approval(run_id, attempt_id, insert.step_name, approval, now)
                 if signal_name is not None:
                     signal = self._consume_signal(run_id, signal_name, attempt_id, now)
                     if signal is not None:
@@ -101,7 +106,8 @@ class WaitOps(JournalOps):
         """Time out an open wait, fenced; returns None, or the output a sender delivered just before.
 
         The timeout is journaled (output ``{"timed_out": true}``), so a replay
-        returns ``None`` again and a late signal stays buffered.
+        returns ``None`` again and a late signal stays buffered; an approval
+        of the wait becomes ``timed_out``.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
             self._fence(run_id, worker_id, now, {})
@@ -110,6 +116,9 @@ class WaitOps(JournalOps):
                 status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=now
             )
             if expired:
+                Approval.objects.filter(attempt_id=attempt_id, status=ApprovalStatus.OPEN).update(
+                    status=ApprovalStatus.TIMED_OUT
+                )
                 return None
             return StepAttempt.objects.filter(id=attempt_id).values_list("output", flat=True).first()
 

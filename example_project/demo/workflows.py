@@ -103,3 +103,23 @@ def expense_approval(ctx: Any) -> dict[str, Any]:
     if not decision.get("approved"):
         return {"claim_id": claim["claim_id"], "rejected_by": decision.get("by"), "reason": decision.get("reason")}
     return ctx.step.run("pay", lambda: pay_claim(claim, decision.get("by", "manager")))
+
+
+# -- the same with the admin's Inbox: the managers group decides, Django logs who and when ----
+
+
+@workflow(name="refund-approval", version="v1")
+def refund_approval(ctx: Any) -> dict[str, Any]:
+    """Refund an order once someone in the "managers" group approves it in the admin's Inbox."""
+    order = ctx.input
+    decision = ctx.wait_for_approval(
+        "refund",
+        assignees=["group:managers"],
+        timeout=order.get("timeout", "3d"),
+        details=f"Refund {order['amount']} EUR to {order['customer']} (order {order['order_id']})",
+    )
+    if decision is None:
+        return {"order_id": order["order_id"], "refunded": False, "reason": "no decision within 3 days"}
+    if not decision.approved:
+        return {"order_id": order["order_id"], "refunded": False, "rejected_by": decision.by}
+    return ctx.step.run("refund", lambda: {"order_id": order["order_id"], "refunded": order["amount"]})

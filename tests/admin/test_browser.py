@@ -306,10 +306,10 @@ def test_the_themed_admin_in_a_real_browser(example_admin: dict[str, Any]) -> No
             shutil.copyfile(ARTIFACTS / f"readme-{name}", DOCS / name)
 
 
-def log_in(page: Any, base: str, path: str = "/admin/django_openworkflow/workflowrun/") -> None:
-    """Log in to the example project's admin as its superuser, and land on ``path``."""
+def log_in(page: Any, base: str, path: str = "/admin/django_openworkflow/workflowrun/", user: str = "admin") -> None:
+    """Log in to the example project's admin as ``user`` (its superuser by default), and land on ``path``."""
     page.goto(f"{base}/admin/login/?next={path}")
-    page.fill("#id_username", "admin")
+    page.fill("#id_username", user)
     page.fill("#id_password", PASSWORD)
     page.click("input[type=submit]")
     page.wait_for_url(f"**{path}")

@@ -14,6 +14,7 @@ from ...store.records import (
     ClaimedRun,
     DeliveredSignal,
     LeaseLost,
+    NewApproval,
     NewAttempt,
     Pending,
     RunOutcome,
@@ -203,9 +204,19 @@ class JournalOps(MemoryCore):
         waiting_attempt_id: int | None = None,
         signal_name: str | None = None,
         event_type: str | None = None,
+        approval: NewApproval | None = None,
         unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]:
-        """A signal or event wait: record it (a new signal wait takes the oldest buffered signal) or park."""
+        """A signal or event wait: record it (a new signal wait takes the oldest buffered signal) or park.
+
+        Approvals (``ctx.wait_for_approval``) need Django's users and the
+        admin's inbox: this backend raises ``NotImplementedError`` for them.
+        """
+        if approval is not None:
+            raise NotImplementedError(
+                "ctx.wait_for_approval() needs a database backend (the admin's inbox and Django's users "
+                "decide it); the in-memory backend does not keep approvals: test it with the database"
+            )
         with self.lock:
             run = self._fence_keeping_completions(run_id, worker_id, now, pending, unless_canceling)
             self._update(run, now)

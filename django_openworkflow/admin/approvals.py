@@ -1,0 +1,120 @@
+"""The Inbox: the open approvals the current user may decide, with Approve and Reject.
+
+Each row shows what is being approved (the approval's name and details),
+the run's workflow, a summary of its input and a link to its page, and
+when it times out; a form with a comment posts the decision, which
+:func:`django_openworkflow.client.approvals.decide_approval` checks
+(assignees, first decision wins), delivers and logs. Any staff user may
+open the inbox: it lists only what they may decide, and a decision by
+someone else is refused with 403.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext
+
+from .. import formatting as fmt
+from ..client.approvals import approvals_for, decide_approval
+from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
+from ..models import Approval
+from .markup import run_url, workflow_url
+from .workers import RUNS_VIEW
+
+INBOX = "admin:django_openworkflow_approval_changelist"
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    """The inbox page in place of a change list; approvals are written by runs and decided here."""
+
+    class Media:
+        css: ClassVar[dict[str, tuple[str, ...]]] = {"all": ("django_openworkflow/admin.css",)}
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)  # the inbox filters per user
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path(
+                "<int:approval_id>/decide/",
+                self.admin_site.admin_view(self.decide_view),
+                name="django_openworkflow_approval_decide",
+            ),
+            path("", self.admin_site.admin_view(self.changelist_view), name="django_openworkflow_approval_changelist"),
+        ]
+        return own
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        rows = [
+            {
+                "approval": approval,
+                "run_url": run_url(approval.workflow_run_id),
+                "workflow_url": workflow_url(approval.workflow_run.workflow_name),
+                "input": fmt.compact_json(approval.workflow_run.input, width=120),
+                "timeout": fmt.format_time(approval.timeout_at),
+                "opened": fmt.format_time(approval.created_at),
+                # The subject of the run (the model instance it belongs to) goes here once runs have subjects.
+                "subject": None,
+            }
+            for approval in approvals_for(request.user)
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "media": self.media,
+            "title": gettext("Inbox"),
+            "rows": rows,
+            # The run links lead to pages that need the view permission on runs: plain ids without it.
+            "can_view_runs": any(request.user.has_perm(name) for name in RUNS_VIEW),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "django_openworkflow/inbox.html", context)
+
+    def decide_view(self, request: HttpRequest, approval_id: int) -> HttpResponse:
+        """POST from an inbox row: approve or reject, with an optional comment."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        decision = request.POST.get("decision")
+        if decision not in ("approve", "reject"):
+            raise Http404("No such decision.")
+        try:
+            decide_approval(
+                approval_id, request.user, approved=decision == "approve", comment=request.POST.get("comment", "")
+            )
+        except ApprovalNotAssigned:
+            raise PermissionDenied from None
+        except ApprovalNotFound:
+            raise Http404("No such approval.") from None
+        except ApprovalClosed as exc:
+            if exc.decided_by:
+                said = gettext("This approval was already decided by %(who)s: the first decision counts.")
+            else:
+                said = gettext("This approval can no longer be decided: it timed out or its run has ended.")
+            self.message_user(request, said % {"who": exc.decided_by}, messages.ERROR)
+        except InvalidArgument as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            said = gettext("Approved.") if decision == "approve" else gettext("Rejected.")
+            self.message_user(request, said)
+        return HttpResponseRedirect(reverse(INBOX))

@@ -1,0 +1,58 @@
+"""Approvals: a run waiting for a person's decision (``ctx.wait_for_approval``), listed in the admin's inbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from .runs import StepAttempt, WorkflowDatabaseManager, WorkflowRun
+
+
+class ApprovalStatus(models.TextChoices):
+    OPEN = "open", _("open")
+    APPROVED = "approved", _("approved")
+    REJECTED = "rejected", _("rejected")
+    TIMED_OUT = "timed_out", _("timed out")
+
+
+class Approval(models.Model):
+    """One approval a run waits for: who may decide it, and the decision once taken.
+
+    Written with the run's signal wait, in the same fenced transaction; one
+    per (run, step key). The assignees are data (usernames or user ids, group
+    names, permissions ``"app_label.codename"``), resolved against
+    ``django.contrib.auth`` when someone decides: the workflow tables may live
+    on another database than the users. ``decided_by`` is a username, for the
+    same reason.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="approvals")
+    attempt = models.ForeignKey(StepAttempt, on_delete=models.CASCADE, related_name="+")
+    step_key = models.CharField(max_length=255)
+    name = models.CharField(max_length=255)
+    details = models.TextField(blank=True, default="")
+    assignees = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.OPEN)
+    created_at = models.DateTimeField()
+    timeout_at = models.DateTimeField()
+    decided_by = models.CharField(max_length=150, blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True, default="")
+
+    objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
+
+    class Meta:
+        db_table = "openworkflow_approval"
+        verbose_name = _("approval")
+        verbose_name_plural = _("inbox")
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["workflow_run", "step_key"], name="owf_approval_run_step_uniq"),
+        ]
+        indexes = [models.Index(fields=["status", "id"], name="owf_approval_status_idx")]
+
+    def __str__(self) -> str:
+        return f"approval {self.name} of {self.workflow_run_id}"

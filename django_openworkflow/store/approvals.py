@@ -1,0 +1,141 @@
+"""Approvals: the row a ``ctx.wait_for_approval`` writes with its wait, and deciding it.
+
+The wait is a signal wait (kind ``signal``, context ``{"approval": name}``)
+that only a decision completes: ``send_signal`` does not reach it. The
+approval row is written in the same fenced transaction as the wait
+(``WaitOps.wait_for_delivery``), one per (run, step key); a timeout marks it
+``timed_out`` in the transaction that journals the timeout
+(``WaitOps.expire_wait``).
+
+Deciding (:meth:`ApprovalOps.decide_approval`) locks the run row, as a
+signal's sender and the worker's fence do, then moves the row from ``open``
+with a conditional ``UPDATE ... WHERE status = 'open'``: of two concurrent
+decisions, the one whose update counts wins; the other is told who won.
+The decision is delivered as the wait's signal in the same transaction.
+Who may decide is resolved against ``django.contrib.auth`` when someone
+decides (:func:`may_decide`): the assignees are stored as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+
+from ..errors import ApprovalClosed, ApprovalNotFound
+from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
+from ..states import FINISHED_STATUSES
+from .journal import JournalOps
+from .records import NewApproval
+
+
+def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
+    """Whether ``user`` (a ``django.contrib.auth`` user) may decide an approval with these assignees.
+
+    An active superuser may decide every approval; otherwise the user is
+    named in ``users`` (by username, or by primary key written as digits),
+    belongs to a group named in ``groups``, or holds a permission named in
+    ``permissions`` (``"app_label.codename"``, through Django's backends, so
+    a group's permissions count).
+    """
+    return Decider(user).may(assignees)
+
+
+class Decider:
+    """:func:`may_decide` for one user over many approvals: the user's groups are read once (the Inbox).
+
+    Confined to the request (or call) that made it: never shared between threads.
+    """
+
+    def __init__(self, user: Any) -> None:
+        self.user = user
+        self.active = user is not None and user.is_authenticated and user.is_active
+        self.names = {user.get_username(), str(user.pk)} if self.active else set()
+        self._groups: set[str] | None = None
+
+    def may(self, assignees: dict[str, list[str]]) -> bool:
+        if not self.active:
+            return False
+        if self.user.is_superuser or self.names & set(assignees.get("users", ())):
+            return True
+        groups = assignees.get("groups", ())
+        if groups:
+            if self._groups is None:
+                self._groups = set(self.user.groups.values_list("name", flat=True))
+            if self._groups & set(groups):
+                return True
+        # Django's backends cache the user's permissions on the user object after the first check.
+        return any(self.user.has_perm(permission) for permission in assignees.get("permissions", ()))
+
+
+class ApprovalOps(JournalOps):
+    """Writing an approval with its wait, and deciding it, in the sender's transaction."""
+
+    if TYPE_CHECKING:  # from MessageOps, next to this class in the backend
+        _deliver: Callable[[StepAttempt, dict[str, Any], Any], bool]
+
+    def _open_approval(self, run_id: Any, attempt_id: int, key: str, approval: NewApproval, now: datetime) -> int:
+        """Inside the wait's fenced transaction: the approval row of a new wait."""
+        row = Approval.objects.create(
+            workflow_run_id=run_id,
+            attempt_id=attempt_id,
+            step_key=key,
+            name=approval.name,
+            details=approval.details,
+            assignees=approval.assignees,
+            created_at=now,
+            timeout_at=approval.timeout_at,
+        )
+        return int(row.id)
+
+    def decide_approval(self, approval_id: int, approved: bool, by: str, comment: str) -> dict[str, Any]:
+        """Decide an open approval and deliver the decision to its run's wait; returns the decision.
+
+        The decision is ``{"approved", "by", "at" (ISO 8601, the database
+        clock), "comment"}``. Raises :class:`ApprovalNotFound`, or
+        :class:`ApprovalClosed` (decided before, timed out, or the run ended)
+        having written nothing. Permissions are the caller's to check.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            found = Approval.objects.filter(id=approval_id).values_list("workflow_run_id", "attempt_id").first()
+            if found is None:
+                raise ApprovalNotFound(f"no approval with id {approval_id}")
+            run_id, attempt_id = found
+            status = WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            now = self.now()
+            decision = {"approved": bool(approved), "by": by, "at": now.isoformat(), "comment": comment}
+            won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
+                status=ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED,
+                decided_by=by,
+                decided_at=now,
+                comment=comment,
+            )
+            if not won:
+                raise _closed(approval_id)
+            if status is None or status in FINISHED_STATUSES:
+                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its run is {status or 'deleted'}")
+            signal = Signal.objects.create(
+                workflow_run_id=run_id,
+                name=f"approval:{approval_id}",
+                data=decision,
+                idempotency_key=f"approval:{approval_id}",
+                consumed_by_id=attempt_id,
+                consumed_at=now,
+            )
+            wait = StepAttempt.objects.get(id=attempt_id)
+            if not self._deliver(wait, {"signal_id": signal.id, "data": decision}, now):
+                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its wait has ended")
+            return decision
+
+
+def _closed(approval_id: int) -> ApprovalClosed:
+    """Why an approval is no longer open, naming who decided it first."""
+    row = Approval.objects.filter(id=approval_id).values_list("status", "decided_by", "decided_at").first()
+    assert row is not None
+    status, by, at = row
+    if status == ApprovalStatus.TIMED_OUT:
+        return ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
+    when = f" at {at.isoformat()}" if at is not None else ""
+    return ApprovalClosed(f"approval {approval_id} was already {status} by {by or 'someone'}{when}", decided_by=by)

@@ -1,0 +1,186 @@
+"""``ctx.wait_for_approval``: deciding delivers once, to the run, as its assignees may; timeouts; real workers."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.auth.models import Group, Permission
+from django.core import mail
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_openworkflow.client.approvals import approvals_for, decide_approval
+from django_openworkflow.engine.approvals import parse_assignees
+from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, StepUsageError
+from django_openworkflow.models import Approval, Signal, StepAttempt
+from tests.conftest import is_parked, race, wait_until
+from tests.fixtures.testapp.workflows import refund
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _user(django_user_model: Any, name: str, *groups: str, email: str = "") -> Any:
+    user = django_user_model.objects.create_user(name, email=email, password="pw", is_staff=True)
+    for group in groups:
+        user.groups.add(Group.objects.get_or_create(name=group)[0])
+    return user
+
+
+def _opened(run_worker: Any, inp: dict[str, Any] | None = None) -> tuple[Any, Approval]:
+    """A refund run parked on its approval (run by an in-process worker)."""
+    handle = refund.run({"amount": 120, **(inp or {})})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    return handle, Approval.objects.get(workflow_run_id=handle.id)
+
+
+def test_a_group_member_approves_and_the_run_gets_the_decision(run_worker, django_user_model):
+    ada = _user(django_user_model, "ada", "managers")
+    handle, approval = _opened(run_worker)
+    assert (approval.status, approval.details, approval.step_key) == ("open", "Refund 120 EUR", "refund")
+    assert approval.assignees == {"users": [], "groups": ["managers"], "permissions": []}
+    assert [found.id for found in approvals_for(ada)] == [approval.id]
+    decision = decide_approval(approval.id, ada, approved=True, comment="ok, loyal customer")
+    assert (decision["approved"], decision["by"], decision["comment"]) == (True, "ada", "ok, loyal customer")
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result() == {"approved": True, "by": "ada", "comment": "ok, loyal customer", "at": decision["at"]}
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by, approval.comment) == ("approved", "ada", "ok, loyal customer")
+    wait = StepAttempt.objects.get(workflow_run_id=handle.id, step_name="refund")
+    assert wait.output["data"] == decision  # the journal records who, when and why
+    entry = LogEntry.objects.get()
+    assert (entry.user_id, entry.object_id, entry.change_message) == (
+        ada.pk, str(handle.id), "Approved 'refund': ok, loyal customer (django-openworkflow)"
+    )  # fmt: skip
+    assert approvals_for(ada) == []
+
+
+def test_someone_not_assigned_is_refused_and_nothing_is_delivered(run_worker, django_user_model):
+    eve = _user(django_user_model, "eve", "interns")
+    handle, approval = _opened(run_worker)
+    assert approvals_for(eve) == []
+    with pytest.raises(ApprovalNotAssigned, match="eve may not decide approval"):
+        decide_approval(approval.id, eve, approved=True)
+    approval.refresh_from_db()
+    assert approval.status == "open" and not Signal.objects.exists() and not LogEntry.objects.exists()
+    assert StepAttempt.objects.get(workflow_run_id=handle.id, step_name="refund").status == "running"
+
+
+def test_users_permissions_and_superusers_may_decide(run_worker, django_user_model):
+    bob = _user(django_user_model, "bob")
+    holder = _user(django_user_model, "holder")
+    holder.user_permissions.add(Permission.objects.get(codename="change_workflowrun"))
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    _, approval = _opened(run_worker, {"assignees": ["user:bob", "perm:django_openworkflow.change_workflowrun"]})
+    other = _user(django_user_model, "other")
+    assert [len(approvals_for(user)) for user in (bob, holder, root, other)] == [1, 1, 1, 0]
+    decide_approval(approval.id, holder, approved=False, comment="no")
+    assert Approval.objects.get().status == "rejected"
+
+
+def test_two_concurrent_decisions_deliver_one_and_the_second_is_told(run_worker, django_user_model):
+    users = [_user(django_user_model, f"m{i}", "managers") for i in range(4)]
+    handle, approval = _opened(run_worker)
+    ids = iter(range(4))
+
+    def decide() -> Any:
+        user = users[next(ids)]  # next() on one iterator from four threads: the GIL hands each its own
+        try:
+            return decide_approval(approval.id, user, approved=True, comment=user.username)
+        except ApprovalClosed as exc:
+            return exc
+
+    results = race(decide, n=4)
+    won = [r for r in results if isinstance(r, dict)]
+    told = [r for r in results if isinstance(r, ApprovalClosed)]
+    assert len(won) == 1 and len(told) == 3
+    winner = won[0]["by"]
+    assert {exc.decided_by for exc in told} == {winner}
+    assert all(f"already approved by {winner}" in str(exc) for exc in told)
+    assert Signal.objects.count() == 1 and LogEntry.objects.count() == 1
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["by"] == winner == Approval.objects.get().decided_by
+
+
+def test_a_timed_out_approval_returns_none_leaves_the_inbox_and_cannot_be_decided(run_worker, django_user_model):
+    ada = _user(django_user_model, "ada", "managers")
+    handle = refund.run({"timeout": "1s"})
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result() == {"timed_out": True}
+    approval = Approval.objects.get()
+    assert approval.status == "timed_out" and approvals_for(ada) == []
+    with pytest.raises(ApprovalClosed, match="timed out"):
+        decide_approval(approval.id, ada, approved=True)
+    assert not Signal.objects.exists()
+
+
+def test_a_finished_run_cannot_be_decided(run_worker, django_user_model):
+    ada = _user(django_user_model, "ada", "managers")
+    handle, approval = _opened(run_worker)
+    handle.cancel()
+    assert approvals_for(ada) == []
+    with pytest.raises(ApprovalClosed, match="its run is canceled"):
+        decide_approval(approval.id, ada, approved=True)
+    assert Approval.objects.get().status == "open" and not Signal.objects.exists()
+
+
+def test_the_assignees_are_mailed_with_a_link_to_the_inbox(run_worker, django_user_model, settings, mailoutbox):
+    settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "SITE_URL": "https://ops.example"}
+    _user(django_user_model, "ada", "managers", email="ada@example.com")
+    _user(django_user_model, "eve", "interns", email="eve@example.com")
+    _user(django_user_model, "noaddress", "managers")
+    _opened(run_worker)
+    [sent] = mail.outbox
+    assert sent.to == ["ada@example.com"] and sent.subject == "Approval needed: refund"
+    assert "Refund 120 EUR" in sent.body and "https://ops.example/admin/django_openworkflow/approval/" in sent.body
+
+
+def broken_hook(**kwargs: Any) -> None:
+    raise RuntimeError("the chat server is down")
+
+
+def test_a_failing_notification_is_logged_and_the_run_goes_on(run_worker, django_user_model, settings, caplog):
+    settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "APPROVAL_NOTIFY": f"{__name__}.broken_hook"}
+    ada = _user(django_user_model, "ada", "managers")
+    with caplog.at_level(logging.ERROR, logger="django_openworkflow.alerts"):
+        handle, approval = _opened(run_worker)
+    assert "the approval notification" in caplog.text and "chat server is down" in caplog.text
+    decide_approval(approval.id, ada, approved=True)
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["approved"] is True
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("no.such.module.notify", "does not import"), ("django_openworkflow.alerts.APPROVAL_SETTING", "not a dotted")],
+)
+def test_a_bad_notify_setting_is_a_system_check_error(settings, value, message):
+    settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "APPROVAL_NOTIFY": value}
+    with pytest.raises(SystemCheckError, match=rf"openworkflow.E008.*APPROVAL_NOTIFY.*{message}"):
+        call_command("check")
+
+
+@pytest.mark.parametrize(
+    ("assignees", "message"),
+    [
+        ([], "at least one assignee"),
+        (["managers"], "is not 'user:"),
+        (["perm:no_dot"], "app_label.codename"),
+        (["group: "], "is not 'user:"),
+    ],
+)
+def test_bad_assignees_are_named(assignees, message):
+    with pytest.raises(StepUsageError, match=message):
+        parse_assignees(assignees)
+
+
+def test_a_real_worker_process_delivers_the_inbox_decision(workers, django_user_model):
+    ada = _user(django_user_model, "ada", "managers")
+    workers.start("--poll", "20ms", "--concurrency", "2")
+    handle = refund.run({"amount": 5})
+    wait_until(lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    decide_approval(Approval.objects.get().id, ada, approved=False, comment="too late")
+    result = handle.result(timeout=30)
+    assert (result["approved"], result["by"], result["comment"]) == (False, "ada", "too late")
