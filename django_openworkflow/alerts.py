@@ -116,7 +116,7 @@ def assignee_emails(assignees: dict[str, list[str]]) -> list[str]:
 
     user_model = get_user_model()
     users = assignees.get("users", [])
-    match = Q(**{f"{user_model.USERNAME_FIELD}__in": users}) | Q(pk__in=[u for u in users if u.isdigit()])
+    match = Q(**{f"{user_model.USERNAME_FIELD}__in": users})
     if assignees.get("groups"):
         match |= Q(groups__name__in=assignees["groups"])
     for name in assignees.get("permissions", []):

@@ -142,7 +142,9 @@ class Settings:
     @property
     def fair_queues(self) -> frozenset[str]:
         queues = self._get("FAIR_QUEUES")
-        if isinstance(queues, str) or not all(isinstance(queue, str) for queue in queues or ()):
+        if not isinstance(queues, list | tuple | set | frozenset | None) or not all(
+            isinstance(queue, str) for queue in queues or ()
+        ):
             raise ValueError(f"OPENWORKFLOW['FAIR_QUEUES'] must be a list of queue names, got {queues!r:.60}")
         return frozenset(queues or ())
 

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..definitions.retry import RetryPolicy
@@ -31,6 +32,7 @@ from ..durations import Duration
 from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
+from .approvals import ApprovalDecision, wait_for_approval
 from .attempt import StepAttemptInfo, reset_attempt, set_attempt
 from .children import ChildRun
 from .context import WorkflowContext
@@ -258,6 +260,18 @@ class AsyncWorkflowContext(WorkflowContext):
     def lease_held(self, check: bool = False) -> bool:
         with outside_loop():
             return super().lease_held(check)
+
+    @property
+    def scheduled_at(self) -> datetime | None:
+        with outside_loop():  # its first read is a query
+            return super().scheduled_at
+
+    def wait_for_approval(  # type: ignore[override]  # awaitable, as every wait of an async workflow
+        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+    ) -> Awaitable[ApprovalDecision | None]:
+        """``await ctx.wait_for_approval(...)``: :meth:`WorkflowContext.wait_for_approval` in an async workflow."""
+        self.step._wait_alone("wait_for_approval")
+        return self.step._now(wait_for_approval, self.step._sync, name, assignees, timeout, details)
 
 
 def call_async(spec: WorkflowSpec, ctx: AsyncWorkflowContext) -> Any:

@@ -45,7 +45,8 @@ class ApprovalDecision:
 def parse_assignees(assignees: str | Iterable[str]) -> dict[str, list[str]]:
     """``["group:managers", "user:alice", "perm:shop.refund"]`` as stored: ``{"users", "groups", "permissions"}``.
 
-    A user is a username or a primary key; a group, its name; a permission,
+    A user is a username (never a primary key: a username of digits must not
+    pass for another user's id); a group, its name; a permission,
     ``"app_label.codename"``. Raises :class:`StepUsageError` naming a bad entry.
     """
     entries = [assignees] if isinstance(assignees, str) else list(assignees)
@@ -54,7 +55,7 @@ def parse_assignees(assignees: str | Iterable[str]) -> dict[str, list[str]]:
         kind, _, value = entry.partition(":") if isinstance(entry, str) else ("", "", "")
         if kind not in KINDS or not value.strip():
             raise StepUsageError(
-                f"assignee {entry!r} is not 'user:<username or id>', 'group:<name>' or 'perm:<app_label.codename>'"
+                f"assignee {entry!r} is not 'user:<username>', 'group:<name>' or 'perm:<app_label.codename>'"
             )
         if kind == "perm" and value.count(".") != 1:
             raise StepUsageError(f"assignee {entry!r}: a permission is written 'perm:app_label.codename'")

@@ -107,7 +107,7 @@ class WorkflowContext:
     ) -> ApprovalDecision | None:
         """Park until someone among ``assignees`` approves or rejects; return the :class:`ApprovalDecision`.
 
-        ``assignees``: ``"user:<username or id>"``, ``"group:<name>"`` or
+        ``assignees``: ``"user:<username>"``, ``"group:<name>"`` or
         ``"perm:<app_label.codename>"``, one or a list; any of them (and
         any superuser) may decide, in the admin's inbox, through the API or
         with :func:`~django_openworkflow.decide_approval`. ``details`` says

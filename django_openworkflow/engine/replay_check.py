@@ -27,7 +27,16 @@ if TYPE_CHECKING:
     from ..store.interface import EngineStore
 
 READS = frozenset(
-    {"load_history", "holds_lease", "is_canceled", "run_outcome", "run_outcomes", "successor_id", "is_transient"}
+    {
+        "load_history",
+        "holds_lease",
+        "is_canceled",
+        "run_outcome",
+        "run_outcomes",
+        "successor_id",
+        "is_transient",
+        "idempotency_key",  # ctx.scheduled_at
+    }
 )
 """The store methods a replay may call; any other is a write, which stops the replay."""
 

@@ -35,8 +35,8 @@ def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
     """Whether ``user`` (a ``django.contrib.auth`` user) may decide an approval with these assignees.
 
     An active superuser may decide every approval; otherwise the user is
-    named in ``users`` (by username, or by primary key written as digits),
-    belongs to a group named in ``groups``, or holds a permission named in
+    named in ``users`` (by username only: a username of digits must not pass
+    for another user's primary key), belongs to a group named in ``groups``, or holds a permission named in
     ``permissions`` (``"app_label.codename"``, through Django's backends, so
     a group's permissions count).
     """
@@ -52,22 +52,23 @@ class Decider:
     def __init__(self, user: Any) -> None:
         self.user = user
         self.active = user is not None and user.is_authenticated and user.is_active
-        self.names = {user.get_username(), str(user.pk)} if self.active else set()
+        self.names = {user.get_username()} if self.active else set()
         self._groups: set[str] | None = None
 
     def may(self, assignees: dict[str, list[str]]) -> bool:
         if not self.active:
             return False
-        if self.user.is_superuser or self.names & set(assignees.get("users", ())):
+        if getattr(self.user, "is_superuser", False) or self.names & set(assignees.get("users", ())):
             return True
         groups = assignees.get("groups", ())
-        if groups:
+        if groups and hasattr(self.user, "groups"):  # a custom user model may have no groups
             if self._groups is None:
                 self._groups = set(self.user.groups.values_list("name", flat=True))
             if self._groups & set(groups):
                 return True
         # Django's backends cache the user's permissions on the user object after the first check.
-        return any(self.user.has_perm(permission) for permission in assignees.get("permissions", ()))
+        has_perm = getattr(self.user, "has_perm", None)  # a custom user model may have no permissions
+        return has_perm is not None and any(has_perm(permission) for permission in assignees.get("permissions", ()))
 
 
 class ApprovalOps(JournalOps):
@@ -99,12 +100,19 @@ class ApprovalOps(JournalOps):
         having written nothing. Permissions are the caller's to check.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
-            found = Approval.objects.filter(id=approval_id).values_list("workflow_run_id", "attempt_id").first()
+            found = (
+                Approval.objects.filter(id=approval_id)
+                .values_list("workflow_run_id", "attempt_id", "timeout_at")
+                .first()
+            )
             if found is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
-            run_id, attempt_id = found
+            run_id, attempt_id, timeout_at = found
             status = WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
             now = self.now()
+            if timeout_at is not None and timeout_at <= now:
+                # Timed out, though no worker has journaled the timeout yet (workers down or behind).
+                raise ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
             decision = {"approved": bool(approved), "by": by, "at": now.isoformat(), "comment": comment}
             won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
                 status=ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED,

@@ -24,6 +24,7 @@ from django.db.models import Case, DateTimeField, F, Subquery, Value, When
 from django.db.models.functions import Coalesce
 
 from ..conf import owf_settings
+from ..definitions.flow import BLOCKED_UNTIL
 from ..models import WorkflowRun
 from ..states import RunStatus
 
@@ -79,7 +80,9 @@ def _last_places(keys: list[str]) -> dict[str, datetime | None]:
         chunk = keys[start : start + KEYS_A_QUERY]
         tails = {
             f"k{index}": Subquery(
-                WorkflowRun.objects.filter(fairness_key=key, status=RunStatus.PENDING, fair_at__isnull=False)
+                # Runs set aside by their limit until woken (placed at BLOCKED_UNTIL) hold no place
+                # in line: counted, they would put every later start of the key after the year 9999.
+                WorkflowRun.objects.filter(fairness_key=key, status=RunStatus.PENDING, fair_at__lt=BLOCKED_UNTIL)
                 .order_by("-fair_at")
                 .values("fair_at")[:1]
             )

@@ -102,22 +102,31 @@ class FenceOps(BackendCore):
         ``close_children`` (a write that ends the run) applies the parent-close
         policy of its unfinished children in the same transaction.
         """
-        with self._keeping_completions(run_id, worker_id, now, pending, unless_canceling):
-            return self._commit_held(
-                run_id,
-                worker_id,
-                now,
-                pending,
-                insert=insert,
-                inserts=inserts,
-                run_fields=run_fields or {},
-                start_child=start_child,
-                wake_when_child_done=wake_when_child_done,
-                wake_parent_of=wake_parent_of,
-                ended_badly=ended_badly,
-                unless_canceling=unless_canceling,
-                close_children=close_children,
-            )
+
+        def write() -> int | None:
+            with self._keeping_completions(run_id, worker_id, now, pending, unless_canceling):
+                return self._commit_held(
+                    run_id,
+                    worker_id,
+                    now,
+                    pending,
+                    insert=insert,
+                    inserts=inserts,
+                    run_fields=run_fields or {},
+                    start_child=start_child,
+                    wake_when_child_done=wake_when_child_done,
+                    wake_parent_of=wake_parent_of,
+                    ended_badly=ended_badly,
+                    unless_canceling=unless_canceling,
+                    close_children=close_children,
+                )
+
+        if close_children or wake_parent_of is not None:
+            # A run's end locks its row, then its children's (close_children); a child's end locks its
+            # own, then its parent's (wake_parent). When a parent and a child end at once, the database
+            # aborts one of the two: it is written again, whole (the aborted try wrote nothing).
+            return self.retrying(write)
+        return write()
 
     def _commit_held(
         self,

@@ -202,14 +202,19 @@ class JournalOps(FenceOps):
         parent_step_id: int | None,
     ) -> None:
         """End a run whose cancel was requested, its compensations done; close its open steps and its children
-        (by their parent-close policy), wake a parent."""
-        with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, {"status": RunStatus.CANCELED, "error": error, "finished_at": now})
-            self._flush(run_id, pending, now)
-            self._close_open_steps([run_id], now)
-            self.close_children([run_id], now)
-            if parent_step_id is not None:
-                self.wake_parent(parent_step_id, now, ended_badly=True)
+        (by their parent-close policy), wake a parent; a deadlock's victim is written again (see ``_commit``)."""
+
+        def write() -> None:
+            with self.write_lock(), transaction.atomic(using=self.alias):
+                fields = {"status": RunStatus.CANCELED, "error": error, "finished_at": now}
+                self._fence(run_id, worker_id, now, fields)
+                self._flush(run_id, pending, now)
+                self._close_open_steps([run_id], now)
+                self.close_children([run_id], now)
+                if parent_step_id is not None:
+                    self.wake_parent(parent_step_id, now, ended_badly=True)
+
+        self.retrying(write)
 
     @engine_op
     def is_canceled(self, run_id: Any) -> bool:

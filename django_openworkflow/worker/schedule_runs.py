@@ -158,6 +158,8 @@ def _moment(value: Any, zone: str, what: str) -> datetime:
             raise InvalidArgument(f"{what} must be an ISO 8601 date and time, got {value!r:.80}", what) from None
     if not isinstance(value, datetime):
         raise InvalidArgument(f"{what} must be a datetime, got {value!r:.80}", what)
+    if not 1900 <= value.year <= 9998:  # beyond, converting it to UTC (or a microsecond off it) can overflow
+        raise InvalidArgument(f"{what} must be between the years 1900 and 9998, got {value.isoformat()}", what)
     if value.tzinfo is None:
         value = value.replace(tzinfo=ZoneInfo(zone))
     return value.astimezone(UTC)

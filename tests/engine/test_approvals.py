@@ -12,6 +12,7 @@ from django.core import mail
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from django_openworkflow import workflow
 from django_openworkflow.client.approvals import approvals_for, decide_approval
 from django_openworkflow.engine.approvals import parse_assignees
 from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, StepUsageError
@@ -114,6 +115,61 @@ def test_a_timed_out_approval_returns_none_leaves_the_inbox_and_cannot_be_decide
     with pytest.raises(ApprovalClosed, match="timed out"):
         decide_approval(approval.id, ada, approved=True)
     assert not Signal.objects.exists()
+
+
+def test_an_approval_past_its_timeout_cannot_be_decided_before_a_worker_journals_the_timeout(
+    run_worker, django_user_model
+):
+    ada = _user(django_user_model, "ada", "managers")
+    handle, approval = _opened(run_worker)
+    # Its time is up, and no worker has run since (workers down or behind): the approval is still open.
+    Approval.objects.filter(id=approval.id).update(timeout_at=approval.created_at)
+    with pytest.raises(ApprovalClosed, match="timed out"):
+        decide_approval(approval.id, ada, approved=True)
+    approval.refresh_from_db()
+    assert approval.status == "open" and not Signal.objects.exists() and not LogEntry.objects.exists()
+
+
+def test_a_user_assignee_is_a_username_never_a_primary_key(run_worker, django_user_model):
+    bob = _user(django_user_model, "bob")
+    numeric = _user(django_user_model, str(bob.pk))  # someone whose username is bob's id
+    # "user:<bob's id>" names the user called that; were ids accepted too, two people would match it.
+    _, approval = _opened(run_worker, {"assignees": [f"user:{bob.pk}"]})
+    assert approvals_for(bob) == [] and [found.id for found in approvals_for(numeric)] == [approval.id]
+    with pytest.raises(ApprovalNotAssigned):
+        decide_approval(approval.id, bob, approved=True)
+
+
+def test_a_run_with_an_approval_is_pruned_with_it(run_worker, django_user_model):
+    from datetime import timedelta
+
+    from django_openworkflow.models import WorkflowRun
+    from django_openworkflow.worker.prune import prune
+
+    ada = _user(django_user_model, "ada", "managers")
+    handle, approval = _opened(run_worker)
+    decide_approval(approval.id, ada, approved=True)
+    run_worker(until=lambda: handle.status() == "completed")
+    WorkflowRun.objects.filter(id=handle.id).update(retention=timedelta(0))
+    # The approval row points at the run and its wait: left behind, every database refuses the delete.
+    assert prune().runs == {"refund": 1}
+    assert not Approval.objects.exists() and not WorkflowRun.objects.filter(id=handle.id).exists()
+
+
+@workflow(name="test-async-refund")
+async def async_refund(ctx):
+    scheduled = ctx.scheduled_at  # a query, kept off the event loop
+    decision = await ctx.wait_for_approval("refund", assignees="group:managers", timeout="1h")
+    return {"approved": decision.approved, "by": decision.by, "scheduled": scheduled}
+
+
+def test_an_async_workflow_awaits_its_approval(run_worker, django_user_model):
+    ada = _user(django_user_model, "ada", "managers")
+    handle = async_refund.run()
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    decide_approval(Approval.objects.get(workflow_run_id=handle.id).id, ada, approved=True)
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result() == {"approved": True, "by": "ada", "scheduled": None}
 
 
 def test_a_finished_run_cannot_be_decided(run_worker, django_user_model):

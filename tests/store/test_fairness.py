@@ -141,6 +141,8 @@ def test_a_bad_fairness_key_is_refused_with_the_workflows_name():
     ("settings", "message"),
     [
         ({"FAIR_QUEUES": "tenants"}, "FAIR_QUEUES'] must be a list of queue names"),
+        ({"FAIR_QUEUES": 5}, "FAIR_QUEUES'] must be a list of queue names, got 5"),
+        ({"FAIR_QUEUES": True}, "FAIR_QUEUES'] must be a list of queue names, got True"),
         ({"FAIR_QUEUES": ["tenants"], "FAIRNESS_QUANTUM": "0s"}, "FAIRNESS_QUANTUM'] must be longer than zero"),
     ],
 )
@@ -182,6 +184,9 @@ def test_runs_set_aside_by_their_limit_go_to_the_back_of_the_line_and_come_back_
     assert get_backend().free_place("flow-limited/acme") is not None
     woken = WorkflowRun.objects.get(id__in=runs, worker_id__isnull=True, available_at__lte=get_backend().now())
     assert woken.fair_at == woken.available_at
+    # The runs still set aside hold no place: the key's next start is placed after the woken one, not in 9999.
+    later = limited.run({"customer": "acme", "n": 5}, queue="tenants")
+    assert WorkflowRun.objects.get(id=later.id).fair_at == woken.fair_at + owf_settings.fairness_quantum
 
 
 def test_run_many_places_each_keys_runs_after_its_waiting_ones_over_more_keys_than_a_query_reads():

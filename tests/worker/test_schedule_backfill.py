@@ -106,6 +106,9 @@ def test_backfill_leaves_the_ticks_to_come_to_the_schedule(scheduled):
         (MINUTELY, DAY, DAY, "start (2026-01-01T00:00:00+00:00) must be before end"),
         (MINUTELY, "yesterday", DAY, "start must be an ISO 8601 date and time, got 'yesterday'"),
         (MINUTELY, DAY, 42, "end must be a datetime, got 42"),
+        # Converting these to UTC would overflow: refused before, not a traceback.
+        (MINUTELY, "0001-01-01T00:00:00", DAY, "start must be between the years 1900 and 9998, got 0001-01-01"),
+        (MINUTELY, DAY, "9999-12-31T23:59:59-01:00", "end must be between the years 1900 and 9998, got 9999-12-31"),
         (SECONDLY, DAY, DAY + timedelta(hours=3), f"holds more than {BACKFILL_LIMIT} ticks"),
     ],
 )
