@@ -26,7 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.cache import cache
-from django.core.mail import mail_admins, send_mail
+from django.core.mail import get_connection, mail_admins, send_mail
 from django.urls import NoReverseMatch, reverse
 from django.utils.module_loading import import_string
 
@@ -88,7 +88,7 @@ def _on_run_finished(sender: str, *, run_id: Any, status: str, error: Any = None
         " The admin's run list, filtered by status, shows them all.\n"
     )
     try:
-        mail_admins(f"Workflow {sender!r} failed: {what}"[:200], body, fail_silently=False)
+        mail_admins(f"Workflow {sender!r} failed: {what}"[:200], body, fail_silently=False, connection=connection())
     except Exception:  # a mail server down must not fail the run nor the worker
         logger.exception("could not mail the admins about failed run %s", run_id)
 
@@ -138,7 +138,24 @@ def mail_assignees(*, run_id: Any, workflow_name: str, name: str, details: str, 
         + (f"\n{details}\n" if details else "")
         + (f"\nDecide in the inbox: {link}\n" if link else "")
     )
-    send_mail(f"Approval needed: {name}"[:200], body, None, recipients, fail_silently=False)
+    send_mail(f"Approval needed: {name}"[:200], body, None, recipients, fail_silently=False, connection=connection())
+
+
+MAIL_TIMEOUT = 30.0
+"""Seconds a mail server may take to answer when ``EMAIL_TIMEOUT`` sets none (Django's default)."""
+
+
+def connection() -> Any:
+    """The mail connection: these mails are sent from a worker's slice, so a server that hangs gives up.
+
+    Django's SMTP backend waits for ever unless ``EMAIL_TIMEOUT`` is set: then
+    :data:`MAIL_TIMEOUT` is used, and the error is logged like any other.
+    """
+    from django.conf import settings
+
+    if getattr(settings, "EMAIL_TIMEOUT", None) is None:
+        return get_connection(timeout=MAIL_TIMEOUT)
+    return get_connection()
 
 
 def approval_notify_problem() -> str | None:

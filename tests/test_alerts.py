@@ -81,3 +81,34 @@ def test_a_bad_setting_is_a_system_check_error(settings, value):
     settings.OPENWORKFLOW = {**settings.OPENWORKFLOW, "MAIL_ADMINS_ON_FAILURE": value}
     with pytest.raises(SystemCheckError, match=r"openworkflow.E006.*MAIL_ADMINS_ON_FAILURE"):
         call_command("check")
+
+
+def test_a_mail_server_that_never_answers_is_given_up_on(monkeypatch, settings):
+    # The mails go from a worker's slice: Django's SMTP backend would wait for ever (EMAIL_TIMEOUT None).
+    import socket
+    import threading
+
+    from django_openworkflow import alerts
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()  # accepts, never says a word
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", server.getsockname()[1], None
+    monkeypatch.setattr(alerts, "MAIL_TIMEOUT", 0.3)
+    raised: list[BaseException] = []
+
+    def send() -> None:
+        try:
+            alerts.connection().open()
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=send, daemon=True)
+    try:
+        thread.start()
+        thread.join(20)
+        assert not thread.is_alive(), "still waiting for the mail server"
+        assert len(raised) == 1 and "timed out" in str(raised[0])
+    finally:
+        server.close()

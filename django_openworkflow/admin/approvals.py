@@ -24,7 +24,7 @@ from .. import formatting as fmt
 from ..client.approvals import approvals_for, decide_approval
 from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
 from ..models import Approval
-from .markup import run_url, workflow_url
+from .markup import run_url, subject_link, workflow_url
 from .workers import RUNS_VIEW
 
 INBOX = "admin:django_openworkflow_approval_changelist"
@@ -74,8 +74,10 @@ class ApprovalAdmin(admin.ModelAdmin):
                 "input": fmt.compact_json(approval.workflow_run.input, width=120),
                 "timeout": fmt.format_time(approval.timeout_at),
                 "opened": fmt.format_time(approval.created_at),
-                # The subject of the run (the model instance it belongs to) goes here once runs have subjects.
-                "subject": None,
+                # The model instance the run belongs to, if any (a link to its admin page; not read).
+                "subject": subject_link(approval.workflow_run.subject_type, approval.workflow_run.subject_id or "")
+                if approval.workflow_run.subject_type
+                else None,
             }
             for approval in approvals_for(request.user)
         ]

@@ -175,13 +175,21 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
 
 STREAM_CHUNKS_SHOWN = 5
 """How many of a stream's last chunks the run page shows."""
+KEYS_SHOWN = 50
+"""How many published keys the run page shows (the first by name)."""
+STREAMS_SHOWN = 20
+"""How many streams the run page shows (the first by name): each costs a query, at every refresh."""
 
 
 def progress_block(run_id: Any) -> dict[str, Any]:
-    """What the run published (``ctx.publish``) and the last chunks of its streams (``ctx.stream``)."""
-    values = [(key, fmt.compact_json(value)) for key, value in progress.published_values(run_id).items()]
+    """What the run published (``ctx.publish``) and the last chunks of its streams (``ctx.stream``), capped."""
+    values = [(key, fmt.compact_json(value)) for key, value in progress.published_values(run_id, KEYS_SHOWN).items()]
     streams = [
         progress.StreamSummary(s.name, s.count, [(at, fmt.compact_json(chunk)) for at, chunk in s.last])
-        for s in progress.stream_summaries(run_id, STREAM_CHUNKS_SHOWN)
+        for s in progress.stream_summaries(run_id, STREAM_CHUNKS_SHOWN, STREAMS_SHOWN)
     ]
-    return {"progress_values": values, "progress_streams": streams}
+    more = 0
+    if len(values) == KEYS_SHOWN or len(streams) == STREAMS_SHOWN:  # counted only when a cap is reached
+        keys, names = progress.progress_counts(run_id)
+        more = keys - len(values) + names - len(streams)
+    return {"progress_values": values, "progress_streams": streams, "progress_more": more}

@@ -28,6 +28,7 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "details": approval.details,
         "run_id": str(approval.workflow_run_id),
         "workflow": run.workflow_name,
+        "subject": {"type": run.subject_type, "id": run.subject_id} if run.subject_type else None,
         "input": run.input,
         "step": approval.step_key,
         "assignees": approval.assignees,

@@ -10,6 +10,15 @@ from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
 TIME = {"type": ["string", "null"], "format": "date-time"}
 TEXT = {"type": "string"}
 OPTIONAL_TEXT = {"type": ["string", "null"]}
+SUBJECT = {
+    "type": ["object", "null"],
+    "properties": {
+        "type": {**TEXT, "description": 'the model, as "app_label.model"'},
+        "id": {**TEXT, "description": "the primary key, as text"},
+    },
+    "required": ["type", "id"],
+    "description": "the object the run belongs to (started with subject=obj), if any",
+}
 ANY: dict[str, Any] = {}
 PAYLOAD: dict[str, Any] = {
     "description": "any JSON value of at most OPENWORKFLOW['MAX_PAYLOAD_BYTES'] (413 over it), nested at most 30 "
@@ -65,15 +74,7 @@ RUN = {
             "enum": [*ParentClosePolicy.values(), None],
             "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
-        "subject": {
-            "type": ["object", "null"],
-            "properties": {
-                "type": {**TEXT, "description": 'the model, as "app_label.model"'},
-                "id": {**TEXT, "description": "the primary key, as text"},
-            },
-            "required": ["type", "id"],
-            "description": "the object the run belongs to (started with subject=obj), if any",
-        },
+        "subject": SUBJECT,
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},
@@ -199,6 +200,7 @@ APPROVAL = _object(
         "details": {**TEXT, "description": "what is being approved"},
         "run_id": {"type": "string", "format": "uuid"},
         "workflow": TEXT,
+        "subject": SUBJECT,
         "input": {"description": "the run's input"},
         "step": {**TEXT, "description": "the wait's step key in the run's journal"},
         "assignees": _object(

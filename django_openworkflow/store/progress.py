@@ -64,9 +64,17 @@ def write_progress(run_id: Any, items: Iterable[ProgressWrite], now: datetime) -
         PublishedValue.objects.bulk_create(new)
 
 
-def published_values(run_id: Any) -> dict[str, Any]:
-    """Every key the run published, with its latest value."""
-    return dict(PublishedValue.objects.filter(workflow_run_id=run_id).order_by("key").values_list("key", "value"))
+def published_values(run_id: Any, limit: int | None = None) -> dict[str, Any]:
+    """Every key the run published (the first ``limit`` by name, if given), with its latest value."""
+    rows = PublishedValue.objects.filter(workflow_run_id=run_id).order_by("key").values_list("key", "value")
+    return dict(rows[:limit] if limit is not None else rows)
+
+
+def progress_counts(run_id: Any) -> tuple[int, int]:
+    """How many keys the run published, and how many streams it wrote to."""
+    keys = PublishedValue.objects.filter(workflow_run_id=run_id).count()
+    streams = StreamChunk.objects.filter(workflow_run_id=run_id).values("stream").distinct().count()
+    return keys, streams
 
 
 def published_value(run_id: Any, key: str) -> tuple[bool, Any]:
@@ -103,8 +111,11 @@ class StreamSummary:
     last: list[tuple[int, Any]]
 
 
-def stream_summaries(run_id: Any, last: int = 5) -> list[StreamSummary]:
-    """The run's streams by name, each with its count and its ``last`` chunks (for the admin's run page)."""
+def stream_summaries(run_id: Any, last: int = 5, limit: int | None = None) -> list[StreamSummary]:
+    """The run's streams by name (the first ``limit``, if given), each with its count and its ``last`` chunks.
+
+    For the admin's run page: a query per stream shown, so the page caps them.
+    """
     summaries = []
     streams = (
         StreamChunk.objects.filter(workflow_run_id=run_id)
@@ -112,7 +123,7 @@ def stream_summaries(run_id: Any, last: int = 5) -> list[StreamSummary]:
         .annotate(count=Count("id"), top=Max("offset"))
         .order_by("stream")
     )
-    for row in streams:
+    for row in streams[:limit] if limit is not None else streams:
         tail = list(
             StreamChunk.objects.filter(workflow_run_id=run_id, stream=row["stream"], offset__gt=row["top"] - last)
             .order_by("offset")

@@ -45,6 +45,18 @@ def opened(run_worker: Any) -> tuple[Any, Approval]:
     return handle, Approval.objects.get(workflow_run_id=handle.id)
 
 
+def test_the_inbox_and_the_api_show_the_runs_subject(run_worker, django_user_model):
+    from tests.fixtures.testapp.models import Order
+
+    order = Order.objects.create(reference="A-7")
+    handle = refund.run({"amount": 5}, subject=order)
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    page = _login(django_user_model, "ada", "managers").get(INBOX).content.decode()
+    assert f"testapp.order:{order.pk}" in page
+    listed = _token(django_user_model, "tom", "managers").get(f"{API}/approvals").json()["approvals"]
+    assert [row["subject"] for row in listed] == [{"type": "testapp.order", "id": str(order.pk)}]
+
+
 def test_the_inbox_shows_a_member_the_approval_with_its_runs_context(opened, django_user_model):
     handle, approval = opened
     page = _login(django_user_model, "ada", "managers").get(INBOX).content.decode()
