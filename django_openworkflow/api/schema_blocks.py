@@ -117,7 +117,8 @@ ERROR = {
                     "out_of_range, bad_subject (the last four: rules a JSON Schema cannot state), "
                     "not_authenticated, malformed_token, unknown_token, revoked_token, expired_token, inactive_user, "
                     "permission_denied, csrf_failed, not_found, unknown_workflow, no_such_endpoint, "
-                    "method_not_allowed, refused, run_finished, too_large, not_json, count_changed",
+                    "method_not_allowed, refused, run_finished, too_large, not_json, count_changed, not_assigned, "
+                    "already_decided",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
                 },
                 "message": TEXT,

@@ -18,15 +18,23 @@ the offset of the last chunk it had, and the stream goes on from the next
 one: each chunk is delivered once. ``?offset=`` starts a first connection
 elsewhere than at 0. A comment line every :data:`HEARTBEAT_SECONDS` keeps
 proxies from closing a quiet connection.
+
+Under WSGI the response is a plain iterator: each open connection holds a
+worker thread while it lasts. Under ASGI it is an asynchronous one, which
+reads the database in a thread (``sync_to_async``) and waits with
+``asyncio.sleep``: a connection holds no worker between two reads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
 from django.core.serializers.json import DjangoJSONEncoder
 from django.http import HttpRequest, StreamingHttpResponse
 
@@ -69,47 +77,81 @@ def run_events(request: HttpRequest, run_id: str) -> StreamingHttpResponse:
     """Server-sent events of a run's published values and of one of its streams (see the module)."""
     handle = _run_handle(run_id)
     handle.fetch()  # an unknown run is a 404 before the stream starts
+    unknown = sorted(set(request.GET) - {"stream", "offset"})
+    if unknown:
+        raise ApiError(400, "unknown_parameter", f"unknown parameter {unknown[0]!r:.80}; expected stream, offset")
     stream = fields.name(request.GET, "stream")
-    response = StreamingHttpResponse(
-        _events(handle.id, stream, _start_offset(request)), content_type="text/event-stream"
-    )
+    source = _Source(handle.id, stream, _start_offset(request))
+    events = _async_events(source) if isinstance(request, ASGIRequest) else _events(source)
+    response = StreamingHttpResponse(events, content_type="text/event-stream")
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
 
 
-def _events(run_id: Any, stream: str | None, offset: int) -> Iterator[str]:
+def _events(source: _Source) -> Iterator[str]:
+    """The events for a WSGI server: the thread serving the request reads and waits."""
     yield f"retry: {RETRY_MILLISECONDS}\n\n"
-    started = last_sent = time.monotonic()
-    values: dict[str, Any] | None = None
-    pause = 0.02
     while True:
-        status = progress.run_status(run_id)
+        lines, pause = source.poll()
+        yield from lines
+        if pause is None:
+            return
+        time.sleep(pause)
+
+
+async def _async_events(source: _Source) -> AsyncIterator[str]:
+    """The events for an ASGI server: reads in a thread, waits on the event loop."""
+    yield f"retry: {RETRY_MILLISECONDS}\n\n"
+    poll = sync_to_async(source.poll)
+    while True:
+        lines, pause = await poll()
+        for line in lines:
+            yield line
+        if pause is None:
+            return
+        await asyncio.sleep(pause)
+
+
+class _Source:
+    """One connection's reads: what to send after each look at the database, and how long to wait then.
+
+    Confined to the connection's response: each ``poll`` runs after the last
+    one returned (on the serving thread, or in ``sync_to_async``'s thread).
+    """
+
+    def __init__(self, run_id: Any, stream: str | None, offset: int) -> None:
+        self.run_id, self.stream, self.offset = run_id, stream, offset
+        self.started = self.last_sent = time.monotonic()
+        self.values: dict[str, Any] | None = None
+        self.pause = 0.02
+
+    def poll(self) -> tuple[list[str], float | None]:
+        """The lines to send now, and the seconds to wait before the next poll (None: the response ends)."""
+        lines: list[str] = []
+        status = progress.run_status(self.run_id)
         finished = status is None or status in FINISHED_STATUSES
         # Read after the status: a finished run's last write carried its last values and chunks.
-        current = progress.published_values(run_id)
-        sent = False
-        if current != values:
-            values = current
-            yield _event("progress", values)
-            sent = True
-        while stream is not None:
-            chunks = progress.read_chunks(run_id, stream, offset)
+        current = progress.published_values(self.run_id)
+        if current != self.values:
+            self.values = current
+            lines.append(_event("progress", current))
+        while self.stream is not None:
+            chunks = progress.read_chunks(self.run_id, self.stream, self.offset)
             for at, data in chunks:
-                yield _event("chunk", data, at)
-                offset = at + 1
-            sent = sent or bool(chunks)
+                lines.append(_event("chunk", data, at))
+                self.offset = at + 1
             if len(chunks) < progress.MAX_CHUNKS_PER_READ:
                 break
         if finished:
-            yield _event("end", {"status": status or "deleted"})
-            return
+            lines.append(_event("end", {"status": status or "deleted"}))
+            return lines, None
         now = time.monotonic()
-        if sent:
-            last_sent, pause = now, 0.02
-        elif now - last_sent >= HEARTBEAT_SECONDS:
-            yield ": keep-alive\n\n"
-            last_sent = now
-        if now - started >= CONNECTION_SECONDS:
-            return  # the client reconnects with Last-Event-ID
-        time.sleep(pause)
-        pause = min(pause * 2, LONGEST_PAUSE)
+        if lines:
+            self.last_sent, self.pause = now, 0.02
+        elif now - self.last_sent >= HEARTBEAT_SECONDS:
+            lines.append(": keep-alive\n\n")
+            self.last_sent = now
+        if now - self.started >= CONNECTION_SECONDS:
+            return lines, None  # the client reconnects with Last-Event-ID
+        pause, self.pause = self.pause, min(self.pause * 2, LONGEST_PAUSE)
+        return lines, pause

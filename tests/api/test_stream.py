@@ -98,6 +98,7 @@ def test_refused_without_the_view_permission(django_user_model, who, status):
         ("runs/not-a-run/events", 404, "not_found"),
         ("runs/{run}/events?offset=-3", 400, "invalid"),
         ("runs/{run}/events?stream=" + "x" * 300, 400, "invalid"),
+        ("runs/{run}/events?strem=log", 400, "unknown_parameter"),  # a typo is told, not ignored
     ],
 )
 def test_bad_requests_are_answered_before_the_stream_starts(viewer, path, status, code):
@@ -114,3 +115,24 @@ def test_a_bad_last_event_id_is_refused_even_with_an_offset(viewer, last):
     status, code = 400, "invalid"
     assert response.status_code == status
     assert response.json()["error"]["code"] == code
+
+
+def test_under_asgi_the_events_come_from_an_asynchronous_iterator(django_user_model):
+    # An ASGI server would drain a plain iterator in one go (sync_to_async(list)): nothing would stream.
+    from asgiref.sync import async_to_sync, sync_to_async
+    from django.test import AsyncClient
+
+    handle = progress_chunks.run({"chunks": 3, "every": 2})
+    drain()
+    user = make_user(django_user_model, "view", name="asgi-viewer")
+
+    async def read() -> tuple[bool, str]:
+        client = AsyncClient()
+        await sync_to_async(client.force_login)(user)
+        response = await client.get(f"{API}/runs/{handle.id}/events?stream=out")
+        return response.is_async, "".join([part.decode() async for part in response.streaming_content])
+
+    is_async, text = async_to_sync(read)()
+    assert is_async
+    assert text.startswith("retry: 1000\n\n") and text.endswith('event: end\ndata: {"status":"completed"}\n\n')
+    assert [line for line in text.split("\n") if line.startswith("id: ")] == ["id: 0", "id: 1", "id: 2"]
