@@ -291,8 +291,22 @@ class FenceOps(BackendCore):
         concurrency place is freed here wakes the run waiting for it at that
         run's next probe (``PROBE_INTERVAL``).
         """
+        canceled = self._close_levels(list(run_ids), now)
+        # A child that continued as new while a round above waited for its row handed its place to
+        # a successor that round's statement could not see (PostgreSQL re-checks only the rows it
+        # waited for): one more look, in a new statement, for children not closed yet.
+        late = (
+            WorkflowRun.objects.claimable()
+            .filter(closes_with__in=[*run_ids, *canceled], cancel_requested_at__isnull=True)
+            .values_list("closes_with", flat=True)
+            .distinct()
+        )
+        closing = list(late)
+        return canceled + (self._close_levels(closing, now) if closing else [])
+
+    def _close_levels(self, closing: list[Any], now: datetime) -> list[Any]:
+        """:meth:`close_children`'s rounds: the children of ``closing``, then theirs, ...; the ids canceled."""
         canceled: list[Any] = []
-        closing = list(run_ids)
         while closing:
             rows = list(
                 WorkflowRun.objects.claimable()

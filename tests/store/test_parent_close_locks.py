@@ -64,3 +64,44 @@ def test_a_parent_ending_while_its_child_locks_both_rows_in_the_other_order_stil
     assert len(done) == 1
     assert WorkflowRun.objects.get(id=parent.id).status == "completed"
     assert WorkflowRun.objects.get(id=child.id).status == "canceled"  # closed by the parent's end
+
+
+@pytest.mark.skipif(
+    connections[get_backend().alias].vendor != "postgresql",
+    reason="MariaDB's locking read locks the gap the successor's insert needs: one of the two is a deadlock's "
+    "victim, and the child's retried continue finds it canceled (fenced out)",
+)
+def test_a_child_that_continues_as_new_while_its_parent_ends_hands_the_policy_to_its_successor():
+    backend = get_backend()
+    parent = three_steps.run()
+    (claimed,) = backend.claim("w", 1, timedelta(seconds=30), ("default",))
+    assert claimed.run.id == parent.id
+    later = backend.now() + timedelta(hours=1)
+    closing = {"closes_with": parent.id, "parent_close_policy": "terminate"}
+    child = WorkflowRun.objects.create(workflow_name="three-steps", input={}, available_at=later, **closing)
+    WorkflowRun.objects.filter(id=parent.id).update(closes_children=True)
+    child_locked, successor = threading.Event(), []
+
+    def child_continues() -> None:  # as continue_as_new does: the child ends, its successor takes its place
+        try:
+            with transaction.atomic(using=backend.alias):
+                list(WorkflowRun.objects.select_for_update().filter(id=child.id).values_list("id"))
+                child_locked.set()
+                time.sleep(0.5)  # the parent's end now waits for the child's row
+                WorkflowRun.objects.filter(id=child.id).update(status="continued")
+                new = WorkflowRun.objects.create(
+                    workflow_name="three-steps", input={}, available_at=later, continued_from_id=child.id, **closing
+                )
+                successor.append(new.id)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=child_continues)
+    thread.start()
+    assert child_locked.wait(10)
+    backend.complete_run(parent.id, "w", backend.now(), [], "done", None, close_children=True)
+    thread.join(30)
+    assert len(successor) == 1
+    # The parent's statement waited for the child's row and found it continued; the successor, inserted
+    # by that same commit, is closed too.
+    assert WorkflowRun.objects.get(id=successor[0]).status == "canceled"
