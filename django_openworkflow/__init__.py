@@ -5,6 +5,8 @@ follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`
 (and an object's runs with :func:`runs_for`).
 """
 
+from typing import TYPE_CHECKING
+
 from .definitions.alerts import RunFailure
 from .definitions.flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
 from .definitions.registry import WorkflowSpec, workflow
@@ -29,6 +31,18 @@ from .errors import (
     WorkflowFailed,
     WorkflowRegistrationError,
 )
+
+if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and editors should see them
+    from .client import operations  # noqa: F401  (not in __all__: reached as django_openworkflow.operations)
+    from .client.approvals import decide_approval
+    from .client.events import PublishedEvent, publish_event, send_event
+    from .client.listing import RunPage, StepRecord, list_runs
+    from .client.runs import RunHandle, get_run, send_signal, start_run, start_runs
+    from .client.subjects import runs_for
+    from .engine.aio import AsyncWorkflowContext
+    from .engine.approvals import ApprovalDecision
+    from .engine.context import ChildRun, WorkflowContext
+    from .worker.schedule_runs import backfill_schedule, trigger_schedule
 
 __all__ = [
     "ApprovalDecision",
