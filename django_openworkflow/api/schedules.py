@@ -13,8 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from ..models import Schedule as ScheduleRow
-from ..worker.schedule_runs import backfill_schedule, declared_schedules, trigger_schedule
+from ..worker.schedule_runs import backfill_schedule, declared_schedules, schedule_states, trigger_schedule
 from .fields import ApiError, json_response
 from .views import _body, _run, endpoint
 
@@ -35,25 +34,7 @@ def schedule_list(request: HttpRequest) -> HttpResponse:
     if request.GET:
         name = next(iter(request.GET))
         raise ApiError(400, "unknown_parameter", f"unknown parameter {name!r:.80}; this takes none", name)
-    declared = declared_schedules()
-    rows = {row.name: row for row in ScheduleRow.objects.filter(name__in=list(declared))}
-    found = []
-    for name, schedule in declared.items():
-        row = rows.get(name)
-        found.append(
-            {
-                "name": name,
-                "cron": schedule.cron,
-                "timezone": row.timezone if row else schedule.timezone,
-                "overlap": schedule.overlap,
-                "missed": schedule.missed,
-                "paused": bool(row and row.paused),
-                "last_tick_at": _time(row and row.last_tick_at),
-                "next_tick_at": _time(row and row.next_tick_at),
-                "buffered_tick_at": _time(row and row.buffered_tick_at),
-            }
-        )
-    return json_response({"schedules": found})
+    return json_response({"schedules": schedule_states()})
 
 
 @endpoint(POST="add")

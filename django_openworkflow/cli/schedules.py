@@ -11,14 +11,19 @@ the schedule's time zone).
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
 from ..errors import InvalidArgument
 from ..formatting import format_table, format_time, printable
-from ..models import Schedule as ScheduleRow
-from ..worker.schedule_runs import BACKFILL_LIMIT, backfill_schedule, declared_schedules, trigger_schedule
+from ..worker.schedule_runs import (
+    BACKFILL_LIMIT,
+    backfill_schedule,
+    schedule_states,
+    trigger_schedule,
+)
 from .common import print_json
 
 
@@ -42,24 +47,7 @@ def add_schedule_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def schedules_command(options: dict[str, Any], out: OutputWrapper) -> None:
     """``workflows schedules``."""
-    declared = declared_schedules()
-    rows = {row.name: row for row in ScheduleRow.objects.filter(name__in=list(declared))}
-    found = []
-    for name, schedule in declared.items():
-        row = rows.get(name)
-        found.append(
-            {
-                "name": name,
-                "cron": schedule.cron,
-                "timezone": row.timezone if row else schedule.timezone,
-                "overlap": schedule.overlap,
-                "missed": schedule.missed,
-                "paused": bool(row and row.paused),
-                "last_tick_at": row.last_tick_at.isoformat() if row and row.last_tick_at else None,
-                "next_tick_at": row.next_tick_at.isoformat() if row and row.next_tick_at else None,
-                "buffered_tick_at": row.buffered_tick_at.isoformat() if row and row.buffered_tick_at else None,
-            }
-        )
+    found = schedule_states()
     if options["json"]:
         print_json(out, found)
         return
@@ -73,7 +61,7 @@ def schedules_command(options: dict[str, Any], out: OutputWrapper) -> None:
             item["timezone"] or "-",
             item["overlap"],
             "paused" if item["paused"] else "active",
-            format_time(rows[item["name"]].next_tick_at) if item["next_tick_at"] else "- (no worker yet)",
+            format_time(datetime.fromisoformat(item["next_tick_at"])) if item["next_tick_at"] else "- (no worker yet)",
         )
         for item in found
     ]

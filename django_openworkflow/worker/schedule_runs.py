@@ -256,3 +256,34 @@ def trigger_schedule(workflow: Any) -> RunHandle:
     name, schedule = _declared(workflow)
     key = trigger_key(get_backend().now(), uuid.uuid4().hex[:12])
     return start_run(name, schedule.input, idempotency_key=key)
+
+
+def schedule_states() -> list[dict[str, Any]]:
+    """Every schedule declared in code with its row's state, times in ISO 8601 (``workflows schedules``, the API).
+
+    A schedule no worker has seen yet has no row: not paused, no tick yet.
+    """
+    from ..models import Schedule as ScheduleRow
+
+    def iso(value: datetime | None) -> str | None:
+        return None if value is None else value.isoformat()
+
+    declared = declared_schedules()
+    rows = {row.name: row for row in ScheduleRow.objects.filter(name__in=list(declared))}
+    states = []
+    for name, schedule in declared.items():
+        row = rows.get(name)
+        states.append(
+            {
+                "name": name,
+                "cron": schedule.cron,
+                "timezone": row.timezone if row else schedule.timezone,
+                "overlap": schedule.overlap,
+                "missed": schedule.missed,
+                "paused": bool(row and row.paused),
+                "last_tick_at": iso(row.last_tick_at if row else None),
+                "next_tick_at": iso(row.next_tick_at if row else None),
+                "buffered_tick_at": iso(row.buffered_tick_at if row else None),
+            }
+        )
+    return states
