@@ -55,7 +55,10 @@ NODE_VERSION = "22.23.3"  # pg-boss 12.18.2 needs Node.js >= 22.12
 SYSTEMS = ("openworkflow", "pgboss", "procrastinate")
 # What the contract requires every sample tick (CONTRIBUTING_ADAPTERS.md).
 REQUIRED_METRICS = {"claim_p50_ms", "claim_p95_ms", "claim_p99_ms", "enqueue_rate", "completion_rate", "queue_depth"}
-PEER_FOLDERS = ("pgboss-bench", "procrastinate-bench", "CONTRIBUTING_ADAPTERS.md")
+PEER_FOLDERS = ("pgboss-bench", "procrastinate-bench", "CONTRIBUTING_ADAPTERS.md", "postgres.conf")
+# The harness's postgres.conf settings that are not about the server's tuning (who may connect, its log).
+NOT_TUNING = ("listen_addresses", "log_")
+SAMPLE_EVERY_S = 5
 
 
 @dataclass
@@ -76,11 +79,22 @@ class Result:
     dead_tuples: list[int] = field(default_factory=list)
     dead_share: list[float] = field(default_factory=list)
     lock_waits: list[float] = field(default_factory=list)
+    cpu: list[tuple[float, float, float]] = field(default_factory=list)  # (seconds in, adapter CPU s, server CPU s)
     exit_code: int | None = None
+    warmup: float = 0.0
 
     def median(self, metric: str) -> float | None:
         values = self.samples.get(metric, [])
         return statistics.median(values) if values else None
+
+    def cpu_per_job(self, warmup: float) -> tuple[float, float] | None:
+        """CPU ms per completed job after the warm-up, (the adapter's processes, PostgreSQL's backends)."""
+        done = sum(self.samples.get("completion_rate", [])) * SAMPLE_EVERY_S
+        after = [reading for reading in self.cpu if reading[0] >= warmup]
+        if len(after) < 2 or not done:
+            return None
+        (_, adapter0, server0), (_, adapter1, server1) = after[0], after[-1]
+        return (adapter1 - adapter0) * 1000 / done, (server1 - server0) * 1000 / done
 
 
 def cells(seconds: float, warmup: float, long_minutes: float, long_rate: int) -> list[Cell]:
@@ -158,6 +172,78 @@ def launch_spec(system: str, work: Path, harness: Path) -> tuple[list[str], Path
     raise SystemExit(f"unknown system {system!r}: one of {', '.join(SYSTEMS)}")
 
 
+# -- the server's settings ---------------------------------------------------
+
+
+def harness_settings(conf: Path) -> dict[str, str]:
+    """The tuning in the harness's ``postgres.conf`` (its server in Docker runs with it), by name."""
+    found = {}
+    for line in conf.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "=" in line:
+            name, value = (part.strip() for part in line.split("=", 1))
+            if not name.startswith(NOT_TUNING):
+                found[name] = value.strip("'")
+    return found
+
+
+class ServerSettings:
+    """The harness's server settings applied to the local PostgreSQL for the run, and put back after.
+
+    The harness's server runs with autovacuum on (naptime 60 s) and its own
+    memory settings; a local server may run otherwise (this machine's has
+    ``autovacuum = off``), and dead tuples, and the pickup latency of a long
+    cell, depend on it. Settings PostgreSQL reloads are set with ``ALTER
+    SYSTEM`` and ``pg_reload_conf()``; those that need a restart
+    (``shared_buffers``, ``max_connections``) are reported, not changed.
+    :meth:`restore` puts back each setting's earlier ``ALTER SYSTEM`` value,
+    or resets it.
+    """
+
+    def __init__(self, url: str, wanted: dict[str, str]) -> None:
+        self.url = url
+        self.wanted = wanted
+        self.earlier: dict[str, str | None] = {}  # what postgresql.auto.conf held for each setting changed
+        self.notes: list[str] = []
+
+    def apply(self) -> None:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            auto = dict(
+                conn.execute(
+                    "SELECT name, setting FROM pg_file_settings WHERE sourcefile LIKE %s AND applied",
+                    ["%postgresql.auto.conf"],
+                ).fetchall()
+            )
+            for name, value in self.wanted.items():
+                row = conn.execute("SELECT context FROM pg_settings WHERE name = %s", [name]).fetchone()
+                if row is None:
+                    self.notes.append(f"{name}: unknown to this server, not set")
+                    continue
+                if row[0] in ("postmaster", "internal"):
+                    current = conn.execute(f"SHOW {name}").fetchone()[0]
+                    if current != value:
+                        self.notes.append(f"{name}: needs a restart, left at {current} (the harness: {value})")
+                    continue
+                self.earlier[name] = auto.get(name)
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # names and values from the harness's file
+            conn.execute("SELECT pg_reload_conf()")
+            time.sleep(0.5)  # the postmaster signals its children; give them a moment
+            shown = ", ".join(f"{n} = {conn.execute(f'SHOW {n}').fetchone()[0]}" for n in self.earlier)
+            self.notes.insert(0, f"the harness's server settings applied: {shown}")
+
+    def restore(self) -> None:
+        if not self.earlier:
+            return
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            for name, value in self.earlier.items():
+                if value is None:
+                    conn.execute(f"ALTER SYSTEM RESET {name}")
+                else:
+                    conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+            conn.execute("SELECT pg_reload_conf()")
+        self.earlier = {}
+
+
 # -- one cell ----------------------------------------------------------------
 
 
@@ -171,8 +257,51 @@ def recreate_database(base: str, name: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def sample_server(url: str, database: str, tables: list[str], result: Result, stop: threading.Event) -> None:
-    """Every 2 s: dead tuples of the event tables, and the share of the database's active sessions on Lock:object."""
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent's pid, CPU ticks in user and system mode) of a process, or None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+class CpuMeter:
+    """The CPU time of an adapter's processes (it and its descendants) and of the backends serving its database.
+
+    Read every 2 s by the sampler; a process that exits keeps its last
+    reading, so the totals only grow. Confined to the sampler's thread until
+    it is joined.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.adapter: dict[int, int] = {}  # pid -> ticks
+        self.server: dict[int, int] = {}
+
+    def read(self, backends: list[int]) -> tuple[float, float]:
+        stats = {pid: stat for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if (stat := proc_stat(pid))}
+        ours = {self.root}
+        grew = True
+        while grew:  # the adapter's descendants (our workers have sessions of their own)
+            found = {pid for pid, (parent, _) in stats.items() if parent in ours}
+            grew = not found <= ours
+            ours |= found
+        for pid in ours & stats.keys():
+            self.adapter[pid] = stats[pid][1]
+        for pid in backends:
+            if pid in stats:
+                self.server[pid] = stats[pid][1]
+        return sum(self.adapter.values()) / TICK, sum(self.server.values()) / TICK
+
+
+def sample_server(
+    url: str, database: str, tables: list[str], result: Result, stop: threading.Event, meter: CpuMeter, started: float
+) -> None:
+    """Every 2 s: dead tuples of the event tables, the share of the database's active sessions on Lock:object, CPU."""
     with psycopg.connect(url, autocommit=True) as conn:
         while not stop.wait(2.0):
             known = [t for t in tables if "." in t]
@@ -191,6 +320,10 @@ def sample_server(url: str, database: str, tables: list[str], result: Result, st
             ).fetchone()
             if active:
                 result.lock_waits.append(locked / active)
+            backends = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database]
+            ).fetchall()
+            result.cpu.append((time.monotonic() - started, *meter.read([pid for (pid,) in backends])))
 
 
 def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path) -> Result:
@@ -203,7 +336,7 @@ def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harnes
         os.environ,
         DATABASE_URL=url,
         SCENARIO="long_horizon",
-        SAMPLE_EVERY_S="5",
+        SAMPLE_EVERY_S=str(SAMPLE_EVERY_S),
         JOB_WORK_MS="1",
         JOB_PAYLOAD_BYTES="256",
         PRODUCER_BATCH_MAX="128",
@@ -211,7 +344,7 @@ def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harnes
         PYTHONPATH=str(ROOT),
         **cell.env,
     )
-    result = Result(system, cell.name, round_)
+    result = Result(system, cell.name, round_, warmup=cell.warmup)
     slug = "".join(c if c.isalnum() else "_" for c in cell.name)
     with open(logs / f"{system}-{slug}-{round_}.log", "wb") as log:
         run_adapter(command, cwd, env, log, manifest, url, database, cell, result)
@@ -247,11 +380,15 @@ def run_adapter(
             if record.get("kind") == "descriptor":
                 # The runtime descriptor's tables (pg-boss names its queue's partition there).
                 tables[:] = sorted(set(tables) | set(record.get("event_tables", [])))
-                sampler = threading.Thread(target=sample_server, args=(url, database, tables, result, stop))
+                sampler = threading.Thread(
+                    target=sample_server, args=(url, database, tables, result, stop, meter, started)
+                )
                 sampler.start()
             elif record.get("kind") == "adapter" and (elapsed := time.monotonic() - started) >= cell.warmup:
                 result.samples.setdefault(record["metric"], []).append(float(record["value"]))
                 result.series.append((elapsed, record["metric"], float(record["value"])))
+
+    meter = CpuMeter(proc.pid)
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -280,8 +417,8 @@ def fmt(value: float | None, digits: int = 0) -> str:
 def report(results: list[Result]) -> str:
     lines = [
         "| cell | system | completions/s | enqueued/s | pickup p50 / p95 / p99 ms | queue depth | "
-        "peak dead tuples (share) | Lock:object waits | rounds |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "peak dead tuples (share) | Lock:object waits | CPU ms per job: adapter / PostgreSQL | rounds |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     by_cell: dict[tuple[str, str], list[Result]] = {}
     for result in results:
@@ -296,11 +433,17 @@ def report(results: list[Result]) -> str:
         share = max((max(r.dead_share, default=0.0) for r in rounds), default=0.0)
         waits = [statistics.mean(r.lock_waits) for r in rounds if r.lock_waits]
         failed = [r.exit_code for r in rounds if r.exit_code not in (0, None)]
+        costs = [c for r in rounds if (c := r.cpu_per_job(r.warmup)) is not None]
+        cpu = (
+            f"{statistics.median(a for a, _ in costs):.2f} / {statistics.median(b for _, b in costs):.2f}"
+            if costs
+            else "-"
+        )
         latency = " / ".join(fmt(med(m), 1) for m in ("claim_p50_ms", "claim_p95_ms", "claim_p99_ms"))
         lines.append(
             f"| {cell} | {system} | {fmt(med('completion_rate'))} | {fmt(med('enqueue_rate'))} | {latency} | "
             f"{fmt(med('queue_depth'))} | {peak:,} ({share:.0%}) | "
-            f"{fmt(statistics.median(waits) * 100 if waits else None)} % | {len(rounds)}"
+            f"{fmt(statistics.median(waits) * 100 if waits else None)} % | {cpu} | {len(rounds)}"
             + (f" (exit codes {failed})" if failed else "")
             + " |"
         )
@@ -346,6 +489,11 @@ def main() -> int:
     parser.add_argument("--long", type=float, default=0.0, metavar="MINUTES", help="add the long-horizon cell")
     parser.add_argument("--long-rate", type=int, default=200, help="jobs/s offered in the long-horizon cell")
     parser.add_argument("--json", type=Path, help="write every result here")
+    parser.add_argument(
+        "--server-as-is",
+        action="store_true",
+        help="leave the server's settings alone (by default the harness's postgres.conf is applied for the run)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.seconds, args.warmup = 1, 20.0, 5.0
@@ -356,13 +504,26 @@ def main() -> int:
     todo = [c for c in cells(args.seconds, args.warmup, args.long, args.long_rate) if args.only in c.name]
     results: list[Result] = []
     load = os.getloadavg()
-    for round_ in range(args.rounds):
-        for cell in todo:
-            turned = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
-            for system in turned:
-                print(f"[round {round_ + 1}] {cell.name}: {system}", file=sys.stderr, flush=True)
-                results.append(run_cell(system, cell, round_, args.database_url, args.work, harness, logs))
-    print(f"\nload average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; logs in {logs}\n")
+    # Ours alone (CI's check) needs no harness checkout, and leaves the server as it is.
+    conf = harness / "postgres.conf"
+    server = ServerSettings(args.database_url, {} if args.server_as_is or not conf.exists() else harness_settings(conf))
+    # SIGTERM (a timeout, a CI runner) unwinds through the finally below, so the settings are put back.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        if server.wanted:
+            server.apply()
+        for round_ in range(args.rounds):
+            for cell in todo:
+                turned = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
+                for system in turned:
+                    print(f"[round {round_ + 1}] {cell.name}: {system}", file=sys.stderr, flush=True)
+                    results.append(run_cell(system, cell, round_, args.database_url, args.work, harness, logs))
+    finally:
+        server.restore()
+    print(f"\nload average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; logs in {logs}")
+    for note in server.notes or ["the server's settings as they were (no harness postgres.conf applied)"]:
+        print(f"server: {note}")
+    print()
     print(report(results))
     if flat := drift(results):
         print("\n" + flat)
