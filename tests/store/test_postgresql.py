@@ -114,3 +114,37 @@ def test_the_prepared_claims_generic_plan_reads_the_claim_index(fair: bool, inde
     assert index in plan, plan
     assert "Seq Scan on openworkflow_run" not in plan, plan
     assert "Sort" not in plan, plan
+
+
+# The indexes a run without concurrency or rate keys, parent, predecessor, source run, subject or
+# children pays for at each claim and finish (an UPDATE that is not HOT writes to each). A new index
+# on these tables belongs here only if every run needs it; else it is partial (0009, 0021).
+EVERY_RUN_PAYS_FOR = {
+    "openworkflow_run": {
+        "openworkflow_run_pkey",
+        "owf_run_created_idx",
+        "owf_run_debounce_key_uniq",
+        "owf_run_name_idx",
+        "owf_run_status_idx",
+        "owf_run_status_worker_idx",
+    },
+    "openworkflow_step_attempt": {
+        "openworkflow_step_attempt_pkey",
+        "openworkflow_step_attempt_workflow_run_id_19740040",
+        "owf_step_run_idx",
+    },
+}
+
+
+@pytest.mark.parametrize("table", sorted(EVERY_RUN_PAYS_FOR))
+def test_indexes_without_a_condition_are_the_ones_every_run_needs(table: str) -> None:
+    # Partial indexes test a column for NULL (the common run has no entry) or a status (the claim's,
+    # which a finished run leaves).
+    with connections[owf_settings.database].cursor() as cursor:
+        cursor.execute(
+            "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+            "WHERE x.indrelid = %s::regclass AND x.indpred IS NULL",
+            [table],
+        )
+        whole = {name for (name,) in cursor.fetchall()}
+    assert whole == EVERY_RUN_PAYS_FOR[table]
