@@ -73,6 +73,10 @@ class Worker:
         self.prefetch = owf_settings.prefetch if prefetch is None else int(prefetch)
         if self.prefetch < 0:
             raise ValueError(f"prefetch must be at least 0, got {self.prefetch}")
+        # With runs held ahead, claim again once half of them have started, not at every slot that
+        # frees: claims of several runs instead of one per run. While fewer are free, at least one
+        # held run waits for a slot, so none idles.
+        self.claim_at_least = max(1, self.prefetch // 2)
         self.lease: timedelta = parse_duration(owf_settings.lease if lease is None else lease)
         if self.lease < timedelta(seconds=1):
             raise ValueError(f"lease must be at least 1s, got {self.lease}")
@@ -263,7 +267,7 @@ class Worker:
             with self._lock:
                 # Held runs: executing, or claimed ahead (prefetch) and waiting in _slots for a slot.
                 free = self.concurrency + self.prefetch - len(self._in_flight)
-            if free <= 0:
+            if free < self.claim_at_least:
                 self._ask_for_wakeups(False)  # a notification could not be acted on: spare the writers
                 self._wake.wait(poll)
                 continue

@@ -288,6 +288,29 @@ def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back():
     assert SideEffect.objects.count() == 1  # nothing ran twice, nothing ran that was handed back
 
 
+def test_with_prefetch_a_busy_worker_claims_several_runs_at_a_time():
+    """Held runs are topped up once half of them have started, not one claim per run that ends."""
+    handles = [slow_steps.run({"steps": 1, "pause": 0.01}) for _ in range(30)]
+    worker = Worker(concurrency=2, prefetch=4, lease="30s", poll_interval="20ms")
+    asked: list[int] = []  # the claim loop's thread only
+    claim = worker.store.claim
+
+    def counting_claim(worker_id, limit, *args, **kwargs):  # the real claim, its sizes noted
+        asked.append(limit)
+        return claim(worker_id, limit, *args, **kwargs)
+
+    worker.store.claim = counting_claim
+    give_up = time.monotonic() + 60
+    worker.run(
+        until=lambda: WorkflowRun.objects.finished().count() == 30 or time.monotonic() > give_up,
+        install_signal_handlers=False,
+    )
+    assert all(WorkflowRun.objects.get(id=h.id).status == "completed" for h in handles)
+    assert asked[0] == 6  # two slots and four ahead
+    assert min(asked) >= 2, asked  # never a claim of one run per run that ended
+    assert SideEffect.objects.count() == 30  # each step once
+
+
 def test_prefetch_must_not_be_negative():
     with pytest.raises(ValueError, match="prefetch must be at least 0"):
         Worker(prefetch=-1)
