@@ -148,3 +148,22 @@ def test_indexes_without_a_condition_are_the_ones_every_run_needs(table: str) ->
         )
         whole = {name for (name,) in cursor.fetchall()}
     assert whole == EVERY_RUN_PAYS_FOR[table]
+
+
+def test_a_claim_reads_its_times_as_instants_in_whatever_zone_the_session_is(fresh_connection: None) -> None:
+    """A session whose zone changed after connecting (a pooler's, a project's SET) reads no hours off.
+
+    Django's timestamptz loader labels the session's wall-clock time with the
+    zone set at connect; the engine's statements load with psycopg's, which converts.
+    """
+    from django_openworkflow.store import get_backend
+
+    greet.run({"name": "tokyo"})
+    connection = connections[owf_settings.database]
+    with connection.cursor() as cursor:
+        cursor.execute("SET TIME ZONE 'Asia/Tokyo'")
+    before = timezone.now()
+    [claimed] = get_backend().claim("tz-worker", 1, timedelta(seconds=30))
+    after = timezone.now()
+    # started_at is read as the column's timestamptz (claimed_at is converted to UTC in SQL).
+    assert before - timedelta(seconds=5) <= claimed.run.started_at <= after + timedelta(seconds=5)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from django.db import connections
 from django.db.models import Field, Model
+from psycopg.types.datetime import TimestamptzLoader
 
 from ...models import StepAttempt, WorkflowRun
 from ...states import RunStatus
@@ -205,6 +206,10 @@ class PostgreSQLBackend(Backend):
         wrapper.ensure_connection()
         raw = wrapper.connection
         cursor = _PreparingCursor(raw)
+        # psycopg's own timestamptz loader (its C one, with psycopg[binary]) for this cursor only:
+        # Django's is a Python subclass, a tenth of a busy worker's CPU (py-spy), and it labels
+        # the session's wall-clock time with the zone set at connect instead of converting it.
+        cursor.adapters.register_loader("timestamptz", TimestamptzLoader)
         if not prepare:
             cursor.prepare = False
         elif "prepare_threshold" in wrapper.settings_dict.get("OPTIONS", {}):
