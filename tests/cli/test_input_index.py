@@ -70,7 +70,8 @@ def test_the_run_table_is_built_for_updates_in_place() -> None:
     for name, condition in partial.items():
         assert found[name].endswith(f"WHERE ({condition})"), found[name]
     foreign_keys = [definition for definition in found.values() if "_id IS NOT NULL" in definition]
-    assert len(foreign_keys) == 2  # parent_step_attempt_id, continued_from_id
+    # parent_step_attempt_id, continued_from_id (0009); rerun_of_id (0019)
+    assert len(foreign_keys) == 3, foreign_keys
     assert "owf_run_input_gin" not in found
     with connections[owf_settings.database].cursor() as cursor:
         cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'openworkflow_run'")
