@@ -21,6 +21,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..definitions.flow import BLOCKED_UNTIL
 from ..definitions.payload import check_text
+from ..definitions.registry import registry
 from ..definitions.retention import expires_at
 from ..errors import InvalidArgument, RunNotFound
 from ..formatting import numbered
@@ -82,6 +83,7 @@ def list_runs(
     created_before: datetime | None = None,
     input_contains: dict[str, Any] | None = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
     limit: int = 50,
     cursor: str | None = None,
     payloads: bool = False,
@@ -94,7 +96,10 @@ def list_runs(
     ``created_after`` (inclusive) and ``created_before`` (exclusive) are
     aware datetimes; ``input_contains`` is a JSON object the input must
     contain (``{"customer": 42}``); ``subject`` a saved model instance, or
-    its ``"app_label.model:pk"`` text: the runs linked to it. Pass the page's ``next_cursor`` as
+    its ``"app_label.model:pk"`` text: the runs linked to it.
+    ``attributes`` filters on typed attributes, each value of its declared
+    type: ``{"region": "eu", "amount__gte": Decimal("10")}`` (lookups
+    ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``). Pass the page's ``next_cursor`` as
     ``cursor`` for the next one. ``payloads`` reads each run's input,
     output and error with it (otherwise they load on first access).
     Raises :class:`InvalidArgument` naming a bad filter.
@@ -107,6 +112,7 @@ def list_runs(
         created_before=created_before,
         input_contains=input_contains,
         subject=subject,
+        attributes=attributes,
     )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r:.40}", "limit")
@@ -126,8 +132,14 @@ def run_filter(
     created_before: datetime | None = None,
     input_contains: Any = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
+    attributes_as_text: bool = False,
 ) -> queries.RunFilter:
-    """The filters checked and put together; :class:`InvalidArgument` naming the first bad one."""
+    """The filters checked and put together; :class:`InvalidArgument` naming the first bad one.
+
+    ``attributes_as_text``: the attribute filters' values are text (a query
+    string's, the command line's), parsed as their declared types.
+    """
     statuses = (status,) if isinstance(status, str) else tuple(status or ())
     for value in statuses:
         if value not in queries.DISPLAY_STATUSES:
@@ -148,6 +160,7 @@ def run_filter(
         except ValueError as exc:
             raise InvalidArgument(str(exc), "input_contains") from None
     linked = None if subject is None else as_subject(subject)
+    conditions = registry.attribute_conditions(attributes, workflow, text=attributes_as_text)
     return queries.RunFilter(
         statuses,
         workflow,
@@ -156,6 +169,7 @@ def run_filter(
         created_before,
         input_contains,
         None if linked is None else (linked.type, linked.id),
+        conditions,
     )
 
 
