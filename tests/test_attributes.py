@@ -69,6 +69,7 @@ def test_values_given_at_the_start_are_stored_as_their_types():
     handle = attr_order.run(
         attributes={"customer_id": 42, "region": "eu", "amount": Decimal("10.25"), "due": due},
     )
+    assert str(handle.attributes()["amount"]) == "10.25"  # not the column's 10.250000
     assert handle.attributes() == {
         "amount": Decimal("10.25"),
         "customer_id": 42,
@@ -246,8 +247,17 @@ def test_text_filters_are_parsed_as_their_types(orders):
 
 
 def test_one_name_declared_with_two_types_needs_the_workflow():
+    from django_openworkflow.checks import check_attributes
+
+    assert check_attributes() == []
     clash = workflow(name="attr-clash", attributes={"amount": int})(lambda ctx: None)
     try:
+        (warning,) = check_attributes()
+        assert warning.id == "openworkflow.W009"
+        assert (
+            warning.msg
+            == "attribute 'amount' is declared with different types: Decimal by 'attr-order'; int by 'attr-clash'"
+        )
         with pytest.raises(InvalidArgument, match="attribute 'amount' is declared as Decimal by one workflow"):
             list_runs(attributes={"amount": 1})
         assert list_runs(workflow="attr-clash", attributes={"amount": 1}).runs == []
@@ -267,3 +277,68 @@ def test_pruning_a_run_deletes_its_attributes(orders):
 def test_now_is_an_aware_datetime_attribute():
     handle = attr_order.run(attributes={"due": dj_timezone.now()})
     assert handle.attributes()["due"].tzinfo is not None
+
+
+# -- the faces: the admin, the HTTP API, the command line --
+
+RUN_LIST = "/admin/django_openworkflow/workflowrun/"
+
+
+def test_the_admin_run_list_filters_by_attribute_and_the_run_page_shows_them(orders, admin_client):
+    listed = admin_client.get(RUN_LIST, {"attribute": ["amount__gte=9.5", "due__lt=2026-12-01T10:30:00+01:00"]})
+    assert listed.status_code == 200
+    assert {run.id for run in listed.context["cl"].result_list} == {orders["nine"], orders["ten"]}
+    html = listed.content.decode()
+    assert "<code>amount__gte=9.5</code>" in html and 'list="owf-attribute-names"' in html
+    assert '<option value="customer_id=">int</option>' in html
+    # Filters combine with the others: one workflow, one status.
+    listed = admin_client.get(RUN_LIST, {"attribute": "customer_id__in=9,100", "workflow": "attr-order"})
+    assert {run.id for run in listed.context["cl"].result_list} == {orders["nine"], orders["hundred"]}
+    # The run page lists them, each a link to the runs with that value.
+    page = admin_client.get(f"{RUN_LIST}{orders['ten']}/change/").content.decode()
+    assert "<code>customer_id</code> = 10</a>" in page
+    assert "?attribute=region%3DTEN" in page
+    listed = admin_client.get(RUN_LIST, {"attribute": "region=TEN"})
+    assert [run.id for run in listed.context["cl"].result_list] == [orders["ten"]]
+
+
+def test_a_bad_attribute_filter_in_the_admin_shows_no_runs_and_says_why(orders, admin_client):
+    for value, says in (
+        ("colour=red", "unknown attribute &#x27;colour&#x27;"),
+        ("amount__gte=ten", "attribute &#x27;amount&#x27; expects Decimal such as 10.25, got &#x27;ten&#x27;"),
+        ("amount", "is not NAME[__LOOKUP]=VALUE"),
+    ):
+        page = admin_client.get(RUN_LIST, {"attribute": value})
+        assert page.status_code == 200 and list(page.context["cl"].result_list) == []
+        assert says in page.content.decode(), value
+
+
+def test_the_api_filters_by_attribute_and_says_what_is_wrong(orders, admin_client):
+    answer = admin_client.get("/workflows/api/runs", {"attribute": ["amount__gt=9.5", "customer_id__lte=100"]})
+    assert answer.status_code == 200
+    assert {run["id"] for run in answer.json()["runs"]} == {str(orders["ten"]), str(orders["hundred"])}
+    for value, says in (
+        ("colour=red", "unknown attribute 'colour'"),
+        ("due__gte=tomorrow", "attribute 'due' expects datetime such as 2026-11-25T09:30:00+01:00"),
+        ("due__gte=2026-12-01T00:00:00", "an aware datetime: give it a time zone"),
+    ):
+        answer = admin_client.get("/workflows/api/runs", {"attribute": value})
+        assert answer.status_code == 400, value
+        error = answer.json()["error"]
+        assert error["code"] == "bad_attribute" and error["field"] == "attribute" and says in error["message"]
+
+
+def test_the_command_line_lists_by_attribute_and_shows_them(orders):
+    from django.core.management.base import CommandError
+
+    from tests.cli.helpers import as_json, workflows
+
+    listed = as_json("list", "--attribute", "amount__lt=10", "--attribute", "customer_id__gte=0")
+    assert [run["id"] for run in listed] == [str(orders["nine"])]
+    shown = workflows("show", str(orders["ten"]))
+    assert "attributes       amount=10.25, customer_id=10, due=" in shown and "region=TEN" in shown
+    assert "amount=100," in workflows("show", str(orders["hundred"]))
+    with pytest.raises(CommandError, match="--attribute: attribute filter: unknown attribute 'colour'"):
+        workflows("list", "--attribute", "colour=red")
+    with pytest.raises(CommandError, match="--attribute 'region' is not NAME"):
+        workflows("list", "--attribute", "region")

@@ -35,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..client import operations
 from ..client.events import publish_event
-from ..client.listing import attempt_json, list_runs, run_json
+from ..client.listing import attempt_json, attribute_filters, list_runs, run_json
 from ..client.runs import RunHandle, send_signal, start_run
 from ..client.subjects import find_subject
 from ..conf import owf_settings
@@ -216,6 +216,7 @@ LIST_PARAMETERS = (
     "created_before",
     "input",
     "subject",
+    "attribute",
     "limit",
     "cursor",
 )
@@ -248,10 +249,14 @@ def runs(request: HttpRequest) -> HttpResponse:
             created_before=_moment(query, "created_before"),
             input_contains=pattern,
             subject=fields.subject(query.get("subject")),
+            attributes=attribute_filters(query.getlist("attribute"), "attribute"),
+            attributes_as_text=True,
             limit=fields.limit(query.get("limit", "50")),
             cursor=fields.name(query, "cursor"),
         )
     except InvalidArgument as exc:
+        if exc.argument == "attributes":  # checked against the declarations: no schema can say
+            raise ApiError(400, "bad_attribute", str(exc), "attribute") from None
         if exc.argument == "input_contains":  # an object no database can compare (see containment.py)
             raise ApiError(400, "bad_payload", str(exc), "input") from None
         if exc.argument == "subject":  # no installed model, or no primary key of it: no schema can say

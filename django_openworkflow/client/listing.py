@@ -84,6 +84,7 @@ def list_runs(
     input_contains: dict[str, Any] | None = None,
     subject: Any = None,
     attributes: dict[str, Any] | None = None,
+    attributes_as_text: bool = False,
     limit: int = 50,
     cursor: str | None = None,
     payloads: bool = False,
@@ -99,7 +100,9 @@ def list_runs(
     its ``"app_label.model:pk"`` text: the runs linked to it.
     ``attributes`` filters on typed attributes, each value of its declared
     type: ``{"region": "eu", "amount__gte": Decimal("10")}`` (lookups
-    ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``). Pass the page's ``next_cursor`` as
+    ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``); with
+    ``attributes_as_text`` the values are text (a query string's) parsed as
+    their types, ``in`` comma-separated. Pass the page's ``next_cursor`` as
     ``cursor`` for the next one. ``payloads`` reads each run's input,
     output and error with it (otherwise they load on first access).
     Raises :class:`InvalidArgument` naming a bad filter.
@@ -113,6 +116,7 @@ def list_runs(
         input_contains=input_contains,
         subject=subject,
         attributes=attributes,
+        attributes_as_text=attributes_as_text,
     )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r:.40}", "limit")
@@ -171,6 +175,24 @@ def run_filter(
         None if linked is None else (linked.type, linked.id),
         conditions,
     )
+
+
+def attribute_filters(given: Iterable[str], what: str) -> dict[str, str] | None:
+    """``["region=eu", "amount__gte=10"]`` (the CLI's ``--attribute``, the API's ``?attribute=``) as a dict of text.
+
+    The values stay text: :func:`run_filter` with ``attributes_as_text``
+    parses each as its attribute's declared type.
+    """
+    filters: dict[str, str] = {}
+    for text in given:
+        key, equals, value = text.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise InvalidArgument(f"{what} {text!r:.80} is not NAME[__LOOKUP]=VALUE, such as region=eu", "attributes")
+        if key in filters:
+            raise InvalidArgument(f"{what} {key!r:.80} is given twice", "attributes")
+        filters[key] = value
+    return filters or None
 
 
 def parse_moment(value: str, what: str) -> datetime:

@@ -380,7 +380,6 @@ class RunHandle:
         """The run's attributes by name, each as its declared type (a ``datetime`` in UTC); one query."""
         return run_attributes(self.id)
 
-    @property
     def subject(self) -> Subject | None:
         """What the run was started for (``subject=obj``): the model's label and the primary key, or None.
 

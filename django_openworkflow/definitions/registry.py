@@ -390,6 +390,13 @@ class WorkflowRegistry:
                     )
         return declared
 
+    def attribute_names(self) -> list[tuple[str, str]]:
+        """Every declared attribute as ``(name, type name)``, sorted: what the admin's filter suggests."""
+        found = {
+            (name, kind.__name__) for spec in list(self._registry.values()) for name, kind in spec.attributes.items()
+        }
+        return sorted(found)
+
     def attribute_conditions(
         self, filters: Any, workflow_name: str | None = None, *, text: bool = False
     ) -> tuple[AttributeCondition, ...]:

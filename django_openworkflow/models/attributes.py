@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.db import models
@@ -52,9 +53,11 @@ class RunAttribute(models.Model):
 
     @property
     def value(self) -> Any:
-        """The value, from whichever column holds it."""
+        """The value, from whichever column holds it; a Decimal without the column's trailing zeros (10.25)."""
         for column in VALUE_COLUMNS:
             found = getattr(self, column)
+            if isinstance(found, Decimal):
+                return Decimal(format(found.normalize(), "f"))
             if found is not None:
                 return found
         return None
