@@ -338,7 +338,49 @@ def test_the_command_line_lists_by_attribute_and_shows_them(orders):
     shown = workflows("show", str(orders["ten"]))
     assert "attributes       amount=10.25, customer_id=10, due=" in shown and "region=TEN" in shown
     assert "amount=100," in workflows("show", str(orders["hundred"]))
+    started = as_json("start", "attr-order", "--attribute", "amount=12.5", "--attribute", "customer_id=7")
+    assert started["attributes"] == {"amount": "12.5", "customer_id": 7}
+    with pytest.raises(CommandError, match="attribute 'customer_id' expects int such as 42, got 'seven'"):
+        workflows("start", "attr-order", "--attribute", "customer_id=seven")
     with pytest.raises(CommandError, match="--attribute: attribute filter: unknown attribute 'colour'"):
         workflows("list", "--attribute", "colour=red")
     with pytest.raises(CommandError, match="--attribute 'region' is not NAME"):
         workflows("list", "--attribute", "region")
+
+
+def test_the_json_of_a_run_carries_its_attributes_and_the_api_starts_runs_with_them(orders, admin_client):
+    from tests.cli.helpers import as_json
+
+    shown = as_json("show", str(orders["ten"]))["attributes"]
+    assert shown == {"amount": "10.25", "customer_id": 10, "due": "2026-12-01T09:00:00Z", "region": "TEN"}
+    listed = admin_client.get("/workflows/api/runs", {"attribute": "customer_id=10"}).json()["runs"]
+    assert [run["attributes"] for run in listed] == [shown]
+    assert {run["id"]: run["attributes"] for run in as_json("list", "--limit", "50")}[str(orders["ten"])] == shown
+    started = admin_client.post(
+        "/workflows/api/runs",
+        {
+            "workflow": "attr-order",
+            "attributes": {"customer_id": 7, "amount": "12.5", "due": "2026-12-01T10:00:00+01:00", "region": "eu"},
+        },
+        content_type="application/json",
+    )
+    assert started.status_code == 201, started.json()
+    assert started.json()["run"]["attributes"] == {
+        "amount": "12.5",
+        "customer_id": 7,
+        "due": "2026-12-01T09:00:00Z",
+        "region": "eu",
+    }
+    for attributes, says in (
+        ({"amount": 12.5}, "attribute 'amount' expects Decimal"),
+        ({"colour": "red"}, "unknown attribute 'colour'"),
+        ({"due": "2026-12-01"}, "an aware datetime"),
+        ({"region": 5}, "attribute 'region' expects str, got int 5"),
+    ):
+        refused = admin_client.post(
+            "/workflows/api/runs", {"workflow": "attr-order", "attributes": attributes}, content_type="application/json"
+        )
+        assert refused.status_code == 400, attributes
+        error = refused.json()["error"]
+        assert error["code"] == "bad_attribute" and error["field"] == "attributes" and says in error["message"]
+    assert WorkflowRun.objects.count() == len(orders) + 2  # the fixture's, and the one started above

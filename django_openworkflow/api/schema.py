@@ -230,6 +230,13 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                             "anyOf": [SUBJECT_SCHEMA, {"type": "null"}],
                             "description": "link the run to this object, which must exist (400 bad_subject otherwise)",
                         },
+                        "attributes": {
+                            "type": ["object", "null"],
+                            "additionalProperties": {"type": ["integer", "string"]},
+                            "description": "values of the workflow's declared typed attributes: an int as a number, "
+                            "a str, a Decimal or a datetime as a string (10.25, 2026-12-01T09:00:00Z); 400 "
+                            "bad_attribute for an undeclared attribute or a value not of its type",
+                        },
                     },
                 ),
                 "responses": {

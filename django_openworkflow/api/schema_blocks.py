@@ -75,6 +75,12 @@ RUN = {
             "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
         "subject": SUBJECT,
+        "attributes": {
+            "type": "object",
+            "additionalProperties": {"type": ["integer", "string"]},
+            "description": "the run's typed attributes by name: an int as a number, a str, a Decimal as a string "
+            "(exact), a datetime as ISO 8601 in UTC; {} when it has none",
+        },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},

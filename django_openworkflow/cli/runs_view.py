@@ -42,7 +42,7 @@ from ..formatting import (
 )
 from ..models import WorkflowRun
 from ..store import queries, run_states
-from ..store.attributes import run_attributes
+from ..store.attributes import attributes_of, run_attributes
 from .common import command_error, print_json, read_json_option, resolve_run
 
 
@@ -52,7 +52,10 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
     found = queries.list_runs(where=where, limit=options["limit"])
     states = run_states.states_of(found)
     if options["json"]:
-        print_json(out, [run_json(run, payloads=False, state=states[run.id]) for run in found])
+        attributes = attributes_of(run.id for run in found)
+        print_json(
+            out, [run_json(run, payloads=False, state=states[run.id], attributes=attributes[run.id]) for run in found]
+        )
         return
     if not found:
         out.write("No runs.")

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -27,6 +28,7 @@ from ..errors import InvalidArgument, RunNotFound
 from ..formatting import numbered
 from ..models import StepAttempt, WorkflowRun
 from ..store import queries, run_states
+from ..store.attributes import run_attributes
 from ..store.containment import check_pattern
 from ..store.run_states import RunState
 from .subjects import as_subject
@@ -251,16 +253,25 @@ def run_steps(run_id: uuid.UUID) -> list[StepRecord]:
 # -- the JSON shapes of ``workflows ... --json`` and the HTTP API --
 
 
-def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = None) -> dict[str, Any]:
+def run_json(
+    run: WorkflowRun,
+    payloads: bool = True,
+    state: RunState | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A run as the JSON of ``workflows ... --json`` and the HTTP API: one shape for both.
 
     ``status`` is the stored status but ``parked`` for a running run no
     worker holds (as it always was); ``display_status`` tells a parked run's
     ``retrying``, ``waiting`` and ``parked`` apart, as the admin and the CLI
     show it. ``state`` is the run's :class:`~.store.run_states.RunState`
-    (read here, one query, when not given: a list reads them all at once).
+    (read here, one query, when not given: a list reads them all at once),
+    ``attributes`` its typed attributes (the same: ``attributes_of`` reads a
+    page's at once); a ``Decimal`` is written as a string, to stay exact.
     """
     state = state or run_states.state_of(run)
+    if attributes is None:
+        attributes = run_attributes(run.id)
     data: dict[str, Any] = {
         "id": str(run.id),
         "workflow": run.workflow_name,
@@ -295,6 +306,8 @@ def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = N
         "parent_close_policy": run.parent_close_policy if run.parent_step_attempt_id else None,
         # What the run is about (client/subjects.py): the object's model and primary key, not the object.
         "subject": {"type": run.subject_type, "id": run.subject_id} if run.subject_type else None,
+        # Typed attributes (store/attributes.py): an int as a number, a Decimal as a string, a datetime in UTC.
+        "attributes": {name: str(value) if isinstance(value, Decimal) else value for name, value in attributes.items()},
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)

@@ -269,6 +269,23 @@ class WorkflowSpec:
             checked[name] = (kind, check_value(kind, value, name, where))
         return checked
 
+    def attribute_values_from_json(self, values: Any) -> dict[str, Any] | None:
+        """Attribute values from JSON (the API's): a ``Decimal`` or a ``datetime`` given as a string is parsed.
+
+        The result goes to ``run(attributes=...)``, which checks it (an int
+        stays a number, a str a string); InvalidArgument for what cannot be read.
+        """
+        if values is None:
+            return None
+        where = f"run of workflow {self.name!r}"
+        if not isinstance(values, dict):
+            raise InvalidArgument(f"{where}: attributes must be an object of name to value", "attributes")
+        typed = {}
+        for name, value in values.items():
+            kind = declared_type(self.attributes, name, where)
+            typed[name] = parse_value(kind, value, name, where) if kind is not str and isinstance(value, str) else value
+        return typed
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"workflow {self.name!r} is not called directly; start it with {self.fn.__name__}.run(input)")
 

@@ -81,6 +81,15 @@ def run_attributes(run_id: Any) -> dict[str, Any]:
     return {row.name: row.value for row in rows}
 
 
+def attributes_of(run_ids: Iterable[Any]) -> dict[Any, dict[str, Any]]:
+    """The attributes of several runs (a page of a list), by run id then name; one query."""
+    found: dict[Any, dict[str, Any]] = {run_id: {} for run_id in run_ids}
+    if found:
+        for row in RunAttribute.objects.filter(workflow_run_id__in=list(found)).order_by("workflow_run_id", "name"):
+            found[row.workflow_run_id][row.name] = row.value
+    return found
+
+
 def _condition(condition: AttributeCondition) -> Q:
     column = condition.column
     if condition.lookup == "eq":
