@@ -157,6 +157,24 @@ def test_a_worker_that_lost_the_run_writes_no_attribute():
     assert handle.attributes() == {}
 
 
+def test_a_stored_value_is_replaced_only_by_one_of_a_later_position():
+    handle = attr_stages.run(attributes={"stage": 0})
+    store = get_backend()
+    (claimed,) = store.claim("holder", 1, timedelta(seconds=30))
+    assert claimed.run.id == handle.id
+
+    def write(position, value):
+        store.flush(handle.id, "holder", store.now(), [AttributeWrite("stage", position, int, value)])
+
+    write(5, 50)  # replaces the start's value
+    assert handle.attributes() == {"stage": 50}
+    write(2, 20)  # a replay's earlier call: nothing older is written
+    write(5, 51)  # the same position again: nothing either
+    assert handle.attributes() == {"stage": 50}
+    write(6, 60)
+    assert handle.attributes() == {"stage": 60}
+
+
 @pytest.mark.parametrize(
     ("what", "says"),
     [
@@ -384,3 +402,20 @@ def test_the_json_of_a_run_carries_its_attributes_and_the_api_starts_runs_with_t
         error = refused.json()["error"]
         assert error["code"] == "bad_attribute" and error["field"] == "attributes" and says in error["message"]
     assert WorkflowRun.objects.count() == len(orders) + 2  # the fixture's, and the one started above
+
+
+@pytest.mark.django_db(transaction=False)
+def test_set_attribute_on_the_in_memory_backend_is_replayed_and_never_goes_back():
+    from django_openworkflow.testing.memory import Clock, InMemoryBackend
+    from django_openworkflow.testing.memory import drain as drain_memory
+    from django_openworkflow.testing.memory import start as start_memory
+
+    clock = Clock()
+    backend = InMemoryBackend(clock=clock)
+    run_id = start_memory(backend, attr_stages)
+    drain_memory(backend)
+    assert backend.run_attributes(run_id) == {"stage": 1}  # written with the sleep
+    clock.advance("1m")
+    drain_memory(backend)  # replays stage=1 first: it writes nothing older
+    assert backend.run_outcome(run_id).output == "ok"
+    assert backend.run_attributes(run_id) == {"region": "eu", "stage": 3}
