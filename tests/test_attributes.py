@@ -272,10 +272,8 @@ def test_one_name_declared_with_two_types_needs_the_workflow():
     try:
         (warning,) = check_attributes()
         assert warning.id == "openworkflow.W009"
-        assert (
-            warning.msg
-            == "attribute 'amount' is declared with different types: Decimal by 'attr-order'; int by 'attr-clash'"
-        )
+        assert warning.msg.startswith("attribute 'amount' is declared with different types: Decimal by 'attr-order'")
+        assert warning.msg.endswith("; int by 'attr-clash'")
         with pytest.raises(InvalidArgument, match="attribute 'amount' is declared as Decimal by one workflow"):
             list_runs(attributes={"amount": 1})
         assert list_runs(workflow="attr-clash", attributes={"amount": 1}).runs == []
@@ -308,7 +306,7 @@ def test_the_admin_run_list_filters_by_attribute_and_the_run_page_shows_them(ord
     assert {run.id for run in listed.context["cl"].result_list} == {orders["nine"], orders["ten"]}
     html = listed.content.decode()
     assert "<code>amount__gte=9.5</code>" in html and 'list="owf-attribute-names"' in html
-    assert '<option value="customer_id=">int</option>' in html
+    assert '<option value="customer_id=" label="customer_id (int)"></option>' in html
     # Filters combine with the others: one workflow, one status.
     listed = admin_client.get(RUN_LIST, {"attribute": "customer_id__in=9,100", "workflow": "attr-order"})
     assert {run.id for run in listed.context["cl"].result_list} == {orders["nine"], orders["hundred"]}

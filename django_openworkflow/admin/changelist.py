@@ -242,9 +242,9 @@ class AttributeFilter(admin.ListFilter):
 
 def _without(changelist: Any, parameter: str, given: list[str], index: int) -> str:
     """The run list's URL without the ``index``-th attribute filter (and back to its first page)."""
-    rest = given[:index] + given[index + 1 :]
+    rest = urlencode([(parameter, text) for text in given[:index] + given[index + 1 :]])
     query = changelist.get_query_string(remove=[parameter, "p"])
-    return query + "".join(f"&{urlencode({parameter: text})}" for text in rest)
+    return f"{query}&{rest}" if rest and query != "?" else query + rest
 
 
 def _attribute_conditions(request: HttpRequest, found: AttributeFilter) -> Any:
