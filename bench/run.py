@@ -19,6 +19,7 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               start -> finished_at (server) and start -> handle.result() returned.
   replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
   claims      claim latency with 1M finished + 10k parked runs vs an empty table.
+  attributes  the claim and the run list with and without typed attribute rows; filtered first pages.
   fairness    10,000 runs of one key + 10 of each of 100 others, drained by claims of 10 with the
               queue not fair, then fair: claim cost, and the runs claimed before a small key's last.
   memory      worker RSS after 1k and after 50k completed runs (--quick: 500 and 2k).
@@ -58,6 +59,7 @@ from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
 from bench.phases import (  # noqa: E402
+    attributes,
     claims,
     fairness,
     fanout,
@@ -78,6 +80,7 @@ PHASES = {
     "latency": latency.run,
     "replay": replay.run,
     "claims": claims.run,
+    "attributes": attributes.run,
     "fairness": fairness.run,
     "memory": memory.run,
     "fanout": fanout.run,

@@ -73,6 +73,31 @@ def check_fairness() -> list[checks.CheckMessage]:
     return messages
 
 
+def check_attributes() -> list[checks.CheckMessage]:
+    """An attribute name two workflows declare with different types: a filter on it needs the workflow."""
+    from .definitions.registry import registry
+
+    types: dict[str, dict[str, list[str]]] = {}
+    for spec in registry.all():
+        for name, kind in spec.attributes.items():
+            declared = types.setdefault(name, {}).setdefault(kind.__name__, [])
+            if spec.name not in declared:
+                declared.append(spec.name)
+    messages: list[checks.CheckMessage] = []
+    for name, by_type in sorted(types.items()):
+        if len(by_type) > 1:
+            said = "; ".join(f"{kind} by {', '.join(map(repr, names))}" for kind, names in sorted(by_type.items()))
+            messages.append(
+                checks.Warning(
+                    f"attribute {name!r} is declared with different types: {said}",
+                    hint="Give it one type everywhere, or rename it in one workflow: a filter on it "
+                    "without a workflow (list_runs(attributes=...), the admin, the API) is refused.",
+                    id="openworkflow.W009",
+                )
+            )
+    return messages
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -108,6 +133,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             messages.append(checks.Error(str(exc), id="openworkflow.E005"))
     messages.extend(check_retention_settings())
     messages.extend(check_fairness())
+    messages.extend(check_attributes())
     try:
         mail_period()
     except ValueError as exc:

@@ -4,6 +4,8 @@ Each step returns a small value that the next step consumes (like the peers'
 benchmarks in ../shared/bench-peers).
 """
 
+from decimal import Decimal
+
 from django_openworkflow import workflow
 from django_openworkflow.definitions.flow import Concurrency
 
@@ -83,3 +85,10 @@ soak_limited = workflow(name="soak-limited", concurrency=Concurrency(SOAK_LIMIT,
 
 # A run of the queue bench-fair (bench/phases/fairness.py), its turns taken per tenant when the queue is fair.
 bench_tenant = workflow(name="bench-tenant", queue="bench-fair", fairness_key=lambda input: input["t"])(bench_1.fn)
+
+
+# bench-3 declaring typed attributes, for the attributes phase's filters (its runs are inserted, not worked).
+bench_3_attributes = workflow(
+    name="bench-3-attributes",
+    attributes={"customer_id": int, "region": str, "amount": Decimal},
+)(bench_3.fn)

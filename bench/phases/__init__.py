@@ -4,6 +4,7 @@ throughput  ONE `runworkflows` subprocess + a producer subprocess; also commits 
 latency     idle worker, sequential 1-step runs after a random idle gap.
 replay      in-process: per-step cost of a 1,000-step run vs a 10-step one.
 claims      claim latency with 1M finished + 10k parked runs vs an empty table.
+attributes  the claim and the run list with and without typed attribute rows; filtered first pages.
 memory      worker RSS after 1k and after 50k completed runs.
 fanout      one parent starts N children at once and collects their results (start_workflow + wait_all).
 starts      in-process: run() one at a time from one thread, and run_many() in bulk.

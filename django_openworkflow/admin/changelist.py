@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.views.main import ChangeList
@@ -21,6 +22,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .. import formatting as fmt
+from ..client.listing import attribute_filters
 from ..client.subjects import Subject, parse_subject
 from ..definitions.flow import QUEUE_NAME
 from ..definitions.payload import check_text
@@ -182,6 +184,78 @@ def _subject(request: HttpRequest, value: str) -> Subject | None:
         return None
 
 
+class AttributeFilter(admin.ListFilter):
+    """Runs by typed attribute: ``?attribute=region=eu&attribute=amount__gte=10``, as the API and the CLI take them.
+
+    Each value is ``NAME[__LOOKUP]=VALUE``, compared as the attribute's
+    declared type (``definitions/attributes.py``); all must match. The
+    sidebar lists the active ones, each with a link that drops it, and a
+    small GET form adds one (its input suggests the declared names). A
+    filter that cannot be read shows no runs and says why, once.
+    """
+
+    title = _("attribute")
+    parameter_name = "attribute"
+    template = "django_openworkflow/attribute_filter.html"
+
+    def __init__(self, request: HttpRequest, params: dict[str, Any], model: Any, model_admin: Any) -> None:
+        super().__init__(request, params, model, model_admin)
+        given = params.pop(self.parameter_name, [])
+        self.given = [str(text) for text in (given if isinstance(given, list) else [given]) if str(text).strip()]
+        if self.given:
+            self.used_parameters[self.parameter_name] = self.given
+        self.workflow = request.GET.get(WorkflowNameFilter.parameter_name) or None
+
+    def expected_parameters(self) -> list[str | None]:
+        return [self.parameter_name]
+
+    def has_output(self) -> bool:
+        return bool(self.given) or bool(_once_per_request(self.request, "attributes", registry.attribute_names))
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
+        if not self.given:
+            return queryset
+        conditions = _once_per_request(
+            request, f"attributes:{self.workflow}:{self.given}", lambda: _attribute_conditions(request, self)
+        )
+        if conditions is None:
+            return queryset.none()
+        return queries.RunFilter(attributes=conditions).apply(queryset)
+
+    def choices(self, changelist: Any) -> Any:
+        hidden = [
+            (name, value)
+            for name, values in changelist.filter_params.items()
+            if name != "p"
+            for value in (values if isinstance(values, list) else [values])
+        ]
+        yield {
+            "active": [
+                (text, _without(changelist, self.parameter_name, self.given, index))
+                for index, text in enumerate(self.given)
+            ],
+            "hidden": hidden,
+            "suggestions": _once_per_request(self.request, "attributes", registry.attribute_names),
+            "parameter": self.parameter_name,
+        }
+
+
+def _without(changelist: Any, parameter: str, given: list[str], index: int) -> str:
+    """The run list's URL without the ``index``-th attribute filter (and back to its first page)."""
+    rest = urlencode([(parameter, text) for text in given[:index] + given[index + 1 :]])
+    query = changelist.get_query_string(remove=[parameter, "p"])
+    return f"{query}&{rest}" if rest and query != "?" else query + rest
+
+
+def _attribute_conditions(request: HttpRequest, found: AttributeFilter) -> Any:
+    try:
+        filters = attribute_filters(found.given, gettext("attribute"))
+        return registry.attribute_conditions(filters, found.workflow, text=True)
+    except InvalidArgument as exc:
+        messages.error(request, gettext("No runs shown for this attribute filter: %(error)s") % {"error": exc})
+        return None
+
+
 class CreatedFilter(admin.DateFieldListFilter):
     """Django's date filter on ``created_at``, titled in the user's language (the field has no verbose name)."""
 
@@ -196,6 +270,7 @@ FILTERS = (
     VersionFilter,
     QueueFilter,
     SubjectFilter,
+    AttributeFilter,
     ("created_at", CreatedFilter),
     CreatedRangeFilter,
     FinishedRangeFilter,

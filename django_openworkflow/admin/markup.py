@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
@@ -42,6 +43,13 @@ def subject_runs_url(subject_type: str, subject_id: str) -> str:
     """The run list filtered to one subject's runs."""
     base = reverse("admin:django_openworkflow_workflowrun_changelist")
     return f"{base}?{urlencode({'subject': f'{subject_type}:{subject_id}'})}"
+
+
+def attribute_runs_url(name: str, value: Any) -> str:
+    """The run list filtered to the runs whose attribute ``name`` equals ``value`` (``?attribute=name=value``)."""
+    base = reverse("admin:django_openworkflow_workflowrun_changelist")
+    text = value.isoformat() if isinstance(value, datetime) else str(value)
+    return f"{base}?{urlencode({'attribute': f'{name}={text}'})}"
 
 
 def subject_link(subject_type: str, subject_id: str) -> str:

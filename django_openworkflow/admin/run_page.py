@@ -20,8 +20,9 @@ from ..definitions.retention import expires_at
 from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
 from ..store import get_backend, progress, queries
+from ..store.attributes import run_attributes
 from .journal import journal_rows
-from .markup import badge, status_badge, subject_link, subject_runs_url
+from .markup import attribute_runs_url, badge, status_badge, subject_link, subject_runs_url
 from .timeline import build_timeline
 from .tracebacks import fold
 
@@ -151,6 +152,14 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
         "expires": expiry(run, now),
         "subject_link": subject_link(run.subject_type, run.subject_id or "") if run.subject_type else "",
         "subject_runs_url": subject_runs_url(run.subject_type, run.subject_id or "") if run.subject_type else "",
+        "attributes": [
+            (
+                name,
+                fmt.format_time(value) if isinstance(value, datetime) else str(value),
+                attribute_runs_url(name, value),
+            )
+            for name, value in run_attributes(run.id).items()
+        ],
         "successor_id": get_backend().successor_id(run.id) if run.status == RunStatus.CONTINUED else None,
         "parent_run": parent_step.workflow_run if parent_step is not None else None,
         "parent_step": parent_step,

@@ -79,7 +79,8 @@ def matching_runs(data: dict[str, Any]) -> Any:
             queue=fields.queue(data.get("queue")),
             input_contains=pattern,
             subject=fields.subject(data.get("subject")),
-            **moments,
+            created_after=moments["created_after"],
+            created_before=moments["created_before"],
         )
     except InvalidArgument as exc:
         if exc.argument == "input_contains":  # an object no database can compare (see containment.py)

@@ -45,6 +45,9 @@ from .schema_blocks import (
 )
 from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
 
+ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}="
+"""``NAME[__LOOKUP]=VALUE``: the shape of an attribute filter (the declarations say which names and values)."""
+
 
 def _rerun() -> dict[str, Any]:
     """The re-run: no body, or ``from_step`` to copy the steps before that one (``client/reruns.py``)."""
@@ -176,6 +179,17 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
                     _query("subject", "the runs linked to this object (started with subject=obj)", SUBJECT_SCHEMA),
+                    {
+                        **_query(
+                            "attribute",
+                            "a typed attribute's filter, NAME[__LOOKUP]=VALUE, compared as the attribute's declared "
+                            "type: region=eu, amount__gte=10.5, due__lt=2026-12-01T00:00:00Z, customer_id__in=1,2 "
+                            "(lookups eq, gt, gte, lt, lte, in); repeat for several, all must match "
+                            "(400 bad_attribute for an undeclared attribute or a value not of its type)",
+                            {"type": "array", "items": {"type": "string", "pattern": ATTRIBUTE_FILTER_PATTERN}},
+                        ),
+                        "explode": True,
+                    },
                     _query("limit", "runs per page", LIMIT_SCHEMA),
                     _query("cursor", "the next_cursor of the previous page (400 bad_cursor otherwise)", NAME_SCHEMA),
                 ],
@@ -215,6 +229,13 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         "subject": {
                             "anyOf": [SUBJECT_SCHEMA, {"type": "null"}],
                             "description": "link the run to this object, which must exist (400 bad_subject otherwise)",
+                        },
+                        "attributes": {
+                            "type": ["object", "null"],
+                            "additionalProperties": {"type": ["integer", "string"]},
+                            "description": "values of the workflow's declared typed attributes: an int as a number, "
+                            "a str, a Decimal or a datetime as a string (10.25, 2026-12-01T09:00:00Z); 400 "
+                            "bad_attribute for an undeclared attribute or a value not of its type",
                         },
                     },
                 ),

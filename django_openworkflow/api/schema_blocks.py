@@ -75,6 +75,12 @@ RUN = {
             "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
         "subject": SUBJECT,
+        "attributes": {
+            "type": "object",
+            "additionalProperties": {"type": ["integer", "string"]},
+            "description": "the run's typed attributes by name: an int as a number, a str, a Decimal as a string "
+            "(exact), a datetime as ISO 8601 in UTC; {} when it has none",
+        },
         "input": {**ANY, "description": "only on a single run, not in lists"},
         "output": ANY,
         "error": {"type": ["object", "null"]},
@@ -114,7 +120,7 @@ ERROR = {
                     "type": "string",
                     "description": "what a program can test: invalid, missing_field, unknown_field, "
                     "unknown_parameter, malformed_json, bad_request, bad_payload, bad_cursor, "
-                    "out_of_range, bad_subject (the last four: rules a JSON Schema cannot state), "
+                    "out_of_range, bad_subject, bad_attribute (the last five: rules a JSON Schema cannot state), "
                     "not_authenticated, malformed_token, unknown_token, revoked_token, expired_token, inactive_user, "
                     "permission_denied, csrf_failed, not_found, unknown_workflow, no_such_endpoint, "
                     "method_not_allowed, refused, run_finished, too_large, not_json, count_changed, not_assigned, "

@@ -35,7 +35,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..client import operations
 from ..client.events import publish_event
-from ..client.listing import attempt_json, list_runs, run_json
+from ..client.listing import attempt_json, attribute_filters, list_runs, run_json
 from ..client.runs import RunHandle, send_signal, start_run
 from ..client.subjects import find_subject
 from ..conf import owf_settings
@@ -51,6 +51,7 @@ from ..errors import (
 )
 from ..formatting import numbered, read_json
 from ..store import queries, run_states
+from ..store.attributes import attributes_of
 from . import fields, tokens
 from .fields import ApiError, json_response
 
@@ -216,6 +217,7 @@ LIST_PARAMETERS = (
     "created_before",
     "input",
     "subject",
+    "attribute",
     "limit",
     "cursor",
 )
@@ -248,10 +250,14 @@ def runs(request: HttpRequest) -> HttpResponse:
             created_before=_moment(query, "created_before"),
             input_contains=pattern,
             subject=fields.subject(query.get("subject")),
+            attributes=attribute_filters(query.getlist("attribute"), "attribute"),
+            attributes_as_text=True,
             limit=fields.limit(query.get("limit", "50")),
             cursor=fields.name(query, "cursor"),
         )
     except InvalidArgument as exc:
+        if exc.argument == "attributes":  # checked against the declarations: no schema can say
+            raise ApiError(400, "bad_attribute", str(exc), "attribute") from None
         if exc.argument == "input_contains":  # an object no database can compare (see containment.py)
             raise ApiError(400, "bad_payload", str(exc), "input") from None
         if exc.argument == "subject":  # no installed model, or no primary key of it: no schema can say
@@ -265,9 +271,12 @@ def runs(request: HttpRequest) -> HttpResponse:
         params["cursor"] = page.next_cursor
         following = f"{request.path}?{params.urlencode()}"
     states = run_states.states_of(page.runs)
+    attributes = attributes_of(run.id for run in page.runs)
     return json_response(
         {
-            "runs": [run_json(run, payloads=False, state=states[run.id]) for run in page.runs],
+            "runs": [
+                run_json(run, payloads=False, state=states[run.id], attributes=attributes[run.id]) for run in page.runs
+            ],
             "next_cursor": page.next_cursor,
             "next": following,
         }
@@ -288,6 +297,7 @@ START_FIELDS = {
     "queue": False,
     "priority": False,
     "subject": False,
+    "attributes": False,
 }
 
 
@@ -301,17 +311,25 @@ def _start(request: HttpRequest) -> HttpResponse:
         subject = None if text is None else find_subject(text)
     except InvalidArgument as exc:
         raise ApiError(400, "bad_subject", str(exc), "subject") from None
-    handle = start_run(
-        workflow,
-        data.get("input"),
-        subject=subject,
-        version=fields.name(data, "version"),
-        idempotency_key=fields.name(data, "idempotency_key"),
-        available_at=fields.when(data, "available_at"),
-        deadline_at=deadline,
-        queue=fields.queue(data.get("queue")),
-        priority=fields.priority(data.get("priority")),
-    )
+    version = fields.name(data, "version")
+    try:
+        attributes = registry.find(workflow, version).attribute_values_from_json(data.get("attributes"))
+        handle = start_run(
+            workflow,
+            data.get("input"),
+            subject=subject,
+            attributes=attributes,
+            version=version,
+            idempotency_key=fields.name(data, "idempotency_key"),
+            available_at=fields.when(data, "available_at"),
+            deadline_at=deadline,
+            queue=fields.queue(data.get("queue")),
+            priority=fields.priority(data.get("priority")),
+        )
+    except InvalidArgument as exc:
+        if exc.argument == "attributes":  # checked against the declaration: no schema can say
+            raise ApiError(400, "bad_attribute", str(exc), "attributes") from None
+        raise
     return _run(handle.id, 201 if handle.created else 200, created=handle.created)
 
 

@@ -23,7 +23,7 @@ from ..store import queries
 from .common import print_json
 from .runs_view import filter_from_options
 
-FILTER_OPTIONS = ("status", "workflow", "queue", "input", "subject")
+FILTER_OPTIONS = ("status", "workflow", "queue", "input", "subject", "attribute")
 
 WORDS = {  # operation -> (what to ask, what was done)
     "cancel": ("Cancel", "Canceled"),
@@ -34,7 +34,8 @@ WORDS = {  # operation -> (what to ask, what was done)
 
 
 def add_filter_options(parser: argparse.ArgumentParser) -> None:
-    """``--status``, ``--workflow``, ``--queue``, ``--input``, ``--subject``: for ``list`` and ``--all-matching``."""
+    """``--status``, ``--workflow``, ``--queue``, ``--input``, ``--subject``, ``--attribute``: for ``list`` and
+    ``--all-matching``."""
     parser.add_argument(
         "--status",
         action="append",
@@ -53,6 +54,13 @@ def add_filter_options(parser: argparse.ArgumentParser) -> None:
         metavar="APP_LABEL.MODEL:PK",
         help="only runs linked to this object (started with subject=obj), e.g. shop.order:42",
     )
+    parser.add_argument(
+        "--attribute",
+        action="append",
+        metavar="NAME[__LOOKUP]=VALUE",
+        help="only runs whose typed attribute matches, compared as its declared type: region=eu, amount__gte=10.5, "
+        "due__lt=2026-12-01T00:00:00Z, customer_id__in=1,2 (lookups eq, gt, gte, lt, lte, in); repeat for several",
+    )
 
 
 def add_matching_options(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +70,7 @@ def add_matching_options(parser: argparse.ArgumentParser) -> None:
         "--all-matching",
         action="store_true",
         help="act on every run the filter options match "
-        "(--status, --workflow, --queue, --input, --subject; none: every run)",
+        "(--status, --workflow, --queue, --input, --subject, --attribute; none: every run)",
     )
     add_filter_options(group)  # type: ignore[arg-type]  # an argument group takes the same add_argument
     group.add_argument("--dry-run", action="store_true", help="with --all-matching: count, change nothing")

@@ -7,12 +7,13 @@ why a run retries, what it waits for, when it wakes.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 
-from ..client.listing import attempt_json, run_filter, run_json
+from ..client.listing import attempt_json, attribute_filters, run_filter, run_json
 from ..client.subjects import parse_subject
 from ..definitions.flow import DEFAULT_QUEUE, QUEUE_NAME
 from ..definitions.payload import check_text
@@ -41,6 +42,7 @@ from ..formatting import (
 )
 from ..models import WorkflowRun
 from ..store import queries, run_states
+from ..store.attributes import attributes_of, run_attributes
 from .common import command_error, print_json, read_json_option, resolve_run
 
 
@@ -50,7 +52,10 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
     found = queries.list_runs(where=where, limit=options["limit"])
     states = run_states.states_of(found)
     if options["json"]:
-        print_json(out, [run_json(run, payloads=False, state=states[run.id]) for run in found])
+        attributes = attributes_of(run.id for run in found)
+        print_json(
+            out, [run_json(run, payloads=False, state=states[run.id], attributes=attributes[run.id]) for run in found]
+        )
         return
     if not found:
         out.write("No runs.")
@@ -82,7 +87,7 @@ def list_command(options: dict[str, Any], out: OutputWrapper) -> None:
 
 
 def filter_from_options(options: dict[str, Any]) -> queries.RunFilter:
-    """The runs ``--status``, ``--workflow``, ``--queue``, ``--input`` and ``--subject`` choose.
+    """The runs ``--status``, ``--workflow``, ``--queue``, ``--input``, ``--subject`` and ``--attribute`` choose.
 
     For ``list`` and ``--all-matching``.
     """
@@ -106,15 +111,27 @@ def filter_from_options(options: dict[str, Any]) -> queries.RunFilter:
     except InvalidArgument as exc:
         raise CommandError(printable(str(exc))) from None
     try:
+        attributes = attribute_filters(options.get("attribute") or [], "--attribute")
         return run_filter(
             status=statuses,
             workflow=options["workflow"] or None,
             queue=queue,
             input_contains=pattern,
             subject=subject,
+            attributes=attributes,
+            attributes_as_text=True,
         )
     except InvalidArgument as exc:
-        raise CommandError(printable(f"--input: {exc}")) from None  # the other options were checked above
+        # The other options were checked above.
+        what = "--attribute" if exc.argument == "attributes" else "--input"
+        raise CommandError(printable(f"{what}: {exc}")) from None
+
+
+def attributes_text(attributes: dict[str, Any]) -> str:
+    """``amount=10.25, region=eu``: a run's attributes on one line (datetimes as the CLI shows times)."""
+    return ", ".join(
+        f"{name}={format_time(value) if isinstance(value, datetime) else value}" for name, value in attributes.items()
+    )
 
 
 def expiry_text(run: WorkflowRun) -> str:
@@ -175,6 +192,9 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
         fields.append(("debounce key", run.debounce_key))
     if run.subject_type:
         fields.append(("subject", f"{run.subject_type}:{run.subject_id}"))
+    attributes = run_attributes(run.id)
+    if attributes:
+        fields.append(("attributes", attributes_text(attributes)))
     fields.append(("expires", expiry_text(run)))
     if run.rerun_of_id or run.rerun_from_step:
         since = f" from step {run.rerun_from_step!r} (the steps before it copied)" if run.rerun_from_step else ""

@@ -19,9 +19,10 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 
 from ..client import operations
-from ..client.listing import run_json
+from ..client.listing import attribute_filters, run_json
 from ..client.runs import RunHandle, send_signal, start_run
 from ..client.subjects import find_subject
+from ..definitions.registry import registry
 from ..durations import parse_duration
 from ..errors import (
     OpenWorkflowError,
@@ -102,6 +103,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="APP_LABEL.MODEL:PK",
         help="link the run to this object (it must exist), e.g. shop.order:42",
     )
+    start.add_argument(
+        "--attribute",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a value of one of the workflow's typed attributes, as text parsed as its type: region=eu, "
+        "amount=10.25, due=2026-12-01T09:00:00Z; repeat for several",
+    )
     start.add_argument("--wait", action="store_true", help="wait for the run to finish and print its output")
     start.add_argument(
         "--timeout",
@@ -170,7 +178,16 @@ def start_command(options: dict[str, Any], out: OutputWrapper) -> None:
     name, key = options["name"], options["idempotency_key"]
     try:
         subject = None if options["subject"] is None else find_subject(options["subject"], "--subject")
-        handle = start_run(name, input_value, version=options["version"], idempotency_key=key, subject=subject)
+        given = attribute_filters(options.get("attribute") or [], "--attribute")
+        attributes = registry.find(name, options["version"]).attribute_values_from_json(given)
+        handle = start_run(
+            name,
+            input_value,
+            version=options["version"],
+            idempotency_key=key,
+            subject=subject,
+            attributes=attributes,
+        )
     except (OpenWorkflowError, ValueError, OverflowError) as exc:
         raise command_error(exc) from None
     run = handle.fetch()

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -21,11 +22,13 @@ from django.utils.dateparse import parse_datetime
 
 from ..definitions.flow import BLOCKED_UNTIL
 from ..definitions.payload import check_text
+from ..definitions.registry import registry
 from ..definitions.retention import expires_at
 from ..errors import InvalidArgument, RunNotFound
 from ..formatting import numbered
 from ..models import StepAttempt, WorkflowRun
 from ..store import queries, run_states
+from ..store.attributes import run_attributes
 from ..store.containment import check_pattern
 from ..store.run_states import RunState
 from .subjects import as_subject
@@ -82,6 +85,8 @@ def list_runs(
     created_before: datetime | None = None,
     input_contains: dict[str, Any] | None = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
+    attributes_as_text: bool = False,
     limit: int = 50,
     cursor: str | None = None,
     payloads: bool = False,
@@ -94,7 +99,12 @@ def list_runs(
     ``created_after`` (inclusive) and ``created_before`` (exclusive) are
     aware datetimes; ``input_contains`` is a JSON object the input must
     contain (``{"customer": 42}``); ``subject`` a saved model instance, or
-    its ``"app_label.model:pk"`` text: the runs linked to it. Pass the page's ``next_cursor`` as
+    its ``"app_label.model:pk"`` text: the runs linked to it.
+    ``attributes`` filters on typed attributes, each value of its declared
+    type: ``{"region": "eu", "amount__gte": Decimal("10")}`` (lookups
+    ``eq``, ``gt``, ``gte``, ``lt``, ``lte``, ``in``); with
+    ``attributes_as_text`` the values are text (a query string's) parsed as
+    their types, ``in`` comma-separated. Pass the page's ``next_cursor`` as
     ``cursor`` for the next one. ``payloads`` reads each run's input,
     output and error with it (otherwise they load on first access).
     Raises :class:`InvalidArgument` naming a bad filter.
@@ -107,6 +117,8 @@ def list_runs(
         created_before=created_before,
         input_contains=input_contains,
         subject=subject,
+        attributes=attributes,
+        attributes_as_text=attributes_as_text,
     )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
         raise InvalidArgument(f"limit must be a whole number from 1 to {MAX_PAGE}, got {limit!r:.40}", "limit")
@@ -126,8 +138,14 @@ def run_filter(
     created_before: datetime | None = None,
     input_contains: Any = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
+    attributes_as_text: bool = False,
 ) -> queries.RunFilter:
-    """The filters checked and put together; :class:`InvalidArgument` naming the first bad one."""
+    """The filters checked and put together; :class:`InvalidArgument` naming the first bad one.
+
+    ``attributes_as_text``: the attribute filters' values are text (a query
+    string's, the command line's), parsed as their declared types.
+    """
     statuses = (status,) if isinstance(status, str) else tuple(status or ())
     for value in statuses:
         if value not in queries.DISPLAY_STATUSES:
@@ -148,6 +166,7 @@ def run_filter(
         except ValueError as exc:
             raise InvalidArgument(str(exc), "input_contains") from None
     linked = None if subject is None else as_subject(subject)
+    conditions = registry.attribute_conditions(attributes, workflow, text=attributes_as_text)
     return queries.RunFilter(
         statuses,
         workflow,
@@ -156,7 +175,26 @@ def run_filter(
         created_before,
         input_contains,
         None if linked is None else (linked.type, linked.id),
+        conditions,
     )
+
+
+def attribute_filters(given: Iterable[str], what: str) -> dict[str, str] | None:
+    """``["region=eu", "amount__gte=10"]`` (the CLI's ``--attribute``, the API's ``?attribute=``) as a dict of text.
+
+    The values stay text: :func:`run_filter` with ``attributes_as_text``
+    parses each as its attribute's declared type.
+    """
+    filters: dict[str, str] = {}
+    for text in given:
+        key, equals, value = text.partition("=")
+        key = key.strip()
+        if not equals or not key:
+            raise InvalidArgument(f"{what} {text!r:.80} is not NAME[__LOOKUP]=VALUE, such as region=eu", "attributes")
+        if key in filters:
+            raise InvalidArgument(f"{what} {key!r:.80} is given twice", "attributes")
+        filters[key] = value
+    return filters or None
 
 
 def parse_moment(value: str, what: str) -> datetime:
@@ -215,16 +253,25 @@ def run_steps(run_id: uuid.UUID) -> list[StepRecord]:
 # -- the JSON shapes of ``workflows ... --json`` and the HTTP API --
 
 
-def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = None) -> dict[str, Any]:
+def run_json(
+    run: WorkflowRun,
+    payloads: bool = True,
+    state: RunState | None = None,
+    attributes: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A run as the JSON of ``workflows ... --json`` and the HTTP API: one shape for both.
 
     ``status`` is the stored status but ``parked`` for a running run no
     worker holds (as it always was); ``display_status`` tells a parked run's
     ``retrying``, ``waiting`` and ``parked`` apart, as the admin and the CLI
     show it. ``state`` is the run's :class:`~.store.run_states.RunState`
-    (read here, one query, when not given: a list reads them all at once).
+    (read here, one query, when not given: a list reads them all at once),
+    ``attributes`` its typed attributes (the same: ``attributes_of`` reads a
+    page's at once); a ``Decimal`` is written as a string, to stay exact.
     """
     state = state or run_states.state_of(run)
+    if attributes is None:
+        attributes = run_attributes(run.id)
     data: dict[str, Any] = {
         "id": str(run.id),
         "workflow": run.workflow_name,
@@ -259,6 +306,8 @@ def run_json(run: WorkflowRun, payloads: bool = True, state: RunState | None = N
         "parent_close_policy": run.parent_close_policy if run.parent_step_attempt_id else None,
         # What the run is about (client/subjects.py): the object's model and primary key, not the object.
         "subject": {"type": run.subject_type, "id": run.subject_id} if run.subject_type else None,
+        # Typed attributes (store/attributes.py): an int as a number, a Decimal as a string, a datetime in UTC.
+        "attributes": {name: str(value) if isinstance(value, Decimal) else value for name, value in attributes.items()},
     }
     if payloads:
         data.update(input=run.input, output=run.output, error=run.error)

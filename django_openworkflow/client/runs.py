@@ -29,6 +29,7 @@ from ..errors import (
 from ..models import WorkflowRun
 from ..states import DisplayStatus, RunStatus
 from ..store import get_backend, run_states
+from ..store.attributes import insert_attributes, run_attributes, start_transaction
 from ..store.notify import run_waiters
 from .dispatcher import get_dispatcher
 from .subjects import Subject, subject_of
@@ -65,6 +66,7 @@ def start_run(
     debounce_key: str | None = None,
     retention: Duration | None = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
 ) -> RunHandle:
     """Start a run of ``workflow_name``.
 
@@ -77,6 +79,8 @@ def start_run(
     debounced start returns the run it folded into (``created`` False).
     ``retention`` overrides how long the run is kept once finished.
     ``subject`` links the run to a saved model instance (:func:`runs_for`).
+    ``attributes`` are values of the workflow's declared attributes, written
+    with the run (a start that returns an existing run writes none).
     """
     return start_run_with_id(
         None,
@@ -92,6 +96,7 @@ def start_run(
         debounce_key=debounce_key,
         retention=retention,
         subject=subject,
+        attributes=attributes,
     )
 
 
@@ -110,6 +115,7 @@ def start_run_with_id(
     debounce_key: str | None = None,
     retention: Duration | None = None,
     subject: Any = None,
+    attributes: dict[str, Any] | None = None,
 ) -> RunHandle:
     """:func:`start_run`, the new run's id chosen by the caller (a new one when ``None``).
 
@@ -127,6 +133,7 @@ def start_run_with_id(
         flow["id"] = run_id
     if subject is not None:
         flow.update(subject_of(subject).columns())
+    typed = spec.attribute_values(attributes, f"run of workflow {workflow_name!r}")
     debounce = spec.debounce_key_for(stored_input, debounce_key)
     if debounce is not None and (idempotency_key is not None or available_at is not None):
         raise InvalidArgument(
@@ -139,18 +146,21 @@ def start_run_with_id(
     deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
     if deadline is not None and deadline <= db_clock():
         raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
-    run, created = store.insert_run(
-        workflow_name=workflow_name,
-        version=version,
-        input=stored_input,
-        available_at=available,
-        deadline_at=deadline,
-        idempotency_key=idempotency_key,
-        flow=flow,
-        debounce=None
-        if debounce is None or spec.debounce is None
-        else (debounce, spec.debounce.delay, spec.debounce.max_delay),
-    )
+    with start_transaction(store.alias, bool(typed)):
+        run, created = store.insert_run(
+            workflow_name=workflow_name,
+            version=version,
+            input=stored_input,
+            available_at=available,
+            deadline_at=deadline,
+            idempotency_key=idempotency_key,
+            flow=flow,
+            debounce=None
+            if debounce is None or spec.debounce is None
+            else (debounce, spec.debounce.delay, spec.debounce.max_delay),
+        )
+        if created and typed:
+            insert_attributes([(run.id, typed)])
     if created:
         get_dispatcher().run_started(run.id, queue=run.queue)
     return RunHandle(run.id, created=created)
@@ -168,6 +178,7 @@ def start_runs(
     priority: int | None = None,
     retention: Duration | None = None,
     subjects: Sequence[Any] | None = None,
+    attributes: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[RunHandle]:
     """Start one run of ``workflow_name`` per input, in a few statements; their handles, in order.
 
@@ -179,7 +190,9 @@ def start_runs(
     raises :class:`PayloadError` naming its index, and no run starts. A
     debounced workflow's starts fold together, which is ``run()``'s job:
     it is refused here. ``subjects`` (one saved model instance per input,
-    ``None`` for none) links each run to its object (:func:`runs_for`).
+    ``None`` for none) links each run to its object (:func:`runs_for`);
+    ``attributes`` (one dict per input, ``None`` for none) are the
+    attribute values of each run, checked before anything is written.
     """
     spec = registry.find(workflow_name, version)
     if spec.debounce is not None:
@@ -207,6 +220,16 @@ def start_runs(
         linked = [
             {} if obj is None else subject_of(obj, f"subject {index}").columns() for index, obj in enumerate(given)
         ]
+    given_values = [None] * len(values) if attributes is None else list(attributes)
+    if len(given_values) != len(values):
+        raise InvalidArgument(
+            f"{len(given_values)} attribute dicts for {len(values)} inputs: give one per input (None for none)",
+            "attributes",
+        )
+    typed = [
+        spec.attribute_values(given, f"attributes {index} of workflow {workflow_name!r}")
+        for index, given in enumerate(given_values)
+    ]
     store = get_backend()
     db_clock = functools.cache(store.now)
     available = _as_datetime(available_at, "available_at", db_clock)
@@ -228,7 +251,11 @@ def start_runs(
                 **subject,
             }
         )
-    inserted = store.insert_runs(rows) if rows else []
+    with start_transaction(store.alias, any(typed)):
+        inserted = store.insert_runs(rows) if rows else []
+        insert_attributes(
+            (run_id, values) for (run_id, created), values in zip(inserted, typed, strict=True) if created and values
+        )
     dispatcher = get_dispatcher()
     for (run_id, created), row in zip(inserted, rows, strict=True):
         if created:
@@ -348,6 +375,10 @@ class RunHandle:
         finally:
             if finished is not None:
                 run_waiters.unregister(str(handle.id), finished)
+
+    def attributes(self) -> dict[str, Any]:
+        """The run's attributes by name, each as its declared type (a ``datetime`` in UTC); one query."""
+        return run_attributes(self.id)
 
     def subject(self) -> Subject | None:
         """What the run was started for (``subject=obj``): the model's label and the primary key, or None.

@@ -7,7 +7,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -17,6 +17,7 @@ from ..conf import owf_settings
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, UnknownWorkflowError, WorkflowRegistrationError
 from .alerts import RunFailure
+from .attributes import AttributeCondition, check_declaration, check_value, declared_type, parse_value, split_lookup
 from .children import ParentClosePolicy, check_parent_close_policy
 from .flow import (
     DEFAULT_QUEUE,
@@ -107,6 +108,8 @@ class WorkflowSpec:
     on_failure: Callable[[RunFailure], Any] | None = None
     parent_close_policy: ParentClosePolicy = ParentClosePolicy.ABANDON
     """What happens to the children its runs start when the run ends (a child start may say otherwise)."""
+    attributes: dict[str, type] = field(default_factory=dict, hash=False)
+    """The typed attributes its runs may have: name to ``int``, ``str``, ``Decimal`` or ``datetime``."""
 
     @property
     def is_async(self) -> bool:
@@ -127,6 +130,7 @@ class WorkflowSpec:
         debounce_key: str | None = None,
         retention: Duration | None = None,
         subject: Any = None,
+        attributes: dict[str, Any] | None = None,
     ) -> RunHandle:
         """Start a run of this workflow (of ``version`` if given, else this spec's).
 
@@ -136,7 +140,8 @@ class WorkflowSpec:
         ``concurrency_key`` and ``debounce_key`` give the key instead of the
         declared key function. ``subject`` links the run to a saved model
         instance: ``runs_for(order)`` lists it, the admin shows it on the
-        object's page (``WorkflowRunsMixin``).
+        object's page (``WorkflowRunsMixin``). ``attributes`` gives values of
+        the declared attributes (``{"region": "eu"}``), written with the run.
         """
         return _client().start_run(
             self.name,
@@ -151,6 +156,7 @@ class WorkflowSpec:
             debounce_key=debounce_key,
             retention=retention,
             subject=subject,
+            attributes=attributes,
         )
 
     def run_many(
@@ -164,10 +170,12 @@ class WorkflowSpec:
         priority: int | None = None,
         retention: Duration | None = None,
         subjects: Sequence[Any] | None = None,
+        attributes: Sequence[dict[str, Any] | None] | None = None,
     ) -> list[RunHandle]:
         """Start one run per input, in a few statements; their handles, in order (see ``client.start_runs``).
 
         ``subjects``: one saved model instance per input (``None`` for none), each run's subject.
+        ``attributes``: one dict of attribute values per input (``None`` for none).
         """
         return _client().start_runs(
             self.name,
@@ -180,6 +188,7 @@ class WorkflowSpec:
             priority=priority,
             retention=retention,
             subjects=subjects,
+            attributes=attributes,
         )
 
     def flow_fields(
@@ -241,6 +250,41 @@ class WorkflowSpec:
         return resolve_key(
             self.debounce.key if debounce_key is None else debounce_key, input, self.name, "debounce key"
         )
+
+    def attribute_values(self, values: Any, where: str) -> dict[str, tuple[type, Any]]:
+        """Start-time attribute values checked against the declaration: ``{name: (type, value)}``.
+
+        :class:`InvalidArgument` names an undeclared attribute (listing the
+        declared ones) or a value not of its type.
+        """
+        if values is None:
+            return {}
+        if not isinstance(values, dict):
+            raise InvalidArgument(
+                f"{where}: attributes must be a dict of name to value, got {values!r:.80}", "attributes"
+            )
+        checked = {}
+        for name, value in values.items():
+            kind = declared_type(self.attributes, name, where)
+            checked[name] = (kind, check_value(kind, value, name, where))
+        return checked
+
+    def attribute_values_from_json(self, values: Any) -> dict[str, Any] | None:
+        """Attribute values from JSON (the API's): a ``Decimal`` or a ``datetime`` given as a string is parsed.
+
+        The result goes to ``run(attributes=...)``, which checks it (an int
+        stays a number, a str a string); InvalidArgument for what cannot be read.
+        """
+        if values is None:
+            return None
+        where = f"run of workflow {self.name!r}"
+        if not isinstance(values, dict):
+            raise InvalidArgument(f"{where}: attributes must be an object of name to value", "attributes")
+        typed = {}
+        for name, value in values.items():
+            kind = declared_type(self.attributes, name, where)
+            typed[name] = parse_value(kind, value, name, where) if kind is not str and isinstance(value, str) else value
+        return typed
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"workflow {self.name!r} is not called directly; start it with {self.fn.__name__}.run(input)")
@@ -344,6 +388,68 @@ class WorkflowRegistry:
                 found.append(spec)
         return found
 
+    def attribute_types(self, workflow_name: str | None = None) -> dict[str, type]:
+        """The attributes the registered workflows (or those of ``workflow_name``) declare, by name.
+
+        A name two workflows declare with different types has no one type:
+        :class:`InvalidArgument` asks for the workflow (system check W009).
+        """
+        declared: dict[str, type] = {}
+        for spec in list(self._registry.values()):
+            if workflow_name is not None and spec.name != workflow_name:
+                continue
+            for name, kind in spec.attributes.items():
+                if declared.setdefault(name, kind) is not kind:
+                    raise InvalidArgument(
+                        f"attribute {name!r} is declared as {declared[name].__name__} by one workflow and "
+                        f"{kind.__name__} by another: filter on one workflow (workflow=...)",
+                        "attributes",
+                    )
+        return declared
+
+    def attribute_names(self) -> list[tuple[str, str]]:
+        """Every declared attribute as ``(name, type name)``, sorted: what the admin's filter suggests."""
+        found = {
+            (name, kind.__name__) for spec in list(self._registry.values()) for name, kind in spec.attributes.items()
+        }
+        return sorted(found)
+
+    def attribute_conditions(
+        self, filters: Any, workflow_name: str | None = None, *, text: bool = False
+    ) -> tuple[AttributeCondition, ...]:
+        """``{"amount__gte": Decimal("10"), "region": "eu"}`` as checked conditions, each typed as declared.
+
+        With ``text`` the values are text (a query string's, the command
+        line's) and are parsed as their type. :class:`InvalidArgument` names
+        an unknown attribute, an unknown lookup or a value not of its type.
+        """
+        if filters is None:
+            return ()
+        if not isinstance(filters, dict):
+            raise InvalidArgument(f"attributes must be a dict of filters, got {filters!r:.80}", "attributes")
+        declared = self.attribute_types(workflow_name)
+        where = "attribute filter" if workflow_name is None else f"attribute filter on workflow {workflow_name!r}"
+        conditions = []
+        for key, wanted in filters.items():
+            name, lookup = split_lookup(key, where)
+            kind = declared_type(declared, name, where)
+
+            def typed(value: Any, name: str = name, kind: type = kind) -> Any:
+                if text:
+                    if not isinstance(value, str):
+                        raise InvalidArgument(f"{where}: {name!r} is given as text, got {value!r:.80}", "attributes")
+                    return parse_value(kind, value, name, where)
+                return check_value(kind, value, name, where)
+
+            if lookup == "in":
+                values = wanted.split(",") if text and isinstance(wanted, str) else wanted
+                if isinstance(values, str | bytes) or not isinstance(values, list | tuple | set | frozenset):
+                    raise InvalidArgument(f"{where}: {key!r} takes a list of values, got {wanted!r:.80}", "attributes")
+                conditions.append(AttributeCondition(name, kind, lookup, tuple(typed(value) for value in values)))
+            else:
+                conditions.append(AttributeCondition(name, kind, lookup, typed(wanted)))
+        return tuple(conditions)
+
     def all(self) -> list[WorkflowSpec]:
         return sorted(self._registry.values(), key=lambda s: (s.name, _version_sort_key(s.version)))
 
@@ -371,6 +477,7 @@ def workflow(
     retention: Duration | None = None,
     on_failure: Callable[[RunFailure], Any] | None = None,
     parent_close_policy: str = ParentClosePolicy.ABANDON,
+    attributes: dict[str, type] | None = None,
 ) -> Any:
     """Declare a durable workflow: ``@workflow`` or ``@workflow(name=..., version=...)``.
 
@@ -399,7 +506,10 @@ def workflow(
     ``parent_close_policy`` (``"abandon"``, ``"terminate"`` or
     ``"request_cancel"``) is what happens to the unfinished children its
     runs start when the run ends; ``ctx.step.run_workflow`` and
-    ``start_workflow`` may say otherwise per child.
+    ``start_workflow`` may say otherwise per child. ``attributes``
+    (``{"region": str, "amount": Decimal}``) declares the typed attributes
+    its runs are found by: set at the start (``run(..., attributes=...)``) or
+    by ``ctx.set_attribute``; ``int``, ``str``, ``Decimal`` and ``datetime``.
     """
 
     def decorate(func: WorkflowFunction) -> WorkflowSpec:
@@ -470,6 +580,10 @@ def workflow(
             kept = parse_retention(retention, f"{where}: retention")
         except ValueError as exc:
             raise WorkflowRegistrationError(str(exc)) from exc
+        try:
+            declared = check_declaration(attributes, where)
+        except ValueError as exc:
+            raise WorkflowRegistrationError(str(exc)) from exc
         spec = WorkflowSpec(
             name=wf_name,
             version=version,
@@ -489,6 +603,7 @@ def workflow(
             retention=kept,
             on_failure=on_failure,
             parent_close_policy=close_policy,
+            attributes=declared,
         )
         return registry.register(spec)
 

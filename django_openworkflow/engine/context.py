@@ -30,7 +30,8 @@ class WorkflowContext:
     ``input`` is the run's input, ``step`` the durable step API, ``version``
     the version the run started with, ``run_id`` the run's id;
     ``scheduled_at`` the tick a schedule started the run for; ``publish`` and
-    ``stream`` let readers follow the run's progress.
+    ``stream`` let readers follow the run's progress; ``set_attribute`` sets
+    a typed attribute the run is found by.
     """
 
     def __init__(self, slice_: Slice) -> None:
@@ -66,6 +67,19 @@ class WorkflowContext:
         inside a step's code (:class:`StepUsageError`).
         """
         self._progress.publish(key, value)
+
+    def set_attribute(self, name: str, value: Any) -> None:
+        """Set the run's attribute ``name`` (declared by ``@workflow(attributes=...)``) to ``value``, of its type.
+
+        ``list_runs(attributes={"amount__gte": Decimal("10")})``, the admin,
+        the CLI and the API then find the run by it. Written with the run's
+        next journal write, like :meth:`publish`, so a worker that lost the
+        run writes nothing; replay-safe, and never replaced by an older
+        value. An undeclared name, or a value not of the declared type,
+        raises :class:`InvalidArgument` saying what was expected; inside a
+        step's code it raises :class:`StepUsageError`.
+        """
+        self._progress.set_attribute(name, value)
 
     def stream(self, name: str) -> RunStream:
         """The run's stream ``name``: ``ctx.stream("log").write(chunk)`` appends to it (see :class:`RunStream`)."""

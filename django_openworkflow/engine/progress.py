@@ -1,4 +1,6 @@
-"""``ctx.publish`` and ``ctx.stream(name).write``: progress a run tells while it works, written with the journal.
+"""``ctx.publish``, ``ctx.stream(name).write`` and ``ctx.set_attribute``: what a run tells while it works.
+
+All three are written with the journal.
 
 Neither writes at once. Each call is buffered among the slice's pending
 changes and committed by the next journal write (a step's start, a sleep or
@@ -22,9 +24,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..definitions.attributes import check_value, declared_type
 from ..definitions.payload import check_text, to_json_value
 from ..errors import StepUsageError
-from ..store.records import ProgressWrite
+from ..store.records import AttributeWrite, ProgressWrite
 from .slice import Slice, current_step
 
 __all__ = ["Progress", "RunStream"]
@@ -76,6 +79,23 @@ class Progress:
                 del pending[index]
                 break
         pending.append(ProgressWrite(key, position, stored))
+
+    def set_attribute(self, name: str, value: Any) -> None:
+        """Set the run's typed attribute ``name``; see :meth:`WorkflowContext.set_attribute`."""
+        s = self._slice
+        self._check("set_attribute", name, "attribute name")
+        where = f"ctx.set_attribute() in workflow {s.spec.name!r}"
+        kind = declared_type(s.spec.attributes, name, where)
+        stored = check_value(kind, value, name, where)
+        position = self._position
+        self._position += 1
+        pending = s.pending
+        # Once per step boundary: a later value of the attribute replaces one not written yet.
+        for index, change in enumerate(pending):
+            if isinstance(change, AttributeWrite) and change.name == name:
+                del pending[index]
+                break
+        pending.append(AttributeWrite(name, position, kind, stored))
 
     def write(self, stream: str, chunk: Any) -> int:
         """Append ``chunk`` to ``stream``; returns its offset. See :meth:`RunStream.write`."""

@@ -1,9 +1,10 @@
 """The tables: workflow runs (the queue and their state), step attempts (the journal), their signals,
 events, gates, approvals and schedules, what runs publish and stream, the workers' heartbeat rows and
-paused queues, and the HTTP API's tokens."""
+paused queues, the HTTP API's tokens and runs' typed attributes."""
 
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
 from .approvals import Approval, ApprovalStatus
+from .attributes import RunAttribute
 from .messages import Event, Gate, Signal
 from .operations import QueueState, Schedule, WorkerProcess
 from .progress import PublishedValue, StreamChunk
@@ -25,6 +26,7 @@ __all__ = [
     "Gate",
     "PublishedValue",
     "QueueState",
+    "RunAttribute",
     "RunStatus",
     "Schedule",
     "Signal",

@@ -29,11 +29,13 @@ from .. import tracing
 from ..definitions.children import ParentClosePolicy
 from ..models import StepAttempt, WorkflowRun
 from ..states import RunStatus, StepStatus
+from .attributes import write_attributes
 from .core import BackendCore
 from .fairness import place_of, place_runs
 from .progress import write_progress
 from .records import (
     AttemptUpdate,
+    AttributeWrite,
     CancelRequested,
     ChildStart,
     LeaseLost,
@@ -255,9 +257,12 @@ class FenceOps(BackendCore):
     def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
         spawning = []
         progress = []
+        attributes = []
         for change in pending:
             if isinstance(change, ProgressWrite):
                 progress.append(change)
+            elif isinstance(change, AttributeWrite):
+                attributes.append(change)
             elif not isinstance(change, NewAttempt):
                 self._finish_attempt(change)
             elif change.child is not None:
@@ -268,6 +273,8 @@ class FenceOps(BackendCore):
             self._insert_attempts(run_id, spawning, now)
         if progress:
             write_progress(run_id, progress, now)
+        if attributes:
+            write_attributes(run_id, attributes)
 
     def _close_open_steps(self, run_ids: list[Any], now: datetime) -> None:
         """A canceled run's sleep, wait or executing step ends with it, so no step shows "running" forever."""

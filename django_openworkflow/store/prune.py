@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Count, Exists, OuterRef, Q
 
-from ..models import Approval, Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
+from ..models import Approval, Event, PublishedValue, RunAttribute, Signal, StepAttempt, StreamChunk, WorkflowRun
 from ..states import FINISHED_STATUSES
 from . import queries
 
@@ -112,10 +112,10 @@ def delete_batch(backend: Backend, expired: Expired, limit: int) -> Counter[str]
 
 
 def delete_runs(ids: list[Any]) -> None:
-    """Inside a transaction: delete these runs, their journals, signals, approvals, published values and stream
-    chunks.
+    """Inside a transaction: delete these runs, their journals, signals, approvals, published values, stream
+    chunks and attributes.
 
-    Links to them from other rows are cleared. Eleven statements whatever the
+    Links to them from other rows are cleared. Twelve statements whatever the
     number of runs. The order lets databases that check foreign keys at once
     (MySQL, MariaDB) accept each statement.
     """
@@ -129,6 +129,7 @@ def delete_runs(ids: list[Any]) -> None:
     Signal.objects.filter(workflow_run_id__in=ids)._raw_delete(Signal.objects.db)
     PublishedValue.objects.filter(workflow_run_id__in=ids)._raw_delete(PublishedValue.objects.db)
     StreamChunk.objects.filter(workflow_run_id__in=ids)._raw_delete(StreamChunk.objects.db)
+    RunAttribute.objects.filter(workflow_run_id__in=ids)._raw_delete(RunAttribute.objects.db)
     Approval.objects.filter(workflow_run_id__in=ids)._raw_delete(Approval.objects.db)  # before their waits
     Signal.objects.filter(consumed_by_id__in=attempts).update(consumed_by=None)
     StepAttempt.objects.filter(workflow_run_id__in=ids)._raw_delete(StepAttempt.objects.db)

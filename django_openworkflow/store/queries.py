@@ -15,8 +15,10 @@ from django.db import connections
 from django.db.models import Count, F, Q, QuerySet
 
 from ..conf import owf_settings
+from ..definitions.attributes import AttributeCondition
 from ..models import IS_HELD, Signal, StepAttempt, WorkflowRun
 from ..states import CLAIMABLE_STATUSES, DisplayStatus, RunStatus, StepKind, StepStatus
+from .attributes import with_attributes
 from .run_states import DISPLAY_STATUSES, status_q, with_error_summary
 
 PARKED = DisplayStatus.PARKED
@@ -203,7 +205,8 @@ class RunFilter:
     range is on ``created_at``, ``created_after`` inclusive and
     ``created_before`` exclusive; ``input_contains`` is a JSON object the
     run's input must contain (``store/containment.py``: one rule everywhere);
-    ``subject`` is an object's (model label, primary key as text).
+    ``subject`` is an object's (model label, primary key as text);
+    ``attributes`` are checked conditions on typed attributes, all met.
     """
 
     statuses: tuple[str, ...] = ()
@@ -214,6 +217,8 @@ class RunFilter:
     input_contains: dict[str, Any] | None = None
     subject: tuple[str, str] | None = None
     """(model label, primary key as text): the runs linked to that object (client/subjects.py)."""
+    attributes: tuple[AttributeCondition, ...] = ()
+    """Conditions on typed attributes (``store/attributes.py``), each typed as its attribute is declared."""
 
     def apply(self, queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]:
         if self.statuses:
@@ -231,6 +236,8 @@ class RunFilter:
             queryset = queryset.filter(created_at__lt=self.created_before)
         if self.subject is not None:
             queryset = queryset.filter(subject_type=self.subject[0], subject_id=self.subject[1])
+        if self.attributes:
+            queryset = with_attributes(queryset, self.attributes)
         if self.input_contains is not None:
             from . import get_backend
 

@@ -257,5 +257,20 @@ class ProgressWrite:
     stream: str | None = None
 
 
-Pending = list[AttemptUpdate | NewAttempt | ProgressWrite]
+@dataclass
+class AttributeWrite:
+    """A value ``ctx.set_attribute`` set, written with the next journal write (``store/attributes.py``).
+
+    ``kind`` is the declared type, ``value`` the checked value; ``position``
+    is where the call stands in the run's deterministic execution (counted
+    with the progress calls), so a replay's earlier value replaces nothing.
+    """
+
+    name: str
+    position: int
+    kind: type
+    value: Any
+
+
+Pending = list[AttemptUpdate | NewAttempt | ProgressWrite | AttributeWrite]
 """Finished attempts (and progress) the engine buffered; each fenced write commits them first."""

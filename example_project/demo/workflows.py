@@ -10,6 +10,8 @@ running again.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -123,3 +125,23 @@ def refund_approval(ctx: Any) -> dict[str, Any]:
     if not decision.approved:
         return {"order_id": order["order_id"], "refunded": False, "rejected_by": decision.by}
     return ctx.step.run("refund", lambda: {"order_id": order["order_id"], "refunded": order["amount"]})
+
+
+# -- invoices found by typed attributes: "over 1,000 EUR, due before Friday, in the EU" ----
+
+
+@workflow(
+    name="send-invoice",
+    version="v1",
+    attributes={"customer_id": int, "region": str, "amount": Decimal, "due": datetime},
+)
+def send_invoice(ctx: Any) -> dict[str, Any]:
+    """Send an invoice; the run list finds it by amount, due date, region or customer (the *By attribute* filter).
+
+    Started with its attributes (``send_invoice.run(input, attributes={"customer_id": 42, "amount":
+    Decimal("1250.00"), "due": due})``); the region is set once the customer's address is read.
+    """
+    region = ctx.step.run("read-address", lambda: ctx.input.get("region", "eu"))
+    ctx.set_attribute("region", region)
+    sent = ctx.step.run("send-invoice", lambda: send_email(ctx.input["email"], "invoice"))
+    return {"sent": sent, "region": region}

@@ -121,7 +121,7 @@ def test_run_page_issues_a_constant_number_of_queries(admin_client: Any) -> None
         admin_client.get(run_url(small))
     with CaptureQueriesContext(connection) as many:
         admin_client.get(run_url(big))
-    assert len(few) == len(many) <= 9  # the re-runs of the run, the published values, the streams
+    assert len(few) == len(many) <= 10  # the re-runs of the run, the published values, the streams, the attributes
 
 
 @pytest.mark.django_db
@@ -206,7 +206,7 @@ def test_run_page_with_waits_and_signals_issues_a_constant_number_of_queries(adm
         admin_client.get(run_url(small))
     with CaptureQueriesContext(connection) as many:
         admin_client.get(run_url(big))
-    assert len(few) == len(many) <= 10  # the re-runs of the run, the published values, the streams
+    assert len(few) == len(many) <= 11  # the re-runs of the run, the published values, the streams, the attributes
 
 
 # -- flow control: queue, priority, limits, blocked runs -------------------------------------------

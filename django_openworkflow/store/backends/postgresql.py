@@ -31,7 +31,7 @@ from ...models import StepAttempt, WorkflowRun
 from ...states import RunStatus
 from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
-from ..records import ClaimedRun, NewAttempt, Pending, ProgressWrite, RunRecord
+from ..records import AttributeWrite, ClaimedRun, NewAttempt, Pending, ProgressWrite, RunRecord
 from .base import Backend
 from .postgresql_claim import _field, _q, claim_sql, lease_sql
 
@@ -155,12 +155,12 @@ class PostgreSQLBackend(Backend):
         run_fields: dict[str, Any],
         unless_canceling: bool = False,
     ) -> int | None:
-        """Fence + attempt updates + new attempts in one statement (with progress: the portable path's few).
+        """Fence + attempt updates + new attempts in one statement (with progress or attributes: the portable path's).
 
         With ``unless_canceling`` the fence also requires that nobody asked to cancel
         the run; when it matches nothing, the portable path's :meth:`_refused` says why.
         """
-        if any(isinstance(change, ProgressWrite) for change in pending):
+        if any(isinstance(change, ProgressWrite | AttributeWrite) for change in pending):
             return super()._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
         using = self.alias
         run_values = {"updated_at": now, **run_fields}
@@ -171,7 +171,7 @@ class PostgreSQLBackend(Backend):
         for change in pending:
             if isinstance(change, NewAttempt):
                 new_rows.append(change)
-            elif not isinstance(change, ProgressWrite):
+            elif not isinstance(change, ProgressWrite | AttributeWrite):
                 values = (change.status, change.output, change.error, change.finished_at)
                 params += [
                     _param(using, StepAttempt, n, v, connection) for n, v in zip(_UPDATE_COLUMNS, values, strict=True)

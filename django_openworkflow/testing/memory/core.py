@@ -15,6 +15,7 @@ from ...states import RunStatus, StepStatus
 from ...store.fence import PARENT_CLOSED
 from ...store.records import (
     AttemptUpdate,
+    AttributeWrite,
     CancelRequested,
     ChildStart,
     LeaseLost,
@@ -53,6 +54,8 @@ class MemoryCore:
         # What runs publish and stream (ctx.publish, ctx.stream): key -> (position, value), and each stream's chunks.
         self.published: dict[tuple[uuid.UUID, str], tuple[int, Any]] = {}
         self.chunks: dict[tuple[uuid.UUID, str], list[Any]] = {}
+        # Attributes ctx.set_attribute set: (run, name) -> (position, value).
+        self.attributes: dict[tuple[uuid.UUID, str], tuple[int, Any]] = {}
         self._attempt_ids = itertools.count(1)
         self._signal_ids = itertools.count(1)
         self._event_ids = itertools.count(1)
@@ -159,6 +162,10 @@ class MemoryCore:
                 self._finish_attempt(change)
             elif isinstance(change, ProgressWrite):
                 self._write_progress(run_id, change)
+            elif isinstance(change, AttributeWrite):
+                stored = self.attributes.get((run_id, change.name))
+                if stored is None or stored[0] < change.position:  # as store/attributes.py
+                    self.attributes[(run_id, change.name)] = (change.position, change.value)
         for change in pending:
             if isinstance(change, NewAttempt) and change.child is None:
                 self._insert_attempt(run_id, change, now)
@@ -181,6 +188,12 @@ class MemoryCore:
         """Every key the run published, with its latest value (``store.progress.published_values``)."""
         with self.lock:
             found = {key: _read(value) for (run, key), (_, value) in self.published.items() if run == run_id}
+        return dict(sorted(found.items()))
+
+    def run_attributes(self, run_id: Any) -> dict[str, Any]:
+        """The attributes the run set, by name (``store.attributes.run_attributes``)."""
+        with self.lock:
+            found = {name: value for (run, name), (_, value) in self.attributes.items() if run == run_id}
         return dict(sorted(found.items()))
 
     def read_chunks(self, run_id: Any, stream: str, offset: int = 0) -> list[tuple[int, Any]]:

@@ -17,6 +17,7 @@ from ...states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus
 from ...store.records import (
     AttemptRecord,
     AttemptUpdate,
+    AttributeWrite,
     ChildStart,
     NewAttempt,
     ProgressWrite,
@@ -178,5 +179,5 @@ class _Fenced:
     close_children: bool = False
 
 
-def _spawns(change: AttemptUpdate | NewAttempt | ProgressWrite) -> bool:
+def _spawns(change: AttemptUpdate | NewAttempt | ProgressWrite | AttributeWrite) -> bool:
     return isinstance(change, NewAttempt) and change.child is not None
