@@ -1,0 +1,21 @@
+"""The periodic sweeps a worker process runs beside its claims, each on a thread of its own (``turns.py``)."""
+
+from __future__ import annotations
+
+from ..conf import owf_settings
+from ..definitions.retention import prune_interval
+from .aging import AgingSweeper
+from .prune import PruneSweeper
+from .turns import TurnSweeper
+
+
+def sweepers() -> list[TurnSweeper]:
+    """Retention's prune every ``PRUNE_INTERVAL``, and priority aging when ``PRIORITY_AGING`` is set; not started."""
+    found: list[TurnSweeper] = []
+    interval = prune_interval()
+    if interval is not None:
+        found.append(PruneSweeper(interval))
+    aging = owf_settings.priority_aging
+    if aging is not None:
+        found.append(AgingSweeper(aging))
+    return found
