@@ -89,7 +89,7 @@ def measure(bench: Bench, aging: bool, backlog: int, seconds: float) -> None:
     waits = [low_waits.get(run_id, ended - started) for run_id, started in low_started.items()]
     bench.reset_tables()
     connections.close_all()
-    shape = f"{LOW_RUNS} priority-0 runs behind {backlog} priority-5 ones, one more per claim, a claim per {STEP_S}s"
+    shape = f"{LOW_RUNS} priority-0 runs behind {backlog} priority-5 ones, one more per claim, {STEP_S}s a claim"
     bench.emit(f"aging.{label}.longest_wait_s", max(waits), f"s ({shape})", 2)
     bench.emit(f"aging.{label}.unclaimed", unclaimed, f"low runs still waiting after {seconds:.0f} s", 0)
     if aging:

@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from ..conf import PriorityAging
 from ..models import WorkflowRun
@@ -59,10 +60,12 @@ class _Row:
     priority: int
     declared_priority: int | None
 
-    def aged(self, now: datetime, aging: PriorityAging) -> tuple[int, int | None]:
-        """(priority, declared_priority) the run should have at ``now``."""
+    def aged(self, now: datetime, aging: PriorityAging | None) -> tuple[int, int | None]:
+        """(priority, declared_priority) the run should have at ``now`` (aging off: its declared priority)."""
         declared = self.priority if self.declared_priority is None else self.declared_priority
-        if self.status not in CLAIMABLE_STATUSES or self.available_at > now or declared >= aging.ceiling:
+        if aging is None or self.status not in CLAIMABLE_STATUSES or self.available_at > now:
+            return declared, None
+        if declared >= aging.ceiling:
             return declared, None  # not waiting (or declared at or above the ceiling): as declared
         levels = int((now - self.available_at) / aging.every)
         priority = min(aging.ceiling, declared + levels)
@@ -71,37 +74,58 @@ class _Row:
 
 def age_priorities(
     backend: Backend,
-    aging: PriorityAging,
+    aging: PriorityAging | None,
     now: datetime,
     batch: int = AGING_BATCH,
     stop: Callable[[], bool] = lambda: False,
 ) -> Iterator[int]:
-    """One sweep at ``now``: both passes, one transaction per batch; yields how many runs each batch changed."""
-    last: Any = None
+    """One sweep at ``now``: both passes, one transaction per batch; yields how many runs each batch changed.
+
+    With ``aging`` None (turned off) only the first pass: the runs aged
+    before get their declared priority back.
+    """
+    after: _Row | None = None
     while not stop():  # 1. the runs aged before: as their wait now says
-        aged = WorkflowRun.objects.filter(declared_priority__isnull=False).order_by("id")
-        rows, changed = _batch(backend, aged if last is None else aged.filter(id__gt=last), now, aging, batch)
+        aged = WorkflowRun.objects.filter(declared_priority__isnull=False).order_by("declared_priority", "id")
+        if after is not None:  # on from the last one read, in the index's order (MySQL's too: id is in it)
+            d = after.declared_priority
+            aged = aged.filter(Q(declared_priority__gt=d) | Q(declared_priority=d, id__gt=after.id))
+        rows, changed = _batch(backend, aged, now, aging, batch)
         if changed:
             yield changed
         if len(rows) < batch:
             break
-        last = rows[-1].id
+        after = rows[-1]
         time.sleep(PAUSE)
+    if aging is None:
+        return
     waiting = (
         WorkflowRun.objects.due(now - aging.every)
         .filter(declared_priority__isnull=True, priority__lt=aging.ceiling)
         .order_by("available_at")
     )
+    since: datetime | None = None
     while not stop():  # 2. runs waiting an interval or more, not aged yet: each batch leaves the set
-        rows, changed = _batch(backend, waiting, now, aging, batch)
+        # On from the last due time read: not through the runs aged before (the oldest due) again.
+        rows, changed = _batch(
+            backend, waiting if since is None else waiting.filter(available_at__gte=since), now, aging, batch
+        )
         if changed:
             yield changed
         if len(rows) < batch or not changed:
             break
+        since = rows[-1].available_at
         time.sleep(PAUSE)
 
 
-def _batch(backend: Backend, runs: Any, now: datetime, aging: PriorityAging, limit: int) -> tuple[list[_Row], int]:
+def aged_runs_exist() -> bool:
+    """Whether aging has raised any run (one probe of ``owf_run_aged_idx``)."""
+    return bool(WorkflowRun.objects.filter(declared_priority__isnull=False).exists())
+
+
+def _batch(
+    backend: Backend, runs: Any, now: datetime, aging: PriorityAging | None, limit: int
+) -> tuple[list[_Row], int]:
     """Lock up to ``limit`` of ``runs`` (skipping locked ones) and write their aged priority; rows read, changed."""
 
     def write() -> tuple[list[_Row], int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 
 from ..conf import PriorityAging, owf_settings
 from .turns import TurnSweeper
@@ -25,29 +26,37 @@ AGING_TURN_PREFIX = "aging-turn:"
 def age_priorities(*, batch_size: int | None = None, stop: Callable[[], bool] = lambda: False) -> int:
     """Give every waiting run the priority its wait has earned now, and runs no longer waiting their declared one.
 
-    Does nothing (returns 0) when ``OPENWORKFLOW["PRIORITY_AGING"]`` is None.
-    Workers call it once a turn; tests call it after ``advance()``. Returns
-    how many runs changed priority. ``stop`` is asked between batches.
+    With ``OPENWORKFLOW["PRIORITY_AGING"]`` None, every run aging raised
+    before (while it was on) gets its declared priority back. Workers call
+    it once a turn; tests call it after ``advance()``. Returns how many runs
+    changed priority. ``stop`` is asked between batches.
     """
     from ..store import aging as store
     from ..store import get_backend
 
     aging = owf_settings.priority_aging
-    if aging is None:
-        return 0
     backend = get_backend()
     batch = store.AGING_BATCH if batch_size is None else batch_size
     return sum(store.age_priorities(backend, aging, backend.now(), batch, stop))
 
 
+RESTORE_INTERVAL = timedelta(minutes=1)
+"""With aging turned off while runs it raised remain: how often the sweep looks for them."""
+
+
 class AgingSweeper(TurnSweeper):
-    """A worker's thread that ages priorities once every ``every`` (looking twice as often), when it gets the turn."""
+    """A worker's thread that ages priorities once every ``every`` (looking twice as often), when it gets the turn.
+
+    With ``aging`` None (turned off, runs it raised remain) it gives them
+    their declared priority back, looking once every :data:`RESTORE_INTERVAL`.
+    """
 
     turn_prefix = AGING_TURN_PREFIX
     what = "priority aging sweep"
 
-    def __init__(self, aging: PriorityAging) -> None:
-        super().__init__("owf-aging", aging.every, logger, look_every=aging.every / 2)
+    def __init__(self, aging: PriorityAging | None) -> None:
+        every = RESTORE_INTERVAL if aging is None else aging.every
+        super().__init__("owf-aging", every, logger, look_every=every / 2)
 
     def sweep(self) -> int:
         """Age the waiting runs; how many changed priority."""

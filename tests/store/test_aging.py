@@ -153,3 +153,19 @@ def test_a_workflow_declared_above_the_ceiling_is_warned_about():
     with override_settings(OPENWORKFLOW={"PRIORITY_AGING": {"every": "30s", "ceiling": 1000}}):
         assert check_priority_aging() == []
     assert check_priority_aging() == []  # off
+
+
+def test_turned_off_the_runs_it_raised_get_their_declared_priority_back_from_the_workers_sweep():
+    from django_openworkflow.worker.aging import AgingSweeper
+    from django_openworkflow.worker.maintenance import sweepers
+
+    run_id = ordered.run({"n": 0}, priority=1).id
+    assert not [s for s in sweepers() if isinstance(s, AgingSweeper)]  # off, nothing aged: no sweep at all
+    with override_openworkflow(PRIORITY_AGING=AGING):
+        advance("2m")
+        age_priorities()
+    assert WorkflowRun.objects.get(id=run_id).priority == 3
+    (sweeper,) = [s for s in sweepers() if isinstance(s, AgingSweeper)]  # off now, but a run it raised remains
+    assert sweeper.sweep() == 1
+    run = WorkflowRun.objects.get(id=run_id)
+    assert (run.priority, run.declared_priority) == (1, None)
