@@ -64,9 +64,9 @@ class _Row:
         """(priority, declared_priority) the run should have at ``now`` (aging off: its declared priority)."""
         declared = self.priority if self.declared_priority is None else self.declared_priority
         if aging is None or self.status not in CLAIMABLE_STATUSES or self.available_at > now:
-            return declared, None
+            return declared, None  # aging off, or not waiting (held, parked, finished): as declared
         if declared >= aging.ceiling:
-            return declared, None  # not waiting (or declared at or above the ceiling): as declared
+            return declared, None  # declared at or above the ceiling: never aged
         levels = int((now - self.available_at) / aging.every)
         priority = min(aging.ceiling, declared + levels)
         return priority, (declared if priority != declared else None)
