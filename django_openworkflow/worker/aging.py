@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from datetime import timedelta
 
+from django.db import DatabaseError, connections
+
 from ..conf import PriorityAging, owf_settings
 from .turns import TurnSweeper
 
@@ -47,8 +49,11 @@ RESTORE_INTERVAL = timedelta(minutes=1)
 class AgingSweeper(TurnSweeper):
     """A worker's thread that ages priorities once every ``every`` (looking twice as often), when it gets the turn.
 
-    With ``aging`` None (turned off, runs it raised remain) it gives them
-    their declared priority back, looking once every :data:`RESTORE_INTERVAL`.
+    With ``aging`` None (off) it looks once, on its thread, whether runs
+    aging raised while it was on remain; only then does it go on, giving
+    them their declared priority back once every :data:`RESTORE_INTERVAL`.
+    Otherwise the thread ends there: off, aging costs a worker one indexed
+    probe when it starts.
     """
 
     turn_prefix = AGING_TURN_PREFIX
@@ -57,6 +62,21 @@ class AgingSweeper(TurnSweeper):
     def __init__(self, aging: PriorityAging | None) -> None:
         every = RESTORE_INTERVAL if aging is None else aging.every
         super().__init__("owf-aging", every, logger, look_every=every / 2)
+        self.aging = aging
+
+    def run(self) -> None:
+        if self.aging is None and not self._runs_to_restore():
+            connections.close_all()
+            return
+        super().run()
+
+    def _runs_to_restore(self) -> bool:
+        from ..store.aging import aged_runs_exist
+
+        try:
+            return aged_runs_exist()
+        except DatabaseError:  # no tables yet, or no database: the worker says so; the next start looks again
+            return False
 
     def sweep(self) -> int:
         """Age the waiting runs; how many changed priority."""

@@ -22,6 +22,7 @@ from django_openworkflow.store import aging as store_aging
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import advance, override_openworkflow
 from django_openworkflow.worker.aging import age_priorities
+from tests.conftest import wait_until
 from tests.fixtures.flow_display_workflows import charge
 from tests.fixtures.flowapp.workflows import ordered
 
@@ -160,12 +161,20 @@ def test_turned_off_the_runs_it_raised_get_their_declared_priority_back_from_the
     from django_openworkflow.worker.maintenance import sweepers
 
     run_id = ordered.run({"n": 0}, priority=1).id
-    assert not [s for s in sweepers() if isinstance(s, AgingSweeper)]  # off, nothing aged: no sweep at all
+    (idle,) = [s for s in sweepers() if isinstance(s, AgingSweeper)]
+    idle.start()
+    idle.join(10)
+    assert not idle.is_alive() and idle.sweeps == 0  # off, nothing aged: the thread looked once and ended
     with override_openworkflow(PRIORITY_AGING=AGING):
         advance("2m")
         age_priorities()
     assert WorkflowRun.objects.get(id=run_id).priority == 3
     (sweeper,) = [s for s in sweepers() if isinstance(s, AgingSweeper)]  # off now, but a run it raised remains
-    assert sweeper.sweep() == 1
+    sweeper.start()
+    try:
+        wait_until(lambda: WorkflowRun.objects.get(id=run_id).declared_priority is None, timeout=30)
+    finally:
+        sweeper.stop()
+        sweeper.join(10)
     run = WorkflowRun.objects.get(id=run_id)
     assert (run.priority, run.declared_priority) == (1, None)
