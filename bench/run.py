@@ -22,6 +22,8 @@ Phases (each starts from empty tables; one module each in bench/phases/):
   attributes  the claim and the run list with and without typed attribute rows; filtered first pages.
   fairness    10,000 runs of one key + 10 of each of 100 others, drained by claims of 10 with the
               queue not fair, then fair: claim cost, and the runs claimed before a small key's last.
+  aging       5 priority-0 runs behind a flood of priority-5 ones that never drains, claimed one at a time,
+              aging off then on: the longest wait of a low run, and one aging sweep's cost.
   memory      worker RSS after 1k and after 50k completed runs (--quick: 500 and 2k).
   starts      run() one at a time from one thread, and run_many() in bulk (with and without keys)
   fanout      one parent starts N children at once (start_workflow + wait_all; N = 300,
@@ -59,6 +61,7 @@ from bench import report  # noqa: E402
 from bench.context import Bench  # noqa: E402
 from bench.databases import BENCH_DBS  # noqa: E402
 from bench.phases import (  # noqa: E402
+    aging,
     attributes,
     claims,
     fairness,
@@ -82,6 +85,7 @@ PHASES = {
     "claims": claims.run,
     "attributes": attributes.run,
     "fairness": fairness.run,
+    "aging": aging.run,
     "memory": memory.run,
     "fanout": fanout.run,
     "starts": starts.run,

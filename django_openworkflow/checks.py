@@ -98,6 +98,29 @@ def check_attributes() -> list[checks.CheckMessage]:
     return messages
 
 
+def check_priority_aging() -> list[checks.CheckMessage]:
+    """PRIORITY_AGING, and workflows declared above its ceiling (aged runs never overtake theirs)."""
+    from .definitions.registry import registry
+
+    try:
+        aging = owf_settings.priority_aging
+    except ValueError as exc:
+        return [checks.Error(str(exc), id="openworkflow.E013")]
+    if aging is None:
+        return []
+    return [
+        checks.Warning(
+            f"workflow {spec.name!r} declares priority {spec.priority}, above OPENWORKFLOW['PRIORITY_AGING'] "
+            f"ceiling {aging.ceiling}: aged runs never overtake its runs, so a flood of them can starve "
+            "lower ones whatever their wait",
+            hint=f"Raise the ceiling to at least {spec.priority}, or lower the workflow's priority.",
+            id="openworkflow.W013",
+        )
+        for spec in registry.all()
+        if spec.priority > aging.ceiling
+    ]
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -134,6 +157,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages.extend(check_retention_settings())
     messages.extend(check_fairness())
     messages.extend(check_attributes())
+    messages.extend(check_priority_aging())
     try:
         mail_period()
     except ValueError as exc:

@@ -6,12 +6,16 @@ works in tests. Durations accept the same strings as ``ctx.step.sleep``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 
 from .durations import parse_duration
+
+PRIORITY_RANGE = (-1000, 1000)
+"""The priorities a run may have (``definitions/flow.py`` checks declarations against it)."""
 
 DEFAULTS: dict[str, Any] = {
     # Database alias holding the workflow tables.
@@ -55,6 +59,9 @@ DEFAULTS: dict[str, Any] = {
     "FAIR_QUEUES": [],
     # In a fair queue, a key's waiting runs are placed in line at least this far apart.
     "FAIRNESS_QUANTUM": "1s",
+    # Priority aging (docs/howto/flow-control.md "Priority aging"): {"every": "30s", "ceiling": 10} raises a
+    # run waiting due in its queue by one priority level per interval waited, up to the ceiling; None: strict.
+    "PRIORITY_AGING": None,
     # Mail ADMINS when a run fails, at most once per workflow per this duration (alerts.py); None: never.
     "MAIL_ADMINS_ON_FAILURE": None,
     # The site's address ("https://example.com"), for absolute links to run pages in mails.
@@ -73,6 +80,14 @@ DEFAULTS: dict[str, Any] = {
     # (seconds; 0: never, the pages stay as served).
     "ADMIN_LIVE_SECONDS": 10,
 }
+
+
+@dataclass(frozen=True)
+class PriorityAging:
+    """``OPENWORKFLOW["PRIORITY_AGING"]``, checked: one level gained per ``every`` waited, up to ``ceiling``."""
+
+    every: timedelta
+    ceiling: int
 
 
 class Settings:
@@ -157,6 +172,31 @@ class Settings:
         if quantum <= timedelta(0):
             raise ValueError(f"OPENWORKFLOW['FAIRNESS_QUANTUM'] must be longer than zero, got {quantum}")
         return quantum
+
+    @property
+    def priority_aging(self) -> PriorityAging | None:
+        value = self._get("PRIORITY_AGING")
+        if value is None:
+            return None
+        where = "OPENWORKFLOW['PRIORITY_AGING']"
+        if not isinstance(value, dict) or set(value) != {"every", "ceiling"}:
+            raise ValueError(
+                f"{where} must be None or a dict with the keys 'every' and 'ceiling' only, "
+                f'such as {{"every": "30s", "ceiling": 10}}, got {value!r:.80}'
+            )
+        try:
+            every = parse_duration(value["every"])
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}['every']: {exc}") from None
+        if every < timedelta(seconds=1):
+            raise ValueError(f"{where}['every'] must be at least 1s (one level gained per interval), got {every}")
+        ceiling, (low, high) = value["ceiling"], PRIORITY_RANGE
+        if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not low <= ceiling <= high:
+            raise ValueError(
+                f"{where}['ceiling'] must be a whole number from {low} to {high} (the highest priority aging "
+                f"gives), got {ceiling!r:.60}"
+            )
+        return PriorityAging(every, ceiling)
 
     def raw(self, key: str) -> Any:
         """The setting as the user wrote it (retention.py parses the retention ones)."""

@@ -3,6 +3,7 @@
 DATABASE_URL may be a PostgreSQL (postgres://) or a MySQL/MariaDB (mysql://) URL.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -124,6 +125,9 @@ OPENWORKFLOW: dict[str, object] = {"POLL_INTERVAL": "20ms", "FAIR_QUEUES": ["ten
 if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
     OPENWORKFLOW["PRUNE_INTERVAL"] = os.environ["OWF_TEST_PRUNE_INTERVAL"]
 # tests/metrics/test_metrics.py's worker subprocesses count what they do (the in-process tests enable it themselves).
+if os.environ.get("OWF_TEST_PRIORITY_AGING"):  # JSON, for worker processes (tests/worker/test_aging.py)
+    OPENWORKFLOW["PRIORITY_AGING"] = json.loads(os.environ["OWF_TEST_PRIORITY_AGING"])
+
 if os.environ.get("OWF_TEST_METRICS"):
     OPENWORKFLOW["METRICS"] = True
 

@@ -369,14 +369,20 @@ def error(run: WorkflowRun) -> str:
 
 @admin.display(description=_("queue"), ordering="queue")
 def queue(run: WorkflowRun) -> str:
-    """The queue, and the priority when it is not the default 0."""
-    if not run.priority:
+    """The queue, and the priority when it is not the default 0 (and what it was declared, once aged)."""
+    if not run.priority and run.declared_priority is None:
         return format_html('<code class="owf-queue">{}</code>', run.queue)
+    label = gettext("priority %(priority)s") % {"priority": run.priority}
+    if run.declared_priority is not None:
+        label = gettext("priority %(priority)s (aged from %(declared)s)") % {
+            "priority": run.priority,
+            "declared": run.declared_priority,
+        }
     return format_html(
         '<code class="owf-queue">{}</code> <span class="owf-hint" title="{}">{}</span>',
         run.queue,
         gettext("Priority: higher first within the queue"),
-        gettext("priority %(priority)s") % {"priority": run.priority},
+        label,
     )
 
 

@@ -54,7 +54,11 @@ RUN = {
         "available_at": {**TIME, "description": "null while the run waits for a concurrency place"},
         "deadline_at": TIME,
         "queue": TEXT,
-        "priority": {"type": "integer"},
+        "priority": {"type": "integer", "description": "the claim's order: the declared one, or higher once aged"},
+        "declared_priority": {
+            "type": "integer",
+            "description": "the priority the run was started with (OPENWORKFLOW['PRIORITY_AGING'] raises priority)",
+        },
         "concurrency_key": OPTIONAL_TEXT,
         "concurrency_limit": {"type": ["integer", "null"]},
         "concurrency_counts_parked": {"type": ["boolean", "null"]},

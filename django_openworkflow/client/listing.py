@@ -289,6 +289,8 @@ def run_json(
         "deadline_at": run.deadline_at,
         "queue": run.queue,
         "priority": run.priority,
+        # What it was started with: lower than priority while priority aging has raised it.
+        "declared_priority": run.priority if run.declared_priority is None else run.declared_priority,
         "concurrency_key": run.concurrency_key,
         "concurrency_limit": run.concurrency_limit,
         "concurrency_counts_parked": run.concurrency_counts_parked if run.concurrency_key else None,

@@ -25,6 +25,7 @@ from ..errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
 from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus
 from ..store import get_backend
+from ..store.aging import declared_priority_of
 from ..store.queries import PAYLOAD_FIELDS, display_status, open_waits
 from ..store.reruns import insert_rerun, source_journal
 from ..store.run_states import states_of
@@ -258,7 +259,9 @@ def _rerun_fields(run: WorkflowRun) -> dict[str, Any]:
     """A re-run's columns: the run's workflow, version, input, flow columns and subject, and the link to it."""
     fields = {"workflow_name": run.workflow_name, "version": run.version, "input": run.input, "rerun_of_id": run.id}
     fields |= {"subject_type": run.subject_type, "subject_id": run.subject_id}
-    return fields | {name: getattr(run, name) for name in FLOW_COLUMNS}
+    fields |= {name: getattr(run, name) for name in FLOW_COLUMNS}
+    # The priority it was started with, not what priority aging raised it to while it waited.
+    return fields | {"priority": declared_priority_of(run.priority, run.declared_priority)}
 
 
 def _bulk(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..conf import PRIORITY_RANGE as PRIORITY_RANGE  # re-exported: the API checks priorities against it
 from ..durations import Duration, parse_duration
 from ..errors import InvalidArgument, PayloadError, WorkflowRegistrationError
 from .payload import check_text, to_json_value
@@ -41,7 +42,6 @@ QUEUE_CHARACTERS = "[A-Za-z0-9_.:-]{1,64}"
 """A queue name, as a regular expression both Python and JSON Schema (the API's document) read alike."""
 # \Z, not $: "$" also matches before a final newline, and "emails\n" is no queue name.
 QUEUE_NAME = re.compile(rf"\A{QUEUE_CHARACTERS}\Z")
-PRIORITY_RANGE = (-1000, 1000)
 
 KeyFunction = Callable[[Any], Any]
 """Computes a key from the run's input (the value given to ``run()``)."""

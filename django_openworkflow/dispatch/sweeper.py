@@ -39,11 +39,9 @@ class SweepLoop:
         self.batch = batch
         self._stop = threading.Event()
         self.scheduler = Scheduler()  # cron schedules start here too: no runworkflows worker runs under Celery
-        from ..definitions.retention import prune_interval
-        from ..worker.prune import PruneSweeper
+        from ..worker.maintenance import sweepers
 
-        every = prune_interval()  # retention's sweep too, on a thread of its own
-        self.pruner = PruneSweeper(every) if every is not None else None
+        self.sweepers = sweepers()  # retention's and priority aging's sweeps too, each on a thread of its own
 
     def stop(self, signum: int | None = None) -> None:
         self._stop.set()
@@ -64,8 +62,8 @@ class SweepLoop:
             self._run()
 
     def _run(self) -> None:
-        if self.pruner is not None:
-            self.pruner.start()
+        for sweeper in self.sweepers:
+            sweeper.start()
         try:
             while not self._stop.is_set():
                 self.scheduler.tick()  # at most once a second, never raises
@@ -78,7 +76,7 @@ class SweepLoop:
                 if sent < self.batch:
                     self._stop.wait(self.interval)
         finally:
-            if self.pruner is not None:
-                self.pruner.stop()
-                self.pruner.join(5)
+            for sweeper in self.sweepers:
+                sweeper.stop()
+                sweeper.join(5)
             connections.close_all()

@@ -96,6 +96,11 @@ class WorkflowRun(models.Model):
     # Flow control (flow.py): where and in which order the run is claimed, and the limits it was started with.
     queue = models.CharField(max_length=64, default=DEFAULT_QUEUE)
     priority = models.SmallIntegerField(default=0, help_text="Higher first, within a queue.")
+    # Set while priority aging (OPENWORKFLOW["PRIORITY_AGING"], store/aging.py) has raised ``priority``:
+    # the priority the run was started with. NULL otherwise, which is nearly always.
+    declared_priority = models.SmallIntegerField(
+        null=True, blank=True, editable=False, help_text="The priority it was started with, while aging raised it."
+    )
     concurrency_key = models.CharField(max_length=255, null=True, blank=True)
     # In a fair queue (OPENWORKFLOW["FAIR_QUEUES"]): the run's key, and its place in line among the
     # queue's runs of its priority (store/fairness.py), set when it is started.
@@ -225,6 +230,12 @@ class WorkflowRun(models.Model):
                 fields=["fairness_key", "fair_at"],
                 condition=Q(status="pending", fair_at__isnull=False),
                 name="owf_run_fair_tail_idx",
+            ),
+            # The runs priority aging has raised (few), which its sweep reads again (MySQL: 0021 adds a plain one).
+            models.Index(
+                fields=["declared_priority"],
+                condition=Q(declared_priority__isnull=False),
+                name="owf_run_aged_idx",
             ),
             # Places taken under a concurrency limit, and the runs waiting for one.
             models.Index(fields=["concurrency_key", "status", "worker_id"], name="owf_run_concurrency_idx"),

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models.constants import OnConflict
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .. import tracing
@@ -426,5 +427,9 @@ class RunOps(JournalOps):
                 worker_id=None,
                 available_at=now,
                 updated_at=now,
+                # Priority aging's levels were for a wait that is over: the retry waits from its declared priority.
+                # (Before declared_priority: MySQL's SET reads the columns the SET before it wrote.)
+                priority=Coalesce("declared_priority", "priority"),
+                declared_priority=None,
             )
         return ids

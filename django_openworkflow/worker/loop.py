@@ -115,12 +115,11 @@ class Worker:
         from .schedules import Scheduler
 
         self.scheduler = Scheduler()  # cron schedules: every worker looks, the tick's key picks one run
-        # Retention's sweep (retention.py): on a thread of its own, one worker per interval (runworkflows turns it on).
-        from ..definitions.retention import prune_interval
-        from .prune import PruneSweeper
+        # Retention's sweep (retention.py) and priority aging's (aging.py): each on a thread of its own, one
+        # worker per interval (runworkflows turns them on). Started and stopped by the main thread only.
+        from .maintenance import sweepers
 
-        interval = prune_interval() if prune else None
-        self.pruner = PruneSweeper(interval) if interval is not None else None
+        self.sweepers = sweepers() if prune else []
 
     # -- control --
 
@@ -173,14 +172,14 @@ class Worker:
             listener.start()
             # LISTEN before the first claim, so nothing committed in between is missed.
             listener.connected.wait(2.0)
-        if self.pruner is not None:
-            self.pruner.start()
+        for sweeper in self.sweepers:
+            sweeper.start()
         try:
             self._claim_loop(until)
         finally:
             self._stopping.set()
-            if self.pruner is not None:
-                self.pruner.stop()
+            for sweeper in self.sweepers:
+                sweeper.stop()
             if listener is not None:
                 self._ask_for_wakeups(False)
                 listener.stop()
@@ -195,8 +194,8 @@ class Worker:
             else:
                 _bounded(self._release_stuck, self.lease.total_seconds(), "releasing the runs still executing")
                 _bounded(self.presence.stop, self.lease.total_seconds(), "marking this worker stopped")
-            if self.pruner is not None:
-                self.pruner.join(5)
+            for sweeper in self.sweepers:
+                sweeper.join(5)
             connections.close_all()
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
         if self.failure is not None:

@@ -7,17 +7,14 @@ the SQL is ``store/prune.py``.
 from __future__ import annotations
 
 import logging
-import random
-import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db import DatabaseError, IntegrityError, connections, transaction
-
 from ..conf import owf_settings
 from ..definitions.retention import global_retention
+from .turns import TurnSweeper, take_turn
 
 logger = logging.getLogger("django_openworkflow.retention")
 
@@ -80,72 +77,26 @@ PRUNE_TURN_PREFIX = "prune-turn:"
 
 
 def take_prune_turn(interval: timedelta) -> bool:
-    """Whether this process may sweep now: the first to ask in each interval (database clock) gets the turn.
-
-    The turn is a row of the gate table named after the interval's number:
-    inserting it succeeds for exactly one process (its primary key decides),
-    so two workers never sweep the same interval. Earlier turns' rows are
-    deleted as the next one is taken.
-    """
-    from ..models import Gate
-    from ..store import get_backend
-
-    backend = get_backend()
-    now = backend.now()
-    number = int(now.timestamp() // interval.total_seconds())
-    name = f"{PRUNE_TURN_PREFIX}{number}"
-    with backend.write_lock():
-        try:
-            with transaction.atomic(using=backend.alias):
-                Gate.objects.create(name=name)
-        except IntegrityError:
-            return False
-        Gate.objects.filter(name__startswith=PRUNE_TURN_PREFIX).exclude(name=name).delete()
-    return True
+    """Whether this process may prune now: the first to ask in each interval gets the turn (see ``turns.py``)."""
+    return take_turn(PRUNE_TURN_PREFIX, interval)
 
 
-class PruneSweeper(threading.Thread):
+class PruneSweeper(TurnSweeper):
     """A worker's thread that prunes every ``PRUNE_INTERVAL`` (with jitter), when it gets the turn.
 
     It never takes a claim slot; its batches are short transactions. A
     failing sweep is logged and tried again at the next interval.
     """
 
+    turn_prefix = PRUNE_TURN_PREFIX
+    what = "prune sweep"
+
     def __init__(self, interval: timedelta) -> None:
-        super().__init__(name="owf-prune", daemon=True)
-        self.interval = interval
-        self._stop_event = threading.Event()
-        self.sweeps = 0  # written by this thread only; others may read it
+        super().__init__("owf-prune", interval, logger)
 
-    def stop(self) -> None:
-        self._stop_event.set()
-
-    def run(self) -> None:
-        seconds = self.interval.total_seconds()
-        # A first look soon after start (jittered), then about once an interval.
-        wait = random.uniform(0.1, min(seconds, 5.0))
-        try:
-            while not self._stop_event.wait(wait):
-                self.sweep_once()
-                wait = seconds * random.uniform(0.8, 1.2)
-        finally:
-            connections.close_all()
-
-    def sweep_once(self) -> dict[str, int] | None:
-        """Prune if this worker gets the turn; what it deleted per workflow, or None without the turn."""
-        try:
-            if not take_prune_turn(self.interval):
-                return None
-            deleted = prune(stop=self._stop_event.is_set)
-            self.sweeps += 1
-            if deleted.runs:
-                logger.info("pruned %d expired run(s) and %d event(s)", sum(deleted.runs.values()), deleted.events)
-            return deleted.runs
-        except (DatabaseError, ValueError) as exc:
-            logger.warning("prune sweep failed (%s); trying again in %s", exc, self.interval)
-            for wrapper in connections.all(initialized_only=True):
-                wrapper.close()
-            return None
-        except Exception:  # never take the worker down
-            logger.exception("prune sweep failed; trying again in %s", self.interval)
-            return None
+    def sweep(self) -> dict[str, int]:
+        """Prune; what it deleted per workflow."""
+        deleted = prune(stop=self._stop_event.is_set)
+        if deleted.runs:
+            logger.info("pruned %d expired run(s) and %d event(s)", sum(deleted.runs.values()), deleted.events)
+        return deleted.runs

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_openworkflow.models import WorkflowRun
-from tests.admin.helpers import LIST_URL, XSS, blocked_run, make_run, one_of_each
+from tests.admin.helpers import LIST_URL, XSS, blocked_run, make_run, one_of_each, run_url
 
 
 @pytest.mark.django_db
@@ -239,3 +239,12 @@ def test_search_finds_runs_by_queue_and_concurrency_key(admin_client: Any) -> No
     assert search("emails") == {in_queue.id}
     assert search("charge/42") == {keyed.id}
     assert search("api/acme") == {rated.id}
+
+
+@pytest.mark.django_db
+def test_list_and_run_page_show_what_priority_aging_raised_a_run_from(admin_client: Any) -> None:
+    aged = make_run(workflow_name="send-mail", queue="emails", priority=3)
+    WorkflowRun.objects.filter(id=aged.id).update(declared_priority=0)  # as the aging sweep leaves it
+    assert "priority 3 (aged from 0)" in admin_client.get(LIST_URL).content.decode()
+    page = admin_client.get(run_url(aged)).content.decode()
+    assert "aged from 0 while it waits" in page
