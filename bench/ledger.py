@@ -43,6 +43,7 @@ class Ledger:
         self.completions: list[float] = []  # times of C lines with outcome "completed"
         self.pickups: list[tuple[float, float, bool]] = []  # (first start, start - due, limited)
         self.renewals: list[tuple[float, int, int]] = []  # (time, pid, leases extended)
+        self.beat_ms: dict[int, float] = {}  # pid -> the longest heartbeat UPDATE, ms
         self.starts: list[float] = []  # when the starter called run()
         self.start_errors: list[str] = []
         self.extra = 0  # executions beyond the first of their (run, step), excused or not
@@ -93,7 +94,24 @@ class Ledger:
                 self.completions.append(float(f[1]))
                 self.completed_by.setdefault(f[2], set()).add(int(f[3]))
         elif kind == "R":
-            self.renewals.append((float(f[1]), int(f[2]), int(f[3])))
+            pid = int(f[2])
+            self.renewals.append((float(f[1]), pid, int(f[3])))
+            if len(f) > 4:
+                self.beat_ms[pid] = max(self.beat_ms.get(pid, 0.0), float(f[4]))
+
+    def beat_gaps(self) -> dict[int, float]:
+        """Per worker, the longest time between two of its heartbeat UPDATEs (seconds).
+
+        The heartbeat beats every lease/3: a gap near the lease means the
+        leases nearly lapsed (a stalled machine, or an UPDATE that waited).
+        """
+        last: dict[int, float] = {}
+        gaps: dict[int, float] = {}
+        for at, pid, _ in sorted(self.renewals):
+            if pid in last:
+                gaps[pid] = max(gaps.get(pid, 0.0), at - last[pid])
+            last[pid] = at
+        return gaps
 
     # ---- the checks
 
@@ -151,7 +169,7 @@ def self_check(directory: Path) -> list[str]:
         "S 10.0 a work 101 7 9.9 -\nE 10.1 a work 101 7\n"  # finished, but its slice did not complete the run
         "S 14.0 a work 101 7 9.9 -\n"  # the kill interrupts this one
         "S 20.0 k1 work 101 7 19.0 0\nS 20.5 k2 work 101 7 19.0 0\nE 21.0 k1 work 101 7\nE 21.5 k2 work 101 7\n"
-        "R 11.0 101 3\n"
+        "R 11.0 101 3\nR 12.0 101 2 40.5\nR 14.5 101 0 7.0\n"  # the first written before the UPDATE's time was
     )
     (directory / "ledger-102.log").write_text(
         "S 15.0 a work 102 7 9.9 -\nE 15.1 a work 102 7\nC 15.2 a 102 completed\n"
@@ -179,6 +197,8 @@ def self_check(directory: Path) -> list[str]:
         wrong.append(f"overlaps under a limit of 2: {overlaps}, not [('0', 20.7, 3)]")
     if ledger.overlaps(3, {}, 30.0):
         wrong.append("an overlap of 3 bodies under a limit of 3")
-    if sum(rows for _, _, rows in ledger.renewals) != 3 or len(ledger.completions) != 2:
+    if ledger.beat_gaps() != {101: 2.5} or ledger.beat_ms != {101: 40.5}:
+        wrong.append(f"heartbeat gaps {ledger.beat_gaps()} or longest UPDATE {ledger.beat_ms}, not 2.5 s and 40.5 ms")
+    if sum(rows for _, _, rows in ledger.renewals) != 5 or len(ledger.completions) != 2:
         wrong.append("renewals or completions misread")
     return wrong

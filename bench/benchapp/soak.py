@@ -83,9 +83,11 @@ def _count_renewals(execute, sql, params, many, context):  # type: ignore[no-unt
     heartbeat = threading.current_thread().name == "owf-heartbeat" and sql.lstrip()[:6].upper() == "UPDATE"
     if heartbeat and time.monotonic() - _started > _break_after:
         raise RuntimeError("bench: the heartbeat broken on purpose (--soak-break-heartbeat)")
+    began = time.monotonic()
     result = execute(sql, params, many, context)
     if heartbeat:
-        write(f"R {time.time():.6f} {os.getpid()} {context['cursor'].rowcount}")
+        took_ms = (time.monotonic() - began) * 1000.0
+        write(f"R {time.time():.6f} {os.getpid()} {context['cursor'].rowcount} {took_ms:.1f}")
     return result
 
 

@@ -475,6 +475,19 @@ class Soak:
         bench.emit("soak.rss_growth_mb", max(growth) if growth else NAN, "MB (most of any worker, warm-up -> end)")
         bench.emit("soak.lease_renewals", sum(r for _, _, r in led.renewals), "leases extended by heartbeats", 0)
         bench.emit("soak.heartbeat_updates", len(led.renewals), "heartbeat UPDATEs", 0)
+        gaps = led.beat_gaps()
+        gap = max(gaps.values(), default=NAN)
+        bench.emit(
+            "soak.heartbeat_gap_max_s",
+            gap,
+            f"s (longest time between a worker's heartbeats; the lease is {self.lease:g}s)",
+        )
+        bench.emit(
+            "soak.heartbeat_update_max_ms", max(led.beat_ms.values(), default=NAN), "ms (longest heartbeat UPDATE)"
+        )
+        for pid, seconds in sorted(gaps.items()):
+            if seconds > self.lease * 2 / 3:  # beats come every lease/3: one more missed and the lease lapses
+                bench.note(f"soak: worker {pid} went {seconds:.1f}s between heartbeats (lease {self.lease:g}s)")
         long_bodies = sum(
             1
             for runs in led.executions.values()
