@@ -8,8 +8,9 @@ follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`
 from typing import TYPE_CHECKING
 
 from .definitions.alerts import RunFailure
+from .definitions.declare import workflow
 from .definitions.flow import Concurrency, Debounce, OnEvent, RateLimit, Schedule
-from .definitions.registry import WorkflowSpec, workflow
+from .definitions.registry import WorkflowSpec
 from .definitions.retry import RetryPolicy
 from .engine.attempt import StepAttemptInfo
 from .errors import (

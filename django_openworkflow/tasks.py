@@ -35,8 +35,9 @@ from django.utils.module_loading import import_string
 
 from . import hooks
 from .conf import owf_settings
+from .definitions.declare import workflow
 from .definitions.flow import QUEUE_NAME, check_queue
-from .definitions.registry import WorkflowSpec, registry, workflow
+from .definitions.registry import WorkflowSpec, registry
 from .definitions.retry import RetryPolicy
 from .errors import InvalidArgument, NonRetryableError, OpenWorkflowError, WorkflowCanceled
 from .states import RunStatus, StepStatus

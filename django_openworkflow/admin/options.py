@@ -31,7 +31,7 @@ from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
 from ..store import queries, run_states
-from . import changelist, live
+from . import changelist, filters, live
 from .actions import (
     ACTIONS,
     RunAction,
@@ -72,7 +72,7 @@ class WorkflowRunAdmin(admin.ModelAdmin):
 
     list_display = changelist.COLUMNS
     list_display_links = changelist.LINKS
-    list_filter = changelist.FILTERS
+    list_filter = filters.FILTERS
     # The search itself is get_search_results; these only make the admin show the box.
     search_fields = ("workflow_name", "idempotency_key")
     search_help_text = changelist.SEARCH_HELP

@@ -29,7 +29,7 @@ from .forms import StartRunForm
 from .markup import run_url
 from .time_range import time_range
 
-NO_VERSION = "-"  # the run list's value for "no version" (changelist.NO_VERSION)
+NO_VERSION = "-"  # the run list's value for "no version" (filters.NO_VERSION)
 
 
 def registered_versions(name: str) -> list[WorkflowSpec]:

@@ -141,11 +141,7 @@ def start_run_with_id(
             "idempotency_key" if idempotency_key is not None else "available_at",
         )
     store = get_backend()
-    db_clock = functools.cache(store.now)  # read the database clock at most once per start
-    available = _as_datetime(available_at, "available_at", db_clock)
-    deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
-    if deadline is not None and deadline <= db_clock():
-        raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
+    available, deadline = _start_times(store.now, available_at, deadline_at)
     with start_transaction(store.alias, bool(typed)):
         run, created = store.insert_run(
             workflow_name=workflow_name,
@@ -201,41 +197,19 @@ def start_runs(
             "inputs",
         )
     values = list(inputs)
-    keys = [None] * len(values) if idempotency_keys is None else list(idempotency_keys)
-    if len(keys) != len(values):
-        raise InvalidArgument(
-            f"{len(keys)} idempotency keys for {len(values)} inputs: give one per input (None for none)",
-            "idempotency_keys",
-        )
+    keys = _one_per_input(idempotency_keys, len(values), "idempotency keys", "idempotency_keys")
     for key in keys:
         _check_key(key)
-    if subjects is None:
-        linked: list[dict[str, str]] = [{}] * len(values)
-    else:
-        given = list(subjects)
-        if len(given) != len(values):
-            raise InvalidArgument(
-                f"{len(given)} subjects for {len(values)} inputs: give one per input (None for none)", "subjects"
-            )
-        linked = [
-            {} if obj is None else subject_of(obj, f"subject {index}").columns() for index, obj in enumerate(given)
-        ]
-    given_values = [None] * len(values) if attributes is None else list(attributes)
-    if len(given_values) != len(values):
-        raise InvalidArgument(
-            f"{len(given_values)} attribute dicts for {len(values)} inputs: give one per input (None for none)",
-            "attributes",
-        )
+    linked = [
+        {} if obj is None else subject_of(obj, f"subject {index}").columns()
+        for index, obj in enumerate(_one_per_input(subjects, len(values), "subjects", "subjects"))
+    ]
     typed = [
         spec.attribute_values(given, f"attributes {index} of workflow {workflow_name!r}")
-        for index, given in enumerate(given_values)
+        for index, given in enumerate(_one_per_input(attributes, len(values), "attribute dicts", "attributes"))
     ]
     store = get_backend()
-    db_clock = functools.cache(store.now)
-    available = _as_datetime(available_at, "available_at", db_clock)
-    deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
-    if deadline is not None and deadline <= db_clock():
-        raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
+    available, deadline = _start_times(store.now, available_at, deadline_at)
     rows = []
     for index, (value, key, subject) in enumerate(zip(values, keys, linked, strict=True)):
         stored = to_json_value(value, f"input {index} of workflow {workflow_name!r}", "input")
@@ -261,6 +235,26 @@ def start_runs(
         if created:
             dispatcher.run_started(run_id, queue=row["queue"])
     return [RunHandle(run_id, created=created) for run_id, created in inserted]
+
+
+def _one_per_input(given: Sequence[Any] | None, count: int, what: str, parameter: str) -> list[Any]:
+    """``given`` as one item per input (``None`` each when not given); InvalidArgument if it has more or fewer."""
+    items = [None] * count if given is None else list(given)
+    if len(items) != count:
+        raise InvalidArgument(f"{len(items)} {what} for {count} inputs: give one per input (None for none)", parameter)
+    return items
+
+
+def _start_times(
+    now: Callable[[], datetime], available_at: datetime | Duration | None, deadline_at: datetime | Duration | None
+) -> tuple[datetime | None, datetime | None]:
+    """``available_at`` and ``deadline_at`` as times; a duration counts from ``now()``, called once at most."""
+    db_clock = functools.cache(now)
+    available = _as_datetime(available_at, "available_at", db_clock)
+    deadline = _as_datetime(deadline_at, "deadline_at", db_clock)
+    if deadline is not None and deadline <= db_clock():
+        raise InvalidArgument(f"deadline_at {deadline.isoformat()} is already in the past", "deadline_at")
+    return available, deadline
 
 
 class RunHandle:

@@ -202,10 +202,25 @@ def example_admin(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 if server.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"runserver did not start:\n{stderr_path.read_text()}") from None
                 time.sleep(0.1)
-        yield {"base": base, "stderr": stderr_path}
+        yield {"base": base, "stderr": stderr_path, "env": env}
     finally:
         server.terminate()
         server.wait(10)
+
+
+def seed_runs(example_admin: dict[str, Any], seeder: str) -> list[str]:
+    """Call ``seeder`` (``"module:function"``) in a subprocess on the served project's database; its output, split."""
+    module, function = seeder.split(":")
+    seeded = subprocess.run(
+        [sys.executable, "-c", f"from {module} import {function} as s; s()"],
+        env=example_admin["env"],
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+        capture_output=True,
+        text=True,
+    )
+    return seeded.stdout.split()
 
 
 def server_problems(stderr: Path) -> list[str]:

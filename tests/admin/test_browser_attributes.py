@@ -15,21 +15,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from typing import Any
 
 from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
-    PASSWORD,
-    ROOT,
     WIDE,
     Watched,
     _sidebar_open,
     chromium,
     example_admin,  # noqa: F401  (the fixture)
+    log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium)
+    seed_runs,
     server_problems,
 )
 
@@ -69,19 +67,7 @@ def seed_invoices() -> None:
 
 def test_the_run_list_filtered_by_attributes(example_admin: dict[str, Any]) -> None:  # noqa: F811
     base = example_admin["base"]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DATABASE_URL": os.environ.get("OWF_EXAMPLE_DATABASE_URL")
-        or f"sqlite:///{example_admin['stderr'].parent / 'example.sqlite3'}",
-        "OPENWORKFLOW_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    seed = "from tests.admin.test_browser_attributes import seed_invoices as s; s()"
-    seeded = subprocess.run(
-        [sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120, capture_output=True, text=True
-    )
-    run_ids = seeded.stdout.split()
+    run_ids = seed_runs(example_admin, "tests.admin.test_browser_attributes:seed_invoices")
     assert len(run_ids) == len(INVOICES)
     by_customer = dict(zip((customer for customer, *_ in INVOICES), run_ids, strict=True))
     ARTIFACTS.mkdir(exist_ok=True)
@@ -115,11 +101,7 @@ def _add_filter(page: Any, text: str) -> None:
 
 
 def _visit(page: Any, base: str, by_customer: dict[int, str]) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/?workflow=send-invoice")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/workflowrun/?workflow=send-invoice")
+    log_in(page, base, "/admin/django_openworkflow/workflowrun/?workflow=send-invoice")
     assert _shown(page) == set(by_customer.values())
     _add_filter(page, "amount__gte=1000")  # 950.00 and 99.90 are out: compared as numbers, not as text
     assert _shown(page) == {by_customer[c] for c in (10, 11, 13, 14)}

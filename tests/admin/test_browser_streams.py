@@ -12,7 +12,7 @@ import os
 import shutil
 from typing import Any
 
-from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, PASSWORD, WIDE, Watched, chromium
+from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, WIDE, Watched, chromium, log_in
 from tests.admin.test_browser_live import example_admin, in_example_project, live_admin  # noqa: F401 (fixtures)
 
 pytestmark = [NEEDS_CHROMIUM]
@@ -49,11 +49,7 @@ def test_the_progress_box_in_a_real_browser(live_admin: dict[str, Any]) -> None:
             context = browser.new_context(viewport=WIDE, color_scheme=scheme)
             watched = Watched(context.new_page())
             page = watched.page
-            page.goto(f"{base}/admin/login/?next=/admin/django_openworkflow/workflowrun/{run_id}/change/")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_url(f"**/{run_id}/**")
+            log_in(page, base, f"/admin/django_openworkflow/workflowrun/{run_id}/change/")
             box = page.locator(".owf-progress")
             assert box.is_visible()
             text = box.inner_text()

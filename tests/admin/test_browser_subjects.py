@@ -17,22 +17,20 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from typing import Any
 
 from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
-    PASSWORD,
     PHONE,
-    ROOT,
     WIDE,
     Watched,
     _sidebar_open,
     chromium,
     example_admin,  # noqa: F401  (the fixture)
+    log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium)
+    seed_runs,
     server_problems,
 )
 
@@ -78,19 +76,7 @@ def seed_subject_runs() -> None:
 
 def test_a_users_runs_on_the_users_page(example_admin: dict[str, Any]) -> None:  # noqa: F811
     base = example_admin["base"]
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        "DATABASE_URL": os.environ.get("OWF_EXAMPLE_DATABASE_URL")
-        or f"sqlite:///{example_admin['stderr'].parent / 'example.sqlite3'}",
-        "OPENWORKFLOW_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(ROOT),
-    }
-    seed = "from tests.admin.test_browser_subjects import seed_subject_runs as s; s()"
-    seeded = subprocess.run(
-        [sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120, capture_output=True, text=True
-    )
-    ada_runs = set(seeded.stdout.split())
+    ada_runs = set(seed_runs(example_admin, "tests.admin.test_browser_subjects:seed_subject_runs"))
     assert len(ada_runs) == 4
     ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
@@ -107,11 +93,7 @@ def test_a_users_runs_on_the_users_page(example_admin: dict[str, Any]) -> None: 
 
 
 def _visit(page: Any, base: str, scheme: str, ada_runs: set[str]) -> None:
-    page.goto(f"{base}/admin/login/?next=/admin/auth/user/")
-    page.fill("#id_username", "admin")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url("**/admin/auth/user/")
+    log_in(page, base, "/admin/auth/user/")
     page.locator("#result_list a", has_text="ada").first.click()
     page.wait_for_url("**/admin/auth/user/*/change/")
     section = page.locator("#owf-subject-runs")
