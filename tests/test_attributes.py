@@ -89,6 +89,16 @@ def test_run_many_gives_each_run_its_own_values():
     assert third.attributes() == {"customer_id": 3, "region": "us"}
 
 
+def test_run_many_with_more_or_fewer_attribute_dicts_than_inputs_is_refused_and_writes_nothing():
+    for given in ([{"customer_id": 1}, None], [None, None, None, None]):
+        with pytest.raises(
+            InvalidArgument, match=f"{len(given)} attribute dicts for 3 inputs: give one per input"
+        ) as caught:
+            attr_order.run_many([{}, {}, {}], attributes=given)
+        assert caught.value.argument == "attributes"
+    assert not WorkflowRun.objects.exists()
+
+
 def test_an_idempotent_repeat_writes_no_second_value():
     first = attr_order.run(idempotency_key="k", attributes={"customer_id": 1})
     again = attr_order.run(idempotency_key="k", attributes={"customer_id": 2})
