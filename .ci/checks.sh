@@ -19,6 +19,12 @@ check() {
     section "$name"
     log="$(mktemp "${TMPDIR:-/tmp}/ci-check.XXXXXX")"
     timeout -k 30 "$CI_STEP_TIMEOUT" "$@" 2>&1 | tee "$log" || rc=$?
+    outcome "$name" "$rc" "$log"
+}
+
+# A check's verdict from its exit status; a failed one's log is kept for the summary.
+outcome() {
+    local name="$1" rc="$2" log="$3"
     if [ "$rc" -eq 0 ]; then
         echo "----- $name: ok"
         rm -f "$log"
@@ -45,15 +51,7 @@ collect() {
     section "$name (started in the background)"
     wait "${bg_pid[$name]}" || rc=$?
     cat "${bg_log[$name]}"
-    if [ "$rc" -eq 0 ]; then
-        echo "----- $name: ok"
-        rm -f "${bg_log[$name]}"
-    else
-        [ "$rc" -eq 124 ] && echo "----- $name: timed out after ${CI_STEP_TIMEOUT}s"
-        echo "----- $name: FAILED (exit $rc)"
-        failed+=("$name")
-        failed_log[$name]="${bg_log[$name]}"
-    fi
+    outcome "$name" "$rc" "${bg_log[$name]}"
 }
 
 # The summary: each failed check's FAIL lines and tail again, then the verdict (the exit status).
