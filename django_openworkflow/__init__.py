@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and ed
     from .client import operations  # noqa: F401  (not in __all__: reached as django_openworkflow.operations)
     from .client.approvals import decide_approval
     from .client.events import PublishedEvent, publish_event, send_event
+    from .client.handle import RunHandle, get_run, send_signal
     from .client.listing import RunPage, StepRecord, list_runs
-    from .client.runs import RunHandle, get_run, send_signal, start_run, start_runs
+    from .client.runs import start_run, start_runs
     from .client.subjects import runs_for
     from .engine.aio import AsyncWorkflowContext
     from .engine.approvals import ApprovalDecision
@@ -100,16 +101,14 @@ __version__ = "0.3.0"  # CHANGELOG.md says what each version brought
 def __getattr__(name: str) -> object:
     # Names that import models are loaded lazily so that importing the
     # package (e.g. from settings) does not need the app registry ready.
-    if name in (
-        "RunHandle",
-        "get_run",
-        "start_run",
-        "start_runs",
-        "send_signal",
-    ):
+    if name in ("start_run", "start_runs"):
         from .client import runs
 
         return getattr(runs, name)
+    if name in ("RunHandle", "get_run", "send_signal"):
+        from .client import handle
+
+        return getattr(handle, name)
     if name == "runs_for":
         from .client.subjects import runs_for
 

@@ -14,7 +14,7 @@ Three spans, named as the design notes name them:
     with the attempt number; its status is an error when the step's code
     raised.
 ``workflow.signal``
-    One per :func:`~django_openworkflow.client.runs.send_signal`, in the
+    One per :func:`~django_openworkflow.client.handle.send_signal`, in the
     sender's trace.
 
 Nothing here imports OpenTelemetry until :func:`enable` runs (the app's

@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.text import format_lazy
 from django.utils.translation import gettext
 
-from ..client.runs import send_signal
+from ..client.handle import send_signal
 from ..errors import PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun

@@ -35,8 +35,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from ..client import operations
 from ..client.events import publish_event
+from ..client.handle import RunHandle, send_signal
 from ..client.listing import attempt_json, attribute_filters, list_runs, run_json
-from ..client.runs import RunHandle, send_signal, start_run
+from ..client.runs import start_run
 from ..client.subjects import find_subject
 from ..conf import owf_settings
 from ..definitions.registry import registry

@@ -19,8 +19,9 @@ from typing import Any
 from django.core.management.base import CommandError, OutputWrapper
 
 from ..client import operations
+from ..client.handle import RunHandle, send_signal
 from ..client.listing import attribute_filters, run_json
-from ..client.runs import RunHandle, send_signal, start_run
+from ..client.runs import start_run
 from ..client.subjects import find_subject
 from ..definitions.registry import registry
 from ..durations import parse_duration

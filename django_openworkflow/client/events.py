@@ -11,7 +11,7 @@ from ..store import get_backend
 from ..store.core import contains
 from ..store.messages import EventStart
 from .dispatcher import get_dispatcher
-from .runs import RunHandle, _check_key, _check_name
+from .handle import RunHandle, check_key, check_name
 
 
 def send_event(event: str, payload: Any = None, idempotency_key: str | None = None) -> int:
@@ -56,8 +56,8 @@ def publish_event(event: str, payload: Any = None, idempotency_key: str | None =
     A subscriber's key function that fails raises :class:`InvalidArgument`
     before anything is written.
     """
-    _check_name("event type", event)
-    _check_key(idempotency_key)
+    check_name("event type", event)
+    check_key(idempotency_key)
     stored = to_json_value(payload, f"payload of event {event!r}", "payload")
     subscribers = registry.subscribed_to(event)
     sent = get_backend().publish_event(

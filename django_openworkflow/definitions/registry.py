@@ -35,7 +35,7 @@ from .retention import parse_retention, resolve_retention
 from .retry import DEFAULT_STEP_RETRY_POLICY, DEFAULT_WORKFLOW_RETRY_POLICY, RetryPolicy
 
 if TYPE_CHECKING:
-    from ..client.runs import RunHandle
+    from ..client.handle import RunHandle
 
 WorkflowFunction = Callable[[Any], Any]
 """A workflow function: called with the run's context, it returns the run's output.

@@ -40,7 +40,7 @@ from ..definitions.cron import KEY_PREFIX, tick_key, ticks_after, trigger_key, z
 from ..errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from ..client.runs import RunHandle
+    from ..client.handle import RunHandle
     from ..definitions.flow import Schedule
     from ..models import Schedule as ScheduleRow
 

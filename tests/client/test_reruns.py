@@ -8,8 +8,8 @@ import pytest
 from django.db.models import Count
 
 from django_openworkflow.client import operations
+from django_openworkflow.client.handle import get_run, send_signal
 from django_openworkflow.client.listing import run_json
-from django_openworkflow.client.runs import get_run, send_signal
 from django_openworkflow.errors import OperationRefused, RunNotFound
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from tests.conftest import wait_until

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_openworkflow.client.runs import send_signal
+from django_openworkflow.client.handle import send_signal
 from django_openworkflow.formatting import error_cell, retry_line, wait_line, workflow_attempts
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend, queries, run_states
