@@ -29,8 +29,16 @@ PYTEST_ARGS ?=
 # worksteal: an idle process takes queued tests from a busy one (a few tests take 5-15 s).
 # conftest.py gives each its own test databases and Redis database.
 PYTEST_WORKERS ?= auto
-PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal
+# --durations=5: each leg names its slowest tests (CI's summary repeats them).
+PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=5
 TOX_ARGS ?=
+
+# A leg's start and its end line ("==> the SQLite leg took 95 s"), which CI's summary repeats.
+LEG_START = started=$$(date +%s)
+LEG_END = echo "==> the $(1) leg took $$(( $$(date +%s) - started )) s"
+# A database's second and later legs (OWF_TEST_SCOPE=database) run only the tests that reach the
+# database: the others ran on the SQLite leg, the same on every database (tests/conftest.py).
+SCOPED = OWF_TEST_SCOPE=database
 
 # $(call require,FLAG,URL,example): fail when the environment requires a database (FLAG) but names none (URL).
 require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
@@ -86,22 +94,28 @@ test: $(STAMP)
 	$(call require,OPENWORKFLOW_REQUIRE_POSTGRES,DATABASE_URL,postgres://user@host:5432/dbname)
 	$(call require,OPENWORKFLOW_REQUIRE_MARIADB,MARIADB_URL,mysql://user@host:3306/dbname)
 	@status=0; \
-	echo "==> pytest on SQLite"; \
+	echo "==> pytest on SQLite: every test"; $(LEG_START); \
 	env -u DATABASE_URL -u OPENWORKFLOW_REQUIRE_POSTGRES -u OPENWORKFLOW_REQUIRE_MARIADB \
 		$(PYTEST) $(PYTEST_ARGS) || status=1; \
+	$(call LEG_END,SQLite); \
 	if [ -n "$$DATABASE_URL" ]; then \
-		echo "==> pytest on PostgreSQL: $$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; \
-		env -u OPENWORKFLOW_REQUIRE_MARIADB $(PYTEST) $(PYTEST_ARGS) || status=1; \
+		echo "==> pytest on PostgreSQL, the tests that reach the database:" \
+		     "$$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; $(LEG_START); \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB $(SCOPED) $(PYTEST) $(PYTEST_ARGS) || status=1; \
+		$(call LEG_END,PostgreSQL); \
 	else \
 		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
 	fi; \
 	if [ -n "$$MARIADB_URL" ]; then \
-		echo "==> pytest on MariaDB: $$(printf '%s' "$$MARIADB_URL" | $(MASK_PASSWORD))"; \
+		echo "==> pytest on MariaDB, the tests that reach the database:" \
+		     "$$(printf '%s' "$$MARIADB_URL" | $(MASK_PASSWORD))"; \
 		if $(BIN)/python -c 'import MySQLdb' 2>/dev/null || { \
 			echo "==> installing the [mysql] extra (mysqlclient needs pkg-config and libmariadb-dev)"; \
 			$(BIN)/python -m pip install -q -e ".[mysql]"; }; then \
-			env -u OPENWORKFLOW_REQUIRE_POSTGRES DATABASE_URL="$$MARIADB_URL" \
+			$(LEG_START); \
+			env -u OPENWORKFLOW_REQUIRE_POSTGRES DATABASE_URL="$$MARIADB_URL" $(SCOPED) \
 				$(PYTEST) $(PYTEST_ARGS) || status=1; \
+			$(call LEG_END,MariaDB); \
 		else \
 			echo "error: could not install mysqlclient: the MariaDB run did not run" >&2; status=1; \
 		fi; \

@@ -52,6 +52,11 @@ def pytest_configure(config: pytest.Config) -> None:
     from django.core.management.commands import flush
 
     flush.sql_flush = _flush_by_delete
+    if SCOPE not in ("all", "database"):
+        raise pytest.UsageError(f"OWF_TEST_SCOPE must be 'all' or 'database', not {SCOPE!r}")
+    config.addinivalue_line(
+        "markers", "database: the test reaches the test database only through a subprocess (see uses_the_database)"
+    )
     # A required database that is missing is an error, not a quiet fallback to SQLite.
     for required in ("OPENWORKFLOW_REQUIRE_POSTGRES", "OPENWORKFLOW_REQUIRE_MARIADB"):
         if os.environ.get(required) and not os.environ.get("DATABASE_URL"):
@@ -132,8 +137,75 @@ def _django_db_marker(
     }
 
 
+# OWF_TEST_SCOPE=database: the run is a database's second (or third) leg of the same Django, and
+# runs only the tests that reach the database; the others ran, identically, on the SQLite leg.
+SCOPE = os.environ.get("OWF_TEST_SCOPE", "all")
+# What makes pytest-django open the test database for a test (the closure of its fixtures counts).
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "live_server", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+
+
+def uses_the_database(item: pytest.Item) -> bool:
+    """Whether ``item`` reaches the test database: in-process (pytest-django lets it), or through a subprocess.
+
+    pytest-django blocks every query of a test that did not ask for the database, so a test
+    that asks for none cannot touch it in-process. A test that reaches it only through a
+    subprocess (a worker, ``manage.py``) says so with ``@pytest.mark.database``.
+    """
+    if item.get_closest_marker("django_db") or item.get_closest_marker("database"):
+        return True
+    if DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    test_cls = getattr(item, "cls", None)
+    return bool(getattr(test_cls, "databases", None))  # Django's TestCase and TransactionTestCase
+
+
+@pytest.fixture(autouse=True)
+def _a_test_that_opens_the_database_says_so(request: pytest.FixtureRequest, django_db_blocker: Any) -> Iterator[None]:
+    """A test that asks for no database but unblocks it anyway (for a subprocess) fails until it is marked.
+
+    Unmarked, it would be deselected on the PostgreSQL and MariaDB legs and so never run there.
+    """
+    if uses_the_database(request.node):
+        yield
+        return
+    unblock = django_db_blocker.unblock
+
+    def refuse() -> None:
+        raise AssertionError(
+            f"{request.node.nodeid} opens the test database (django_db_blocker.unblock) but asks for none: "
+            "mark it @pytest.mark.database so that it runs on every database's leg"
+        )
+
+    django_db_blocker.unblock = refuse
+    try:
+        yield
+    finally:
+        django_db_blocker.unblock = unblock
+
+
+def _deselect_the_tests_without_a_database(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a database's second leg (OWF_TEST_SCOPE=database), deselect the tests that never reach it."""
+    if SCOPE != "database":
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        (kept if uses_the_database(item) else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The scope of this leg (see SCOPE), then the workflow tables' alias for the database tests."""
+    _deselect_the_tests_without_a_database(config, items)
+    _add_the_workflow_alias(items)
+
+
+def _add_the_workflow_alias(items: list[pytest.Item]) -> None:
     """With the workflow tables on an alias of their own, every database test may use it too.
 
     pytest-django creates the test databases that the collected tests ask for and

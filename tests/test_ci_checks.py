@@ -7,6 +7,7 @@ failure lines and tail. Run with bash, as ``.ci/run`` runs them.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,7 +38,27 @@ def test_every_check_passing_ends_with_all_passed() -> None:
     done = ci('check "one" true\ncheck "two" echo fine\nsummary')
     assert done.returncode == 0, done.stdout + done.stderr
     assert "----- one: ok" in done.stdout and "----- two: ok" in done.stdout
-    assert after_summary(done.stdout).strip() == "all CI steps passed"
+    assert after_summary(done.stdout).rstrip().endswith("all CI steps passed")
+
+
+def test_the_summary_gives_each_checks_time_and_its_test_legs_slowest_tests() -> None:
+    leg = (
+        "echo '==> pytest on SQLite'; echo '7.81s call     tests/a.py::test_slow'; "
+        "echo '===== 3 passed, 2 deselected in 9.10s ====='; echo '==> the SQLite leg took 12 s'; echo noise"
+    )
+    done = ci(f'check "tests" bash -c "{leg}"\ncheck "lint" sleep 1\nsummary')
+    assert done.returncode == 0, done.stdout + done.stderr
+    end = after_summary(done.stdout)
+    assert re.search(r"^ +[0-9]+s  tests: ok$", end, re.M) and re.search(r"^ +[1-9][0-9]*s  lint: ok$", end, re.M)
+    legs = end.split("----- tests\n", 1)[1]
+    assert legs.splitlines()[:4] == [
+        "==> pytest on SQLite",
+        "7.81s call     tests/a.py::test_slow",
+        "===== 3 passed, 2 deselected in 9.10s =====",
+        "==> the SQLite leg took 12 s",
+    ]
+    assert "noise" not in end and "----- lint\n" not in end  # a check without pytest legs has none
+    assert re.search(r"^----- CI took [0-9]+s$", end, re.M)
 
 
 def test_a_failed_check_is_explained_again_in_the_summary_and_the_others_still_run() -> None:

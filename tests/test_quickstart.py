@@ -122,6 +122,7 @@ def post(url: str, data: dict[str, str], deadline: float) -> dict[str, Any]:
             time.sleep(0.2)
 
 
+@pytest.mark.database  # the fresh project runs on the suite's database
 def test_the_readme_quickstart_works_in_a_fresh_project(project: tuple[Path, dict[str, str]]) -> None:
     path, env = project
     manage(path, env, "migrate", "--noinput", "-v", "0")

@@ -206,6 +206,7 @@ def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.database  # the user's project runs on the suite's database
 def test_manage_py_test_passes(project_run: tuple[Path, dict[str, str], dict[str, Any]]) -> None:
     project, env, layout = project_run
     done = run([sys.executable, "manage.py", "test", "--noinput"], project, env)
@@ -214,6 +215,7 @@ def test_manage_py_test_passes(project_run: tuple[Path, dict[str, str], dict[str
     assert layout["manage_py_test"] in output and "OK" in output, output
 
 
+@pytest.mark.database
 def test_pytest_passes(project_run: tuple[Path, dict[str, str], dict[str, Any]]) -> None:
     project, env, layout = project_run
     # pytest-django only warns when it cannot drop the test database: make that a failure.

@@ -38,7 +38,8 @@ from tests.admin.test_browser import (
     server_problems,
 )
 
-pytestmark = NEEDS_CHROMIUM  # on every leg: it serves the suite's own kind of database
+# On every leg: it serves the suite's own kind of database (from a subprocess: marked so).
+pytestmark = [NEEDS_CHROMIUM, pytest.mark.database]
 WAIT_MS = 20_000  # a refresh comes every second; a loaded machine may take far longer to serve one
 
 

@@ -12,10 +12,12 @@ import os
 import shutil
 from typing import Any
 
+import pytest
+
 from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, WIDE, Watched, chromium, log_in
 from tests.admin.test_browser_live import example_admin, in_example_project, live_admin  # noqa: F401 (fixtures)
 
-pytestmark = [NEEDS_CHROMIUM]
+pytestmark = [NEEDS_CHROMIUM, pytest.mark.database]  # the suite's database, from a subprocess
 
 REPORT = """
 from django_openworkflow import workflow
