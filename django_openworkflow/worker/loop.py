@@ -32,10 +32,11 @@ from ..conf import owf_settings
 from ..definitions.flow import DEFAULT_QUEUE, check_queue
 from ..durations import Duration, parse_duration
 from ..store import get_backend
+from ..store.backends.base import Backend
 from ..store.notify import DUE_CHANNEL, Listener
 from ..store.records import ClaimedRun
 from ..store.workers import ALL_QUEUES
-from .presence import Presence
+from .presence import Presence, Unlisted
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 from .signals import relayed_signals
 
@@ -66,7 +67,11 @@ class Worker:
         worker_id: str | None = None,
         queues: Sequence[str] = (DEFAULT_QUEUE,),
         prune: bool = False,
+        store: Backend | None = None,
     ) -> None:
+        """``store``: where runs are claimed and written; by default the workflow database's backend
+        (``get_backend()``). A test may pass the in-memory one (``testing.memory.InMemoryBackend``):
+        the loop, its slots, heartbeats and prefetch then run with no database at all."""
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
@@ -88,7 +93,7 @@ class Worker:
             name if name == ALL_QUEUES else check_queue(name, "runworkflows --queue") for name in queues
         )
         self.queues = tuple(named) or (DEFAULT_QUEUE,)
-        self.store = get_backend()
+        self.store = get_backend() if store is None else store
         self.worker_id = worker_id or f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         # Threads: the main thread claims, slot threads execute, the supervisor
         # ("owf-heartbeat") renews leases and replaces dead slots. What more
@@ -102,7 +107,8 @@ class Worker:
         self.runner = SliceRunner(self.store, logger)
         self.leases = LeaseKeeper(self.store, self.worker_id, self.lease)
         # The heartbeat row and the queues claimed from now (paused ones left out): see presence.py.
-        self.presence = Presence(self.worker_id, self.queues, self.concurrency, self.leases.interval)
+        presence = Presence if self.store.keeps_worker_rows else Unlisted
+        self.presence = presence(self.worker_id, self.queues, self.concurrency, self.leases.interval)
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._due_listener: Listener | None = None  # set by run(), before the claim loop starts

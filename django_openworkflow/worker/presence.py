@@ -107,3 +107,19 @@ class Presence:
             workers.mark_stopped(self.worker_id)
         except DatabaseError as exc:
             logger.warning("could not mark this worker stopped (%s); it reads as dead after a few heartbeats", exc)
+
+
+class Unlisted(Presence):
+    """A worker on a store without the workers' table (the in-memory backend): its queues as named, no row.
+
+    Nothing is paused (pausing is a row in that table) and nothing is written.
+    """
+
+    def start(self) -> None:
+        """No row to write."""
+
+    def beat(self, busy: int) -> None:
+        """No row to refresh, no paused queue to read."""
+
+    def stop(self) -> None:
+        """No row to mark stopped."""

@@ -22,7 +22,7 @@ from django_openworkflow.worker.loop import Worker, WorkerUnhealthy
 from django_openworkflow.worker.runner import LeaseKeeper
 from tests.conftest import wait_until
 from tests.fixtures.testapp.models import SideEffect
-from tests.fixtures.testapp.workflows import slow_steps
+from tests.fixtures.testapp.workflows import STEP_GATE, gated_step, slow_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -268,17 +268,28 @@ def test_the_signal_handler_takes_no_lock_the_main_thread_may_hold():
 
 def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back():
     """With PREFETCH a worker claims runs for its busy slots; when it stops, those go back at once."""
-    handles = [slow_steps.run({"steps": 1, "pause": 1.0}) for _ in range(4)]
-    worker = Worker(concurrency=1, prefetch=2, lease="30s", poll_interval="20ms")
-    held: list[int] = []
-    give_up = time.monotonic() + 30
+    handles = [gated_step.run() for _ in range(4)]
+    worker = Worker(concurrency=1, prefetch=2, lease="30s", poll_interval="20ms", drain_timeout="60s")
 
-    def until() -> bool:  # the claim loop's own thread
-        held.append(WorkflowRun.objects.filter(worker_id=worker.worker_id, status="running").count())
-        return held[-1] == 3 or time.monotonic() > give_up
+    def held() -> int:
+        return WorkflowRun.objects.filter(worker_id=worker.worker_id, status="running").count()
 
-    worker.run(until=until, install_signal_handlers=False)
-    assert held[-1] == 3  # one executing, two claimed ahead
+    def one_executing_two_ahead() -> bool:
+        with worker._lock:  # what the loop's slot is executing, by its own record
+            executing = len(worker._slot_runs)
+        return executing == 1 and held() == 3
+
+    thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
+    STEP_GATE.clear()
+    thread.start()
+    try:
+        wait_until(one_executing_two_ahead, timeout=60)
+        worker.stop()
+        wait_until(lambda: held() == 1, timeout=60)  # the two ahead went back while the slot's step waits
+    finally:
+        STEP_GATE.set()
+        thread.join(60)
+    assert not thread.is_alive()
     assert worker.slices_done == 1  # the one executing finished; the two ahead never started
     runs = [WorkflowRun.objects.get(id=h.id) for h in handles]
     assert [run.status for run in runs].count("completed") == 1

@@ -32,3 +32,6 @@ class Backend(QueueOps, RunOps, WaitOps, MessageOps):
     :class:`~django_openworkflow.store.core.BackendCore` and, where their
     database does it in fewer round trips, an operation's private step.
     """
+
+    #: Workers on this store keep a heartbeat row in ``openworkflow_worker`` (and read paused queues there).
+    keeps_worker_rows = True

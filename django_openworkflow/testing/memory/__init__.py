@@ -69,6 +69,8 @@ class InMemoryBackend(QueueOps, JournalOps, MessageOps):
 
     display_name = "in-memory"
     alias = "memory"
+    #: No workers' table: a Worker on this store keeps no heartbeat row (worker/presence.py's Unlisted).
+    keeps_worker_rows = False
 
 
 # -- driving runs on an in-memory backend: a clock to move, a start, a drain --
