@@ -215,8 +215,10 @@ def test_rate_limit_holds_across_two_workers(workers):
     Checked on the runs' ``started_at`` (the database clock, set when a
     run is first claimed, under the key's lock): any 6 consecutive starts
     span at least 1 s, with no tolerance (a start exactly 1 s before the
-    claim's clock is outside its window, hence ``>=``). Throughput: the
-    first 40 starts take at most 11 s of database time (7 s at the limit).
+    claim's clock is outside its window, hence ``>=``). That a window admits
+    as many starts as the limit allows, not fewer, is the store's test
+    (tests/store/test_flow_control.py), where no process can be slow: here a
+    busy machine may claim late, so how long 40 starts took is no verdict.
     """
     run_ids = [rated.run({"n": i}).id for i in range(60)]
     for _ in range(2):
@@ -226,7 +228,6 @@ def test_rate_limit_holds_across_two_workers(workers):
     starts = sorted(started.values_list("started_at", flat=True))
     for first, sixth in zip(starts, starts[5:], strict=False):
         assert sixth - first >= timedelta(seconds=1), f"6 starts within {sixth - first}: {starts}"
-    assert starts[39] - starts[0] <= timedelta(seconds=11), f"40 starts took {starts[39] - starts[0]}"
 
 
 # -- priorities ---------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from django.db.models import Count
 
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from tests.conftest import ROOT, wait_until
+from tests.conftest import ROOT, is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import kills_its_worker, sleeper, slow_steps, three_steps
 
@@ -52,11 +52,10 @@ def test_two_workers_execute_every_step_exactly_once(workers):
 
 
 def test_sleeping_runs_free_the_slot(run_worker):
-    handles = [sleeper.run({"duration": "1s"}) for _ in range(2)]
-    started = time.monotonic()
-    run_worker(until=lambda: all(h.status() == "completed" for h in handles), concurrency=1)
-    elapsed = time.monotonic() - started
-    assert elapsed < 1.8, f"two 1 s sleeps on one slot took {elapsed:.2f}s"
+    """Two hour-long sleeps on one slot: both are asleep at once, which a sleep holding its slot would forbid."""
+    handles = [sleeper.run({"duration": "1h"}) for _ in range(2)]
+    run_worker(until=lambda: all(is_parked(h) for h in handles), concurrency=1)
+    assert [h.status() for h in handles] == ["running", "running"]
 
 
 def test_sigterm_finishes_the_current_slice_then_exits_zero(workers):
