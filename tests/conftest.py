@@ -54,9 +54,6 @@ def pytest_configure(config: pytest.Config) -> None:
     flush.sql_flush = _flush_by_delete
     if SCOPE not in ("all", "database"):
         raise pytest.UsageError(f"OWF_TEST_SCOPE must be 'all' or 'database', not {SCOPE!r}")
-    config.addinivalue_line(
-        "markers", "database: the test reaches the test database only through a subprocess (see uses_the_database)"
-    )
     # A required database that is missing is an error, not a quiet fallback to SQLite.
     for required in ("OPENWORKFLOW_REQUIRE_POSTGRES", "OPENWORKFLOW_REQUIRE_MARIADB"):
         if os.environ.get(required) and not os.environ.get("DATABASE_URL"):
