@@ -101,17 +101,20 @@ def test_the_workers_page_in_a_real_browser(example_admin: dict[str, Any], tmp_p
 
 def _look(page: Any, base: str, scheme: str) -> None:
     log_in(page, base, WORKERS_PATH)
-    # The worker started before the browser: its row is there once it has started up.
+    # The worker started before the browser: its row is there once it has started up. The queue
+    # table is read before the worker list, in the same request: a page loaded while the worker
+    # wrote its row can list it live below and not yet beside its queue. Both are waited for.
+    serving = page.locator(".owf-queue-row[data-queue=default] code")  # the queue and its worker
     deadline = time.monotonic() + 60
-    while page.locator(".owf-worker-live").count() == 0:
-        assert time.monotonic() < deadline, "the worker's row did not show as live"
+    while page.locator(".owf-worker-live").count() == 0 or serving.count() < 2:
+        assert time.monotonic() < deadline, "the worker's row did not show as live and serving 'default'"
         time.sleep(0.5)
         page.reload()
+    assert serving.count() == 2
     assert page.locator(".owf-worker-stopped").count() == 1  # the worker that seeded the runs
     emails = page.locator(".owf-queue-row[data-queue=emails]")
     assert "unserved" in emails.inner_text() and "3" in emails.inner_text()
     assert "paused" in page.locator(".owf-queue-row[data-queue=billing]").inner_text()
-    assert page.locator(".owf-queue-row[data-queue=default] code").count() == 2  # the queue and its worker
     banner = page.locator(".owf-unserved")
     assert "No live worker serves queue emails: its 3 due runs wait" in banner.inner_text()
     if not _sidebar_open(page):
