@@ -125,8 +125,12 @@ class RunOutcome:
 
 
 @dataclass(frozen=True)
-class RunState:
-    """Where a run stands after a slice, for dispatchers that schedule its next one."""
+class DispatchState:
+    """What a dispatcher reads of a run to send its next slice: finished, held or parked until when, where.
+
+    Not :class:`~django_openworkflow.store.run_states.RunState`, the status a
+    page shows.
+    """
 
     status: str
     worker_id: str | None
