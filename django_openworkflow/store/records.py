@@ -278,3 +278,23 @@ class AttributeWrite:
 
 Pending = list[AttemptUpdate | NewAttempt | ProgressWrite | AttributeWrite]
 """Finished attempts (and progress) the engine buffered; each fenced write commits them first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Who writes to a held run, when, and what the write carries: the first argument of every fenced write.
+
+    The write goes through only while ``worker_id`` holds run ``run_id``
+    (else :class:`LeaseLost`, nothing written); it is made at ``now`` (the
+    engine's estimate of the database clock) and commits ``pending`` first.
+    With ``unless_canceling`` it is refused with :class:`CancelRequested`
+    once the run's cancel was requested, after writing the completions in
+    ``pending``: the engine asks it of the writes that start something or
+    end the run well, unless it is running the run's compensations.
+    """
+
+    run_id: Any
+    worker_id: str
+    now: datetime
+    pending: Pending = field(default_factory=list)
+    unless_canceling: bool = False
