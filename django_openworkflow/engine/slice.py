@@ -201,12 +201,10 @@ class Slice(RunningStepTracking):
     def _journal(self, call: Callable[..., T], *args: Any, starts: bool = False, **options: Any) -> T:
         """Make one fenced journal write; the buffered attempt changes are committed with it.
 
-        A write that ``starts`` something (a step, a park, a child, a
-        successor, the run's end) asks, in its fence, whether the run's
-        cancel was requested; unless the slice is compensating, such a
-        write keeps only the completions it carries, and the workflow is
-        left with :class:`CancelRun` to run the compensations. A heartbeat
-        may never come during a short step: the write itself is the check.
+        A write that ``starts`` something (a step, a park, a child, a successor, the run's end) asks, in its
+        fence, whether the run's cancel was requested: unless the slice is compensating, it then keeps only the
+        completions it carries and the workflow is left with :class:`CancelRun` to run the compensations. The
+        write itself is the check: a heartbeat may never come during a short step.
         """
         try:
             result = call(self.fence(unless_canceling=starts and not self.compensating), *args, **options)
