@@ -40,11 +40,11 @@ if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and ed
     from .client.handle import RunHandle, get_run, send_signal
     from .client.listing import RunPage, StepRecord, list_runs
     from .client.runs import start_run, start_runs
+    from .client.schedules import backfill_schedule, trigger_schedule
     from .client.subjects import runs_for
     from .engine.aio import AsyncWorkflowContext
     from .engine.approvals import ApprovalDecision
     from .engine.context import ChildRun, WorkflowContext
-    from .worker.schedule_runs import backfill_schedule, trigger_schedule
 
 __all__ = [
     "ApprovalDecision",
@@ -132,9 +132,9 @@ def __getattr__(name: str) -> object:
 
         return operations
     if name in ("backfill_schedule", "trigger_schedule"):
-        from .worker import schedule_runs
+        from .client import schedules
 
-        return getattr(schedule_runs, name)
+        return getattr(schedules, name)
     if name == "ApprovalDecision":
         from .engine.approvals import ApprovalDecision
 

@@ -20,7 +20,7 @@ from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import RunAttribute, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.prune import delete_runs
-from django_openworkflow.store.records import AttributeWrite, LeaseLost
+from django_openworkflow.store.records import AttributeWrite, Fence, LeaseLost
 from django_openworkflow.testing import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -163,7 +163,7 @@ def test_a_worker_that_lost_the_run_writes_no_attribute():
     handle = attr_stages.run()
     store = get_backend()
     with pytest.raises(LeaseLost):
-        store.flush(handle.id, "not-the-holder", store.now(), [AttributeWrite("stage", 0, int, 7)])
+        store.flush(Fence(handle.id, "not-the-holder", store.now(), [AttributeWrite("stage", 0, int, 7)]))
     assert handle.attributes() == {}
 
 
@@ -174,7 +174,7 @@ def test_a_stored_value_is_replaced_only_by_one_of_a_later_position():
     assert claimed.run.id == handle.id
 
     def write(position, value):
-        store.flush(handle.id, "holder", store.now(), [AttributeWrite("stage", position, int, value)])
+        store.flush(Fence(handle.id, "holder", store.now(), [AttributeWrite("stage", position, int, value)]))
 
     write(5, 50)  # replaces the start's value
     assert handle.attributes() == {"stage": 50}

@@ -38,11 +38,11 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from ..client.schedules import BACKFILL_LIMIT, backfill_schedule, declared_schedules, next_ticks, trigger_schedule
+from ..definitions.cron import ticks_after
 from ..errors import InvalidArgument
 from ..models import Schedule, WorkflowRun
 from ..store import get_backend
-from ..worker.schedule_runs import BACKFILL_LIMIT, backfill_schedule, trigger_schedule
-from ..worker.schedules import declared_schedules, next_ticks, ticks_after
 
 FIRE_TIMES_SHOWN = 3
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"

@@ -3,7 +3,7 @@
 ``GET schedules`` needs the view permission on workflow runs;
 ``POST schedules/<name>/trigger`` and ``.../backfill`` the add permission,
 as they start runs (the admin's button and form, and ``workflows schedule
-trigger|backfill``, do the same). What they do is ``worker/schedule_runs.py``'s.
+trigger|backfill``, do the same). What they do is ``client/schedules.py``'s.
 Authentication, CSRF and errors are ``views.endpoint``'s.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from ..worker.schedule_runs import backfill_schedule, declared_schedules, schedule_states, trigger_schedule
+from ..client.schedules import backfill_schedule, declared_schedules, schedule_states, trigger_schedule
 from .fields import ApiError, json_response
 from .views import _body, _run, endpoint
 

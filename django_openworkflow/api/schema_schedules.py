@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..client.schedules import BACKFILL_LIMIT
 from ..definitions.cron import OVERLAPS
-from ..worker.schedule_runs import BACKFILL_LIMIT
 from .schema_blocks import RUN_ANSWER, TEXT, TIME, _answer, _body, _errors, _nullable, _object, _ref
 
 SCHEDULE_SCHEMAS = {

@@ -4,7 +4,7 @@
 (paused, last and next tick, overlap policy). ``schedule trigger NAME``
 starts a run now, outside the cadence; ``schedule backfill NAME --start
 --end`` starts the runs of the past ticks in a range that have none
-(``worker/schedule_runs.py`` says how; times without an offset are read in
+(``client/schedules.py`` says how; times without an offset are read in
 the schedule's time zone).
 """
 
@@ -16,14 +16,9 @@ from typing import Any
 
 from django.core.management.base import CommandError, OutputWrapper
 
+from ..client.schedules import BACKFILL_LIMIT, backfill_schedule, schedule_states, trigger_schedule
 from ..errors import InvalidArgument
 from ..formatting import format_table, format_time, printable
-from ..worker.schedule_runs import (
-    BACKFILL_LIMIT,
-    backfill_schedule,
-    schedule_states,
-    trigger_schedule,
-)
 from .common import print_json
 
 

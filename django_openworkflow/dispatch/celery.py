@@ -251,7 +251,7 @@ def _dispatch_follow_ups(result: SliceResult) -> None:
         # The slice may have started children (run_workflow, start_workflow) or a successor.
         for started, queue in store.due_children(result.run_id):
             send_execute_run(started, queue=queue)
-    state = store.run_state(result.run_id)
+    state = store.dispatch_state(result.run_id)
     if state is None:
         return
     if state.status in FINISHED_STATUSES:
@@ -284,7 +284,7 @@ def _send_again_if_early(run_id: str, due_at: datetime) -> None:
     message from an earlier park, or a duplicate, ends here.
     """
     store = get_backend()
-    state = store.run_state(run_id)
+    state = store.dispatch_state(run_id)
     if state is None or state.status != RunStatus.RUNNING or state.worker_id is not None:
         return  # finished, gone, or held: not parked
     if state.available_at != due_at:

@@ -18,7 +18,7 @@ from ..definitions.payload import to_json_value
 from ..definitions.registry import registry
 from ..definitions.retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
 from ..errors import PayloadError, StepFailed
-from ..store.records import ClaimedRun, EngineInterrupt, LeaseLapsed, LeaseLost, StoreUnavailable
+from ..store.records import ClaimedRun, EngineInterrupt, Fence, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import WorkflowContext
 from .interrupts import (
     CancelRun,
@@ -162,9 +162,8 @@ def _engine_failure(
     try:
         if occurrences >= ENGINE_ERROR_LIMIT:
             error["message"] += f" ({occurrences} slices in a row ended in an engine error: the run is failed)"
-            store.fail_run(
-                run.id, claimed.worker_id, claimed.clock(), [], error, run.parent_step_attempt_id, run.attempts + 1
-            )
+            fence = Fence(run.id, claimed.worker_id, claimed.clock())
+            store.fail_run(fence, error, run.parent_step_attempt_id, run.attempts + 1)
             return Outcome.FAILED, error["message"], None
     except (LeaseLost, StoreUnavailable):
         logger.warning("run %s: could not record its failure; its lease will expire", run.id)
@@ -184,9 +183,8 @@ def _execute(
         # Checked before the registry: a run past its deadline fails even on a
         # worker that does not have its workflow.
         error = _deadline_error(run.deadline_at)
-        store.fail_run(
-            run.id, claimed.worker_id, claimed.claimed_at, [], error, run.parent_step_attempt_id, run.attempts + 1
-        )
+        fence = Fence(run.id, claimed.worker_id, claimed.claimed_at)
+        store.fail_run(fence, error, run.parent_step_attempt_id, run.attempts + 1)
         return Outcome.FAILED, error["message"], None
     if spec is None:
         return _reschedule_unknown(store, claimed)
@@ -393,5 +391,5 @@ def _reschedule_unknown(store: EngineStore, claimed: ClaimedRun) -> tuple[Outcom
     error = engine_error("UnknownWorkflow", message)
     error["reschedules"] = count
     now = claimed.claimed_at
-    store.reschedule_run(run.id, claimed.worker_id, now, [], now + delay, error)
+    store.reschedule_run(Fence(run.id, claimed.worker_id, now), now + delay, error)
     return Outcome.UNKNOWN_WORKFLOW, message, now + delay

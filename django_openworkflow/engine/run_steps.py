@@ -219,7 +219,7 @@ class RunSteps:
         s.in_step = key
         try:
             # The journal's own write or the commit failing raises StoreUnavailable, which passes through.
-            with s.store.atomic_step(s.run.id, s.worker_id, s.now, s.pending) as record:
+            with s.store.atomic_step(s.fence) as record:
                 stored = to_json_value(fn(), f"output of step {key!r}", "output")
                 record(NewAttempt(key, StepKind.RUN, StepStatus.COMPLETED, started, output=stored, finished_at=s.now()))
         except EngineInterrupt:

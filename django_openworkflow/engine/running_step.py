@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..states import StepKind, StepStatus
-from ..store.records import NewAttempt, RunRecord
+from ..store.records import Fence, NewAttempt, RunRecord
 
 if TYPE_CHECKING:
     from ..store.interface import EngineStore
@@ -85,6 +85,6 @@ class RunningStepTracking:
             # Nothing is pending while a step runs whose start was not written,
             # so this write carries only the start (and stays fenced).
             attempt = NewAttempt(running.key, StepKind.RUN, StepStatus.RUNNING, started_at=running.started_at)
-            running.attempt_id = self.store.record_step(self.run.id, self.worker_id, self.now(), [], attempt)
+            running.attempt_id = self.store.record_step(Fence(self.run.id, self.worker_id, self.now()), attempt)
             running.recorded_late = True
             return True

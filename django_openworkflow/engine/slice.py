@@ -20,6 +20,7 @@ from ..store.records import (
     CancelRequested,
     ClaimedRun,
     DeliveredSignal,
+    Fence,
     LeaseLapsed,
     LeaseLost,
     NewAttempt,
@@ -105,7 +106,7 @@ class Slice(RunningStepTracking):
         if note.get("type") in STALE_NOTES or "retry" in note:
             # A note about an earlier slice (no code for this version, an engine
             # error, the failure a retry waited after) is stale once the run executes again.
-            self.store.clear_error(self.run.id, self.worker_id, self.now())
+            self.store.clear_error(Fence(self.run.id, self.worker_id, self.now()))
 
     def now(self) -> datetime:
         """The database clock, estimated from the claim's timestamp and elapsed time."""
@@ -193,20 +194,20 @@ class Slice(RunningStepTracking):
         if isinstance(change, NewAttempt):
             self.history.count += 1
 
+    def fence(self, unless_canceling: bool = False) -> Fence:
+        """The fence of a write made now: this worker holding the run, the buffered changes committed first."""
+        return Fence(self.run.id, self.worker_id, self.now(), self.pending, unless_canceling)
+
     def _journal(self, call: Callable[..., T], *args: Any, starts: bool = False, **options: Any) -> T:
         """Make one fenced journal write; the buffered attempt changes are committed with it.
 
-        A write that ``starts`` something (a step, a park, a child, a
-        successor, the run's end) asks, in its fence, whether the run's
-        cancel was requested; unless the slice is compensating, such a
-        write keeps only the completions it carries, and the workflow is
-        left with :class:`CancelRun` to run the compensations. A heartbeat
-        may never come during a short step: the write itself is the check.
+        A write that ``starts`` something (a step, a park, a child, a successor, the run's end) asks, in its
+        fence, whether the run's cancel was requested: unless the slice is compensating, it then keeps only the
+        completions it carries and the workflow is left with :class:`CancelRun` to run the compensations. The
+        write itself is the check: a heartbeat may never come during a short step.
         """
-        if starts and not self.compensating:
-            options["unless_canceling"] = True
         try:
-            result = call(self.run.id, self.worker_id, self.now(), self.pending, *args, **options)
+            result = call(self.fence(unless_canceling=starts and not self.compensating), *args, **options)
         except LeaseLost:
             self.lease_lost = True
             raise

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, NoReturn, ParamSpec, TypeVar
 
@@ -38,6 +39,7 @@ from .records import (
     AttributeWrite,
     CancelRequested,
     ChildStart,
+    Fence,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -74,10 +76,7 @@ class FenceOps(BackendCore):
 
     def _commit(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         *,
         insert: NewAttempt | None = None,
         inserts: list[NewAttempt] | None = None,
@@ -86,10 +85,9 @@ class FenceOps(BackendCore):
         wake_when_child_done: list[Any] | None = None,
         wake_parent_of: int | None = None,
         ended_badly: bool = False,
-        unless_canceling: bool = False,
         close_children: bool = False,
     ) -> int | None:
-        """Write ``pending``, new attempts and run fields in one fenced transaction.
+        """Write the fence's ``pending``, new attempts and run fields in one fenced transaction.
 
         ``start_child`` inserts a child run linked to the new attempt, so the
         child exists exactly when the parent's wait step does (so do the
@@ -98,20 +96,17 @@ class FenceOps(BackendCore):
         (filled in on each); ``wake_parent_of`` (the finishing run's parent
         step attempt) wakes a parent parked on that very step. Returns the
         inserted attempt's id. Raises :class:`LeaseLost` (after writing
-        nothing) when the worker no longer holds the run, and, with
-        ``unless_canceling``, :class:`CancelRequested` (after writing only
-        the completions in ``pending``) when the run's cancel was requested.
+        nothing) when the worker no longer holds the run, and, with the
+        fence's ``unless_canceling``, :class:`CancelRequested` (after writing
+        only the completions in ``pending``) when the run's cancel was requested.
         ``close_children`` (a write that ends the run) applies the parent-close
         policy of its unfinished children in the same transaction.
         """
 
         def write() -> int | None:
-            with self._keeping_completions(run_id, worker_id, now, pending, unless_canceling):
+            with self._keeping_completions(fence):
                 return self._commit_held(
-                    run_id,
-                    worker_id,
-                    now,
-                    pending,
+                    fence,
                     insert=insert,
                     inserts=inserts,
                     run_fields=run_fields or {},
@@ -119,7 +114,6 @@ class FenceOps(BackendCore):
                     wake_when_child_done=wake_when_child_done,
                     wake_parent_of=wake_parent_of,
                     ended_badly=ended_badly,
-                    unless_canceling=unless_canceling,
                     close_children=close_children,
                 )
 
@@ -132,10 +126,7 @@ class FenceOps(BackendCore):
 
     def _commit_held(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         *,
         insert: NewAttempt | None,
         inserts: list[NewAttempt] | None,
@@ -144,22 +135,22 @@ class FenceOps(BackendCore):
         wake_when_child_done: list[Any] | None,
         wake_parent_of: int | None,
         ended_badly: bool,
-        unless_canceling: bool,
         close_children: bool,
     ) -> int | None:
+        run_id, now, pending = fence.run_id, fence.now, fence.pending
         spawning = [c for c in pending if isinstance(c, NewAttempt) and c.child is not None]
         if not (spawning or inserts or start_child or wake_when_child_done or wake_parent_of or close_children):
-            return self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
+            return self._step_boundary(fence, insert, run_fields)
         if start_child is not None and start_child.flow.get("closes_with") is not None:
             run_fields = {**run_fields, "closes_children": True}  # its end looks for its children (close_children)
         with self.write_lock(), transaction.atomic(using=self.alias):
             if spawning or inserts:
                 plain = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
-                self._step_boundary(run_id, worker_id, now, plain, None, run_fields, unless_canceling)
+                self._step_boundary(replace(fence, pending=plain), None, run_fields)
                 self._insert_attempts(run_id, [*spawning, *([insert] if insert else []), *(inserts or [])], now)
                 new_id = insert.id if insert is not None else None
             else:
-                new_id = self._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
+                new_id = self._step_boundary(fence, insert, run_fields)
             if close_children:
                 self.close_children([run_id], now)
             if wake_parent_of is not None:
@@ -182,9 +173,7 @@ class FenceOps(BackendCore):
             return new_id
 
     @contextmanager
-    def _keeping_completions(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, unless_canceling: bool
-    ) -> Iterator[None]:
+    def _keeping_completions(self, fence: Fence) -> Iterator[None]:
         """Around a write refused for a cancel request: write the completions it carried, then re-raise.
 
         The steps that finished stay in the journal, so they are compensated;
@@ -194,24 +183,15 @@ class FenceOps(BackendCore):
         try:
             yield
         except CancelRequested:
-            if not unless_canceling:  # pragma: no cover - only a write that asked is refused
+            if not fence.unless_canceling:  # pragma: no cover - only a write that asked is refused
                 raise
-            kept = [c for c in pending if not (isinstance(c, NewAttempt) and c.child is not None)]
+            kept = [c for c in fence.pending if not (isinstance(c, NewAttempt) and c.child is not None)]
             with self.write_lock(), transaction.atomic(using=self.alias):
-                self._fence(run_id, worker_id, now, {})
-                self._flush(run_id, kept, now)
+                self._fence(replace(fence, unless_canceling=False), {})
+                self._flush(fence.run_id, kept, fence.now)
             raise
 
-    def _step_boundary(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        insert: NewAttempt | None,
-        run_fields: dict[str, Any],
-        unless_canceling: bool = False,
-    ) -> int | None:
+    def _step_boundary(self, fence: Fence, insert: NewAttempt | None, run_fields: dict[str, Any]) -> int | None:
         """The hot path of :meth:`_commit`: fence, pending changes and a new attempt, nothing else.
 
         Its own transaction (a savepoint inside :meth:`_commit`'s, for the
@@ -219,28 +199,26 @@ class FenceOps(BackendCore):
         do it in one.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, run_fields, unless_canceling=unless_canceling)
-            self._flush(run_id, pending, now)
-            return self._insert_attempt(run_id, insert, now).id if insert is not None else None
+            self._fence(fence, run_fields)
+            self._flush(fence.run_id, fence.pending, fence.now)
+            return self._insert_attempt(fence.run_id, insert, fence.now).id if insert is not None else None
 
     # -- building blocks, inside a transaction --
 
-    def _fence(
-        self, run_id: Any, worker_id: str, now: datetime, run_fields: dict[str, Any], *, unless_canceling: bool = False
-    ) -> None:
+    def _fence(self, fence: Fence, run_fields: dict[str, Any]) -> None:
         """Lock the run row if this worker still holds it (and write ``run_fields``); else LeaseLost.
 
         With ``unless_canceling`` the same UPDATE also requires that nobody
         asked to cancel the run; when it matches nothing, :meth:`_refused`
         tells a cancel request (:class:`CancelRequested`) from a lost lease.
         """
-        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id)
-        if unless_canceling:
+        held = WorkflowRun.objects.held().filter(id=fence.run_id, worker_id=fence.worker_id)
+        if fence.unless_canceling:
             held = held.filter(cancel_requested_at__isnull=True)
-        if not held.update(updated_at=now, **run_fields):
-            self._refused(run_id, worker_id, now, unless_canceling)
+        if not held.update(updated_at=fence.now, **run_fields):
+            self._refused(fence)
 
-    def _refused(self, run_id: Any, worker_id: str, now: datetime, unless_canceling: bool) -> NoReturn:
+    def _refused(self, fence: Fence) -> NoReturn:
         """The fence matched nothing: raise :class:`CancelRequested` if this worker holds the run, else LeaseLost.
 
         Only when the fence asked about a cancel request. Inside a
@@ -249,10 +227,10 @@ class FenceOps(BackendCore):
         be stale at once, which is safe: the completions are written by
         :meth:`_keeping_completions`, fenced again.
         """
-        held = WorkflowRun.objects.held().filter(id=run_id, worker_id=worker_id)
-        if unless_canceling and held.update(updated_at=now):
-            raise CancelRequested(run_id)
-        raise LeaseLost(run_id)
+        held = WorkflowRun.objects.held().filter(id=fence.run_id, worker_id=fence.worker_id)
+        if fence.unless_canceling and held.update(updated_at=fence.now):
+            raise CancelRequested(fence.run_id)
+        raise LeaseLost(fence.run_id)
 
     def _flush(self, run_id: Any, pending: Pending, now: datetime) -> None:
         spawning = []

@@ -24,9 +24,9 @@ from .records import (
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
+    Fence,
     NewApproval,
     NewAttempt,
-    Pending,
     RunOutcome,
 )
 
@@ -36,10 +36,12 @@ __all__ = ["EngineStore", "WorkerStore"]
 class EngineStore(Protocol):
     """The operations the engine calls while it executes a slice of a run it holds.
 
-    Every write takes the run's id, the worker id that claimed it, the
-    engine's clock and the buffered attempt changes (``pending``), and is
-    fenced: it raises :class:`~.records.LeaseLost` and writes nothing when
-    the worker no longer holds the run.
+    Every write takes a :class:`~.records.Fence` (the run's id, the worker
+    id that claimed it, the engine's clock, the buffered attempt changes and
+    whether a cancel request refuses the write), and is fenced: it raises
+    :class:`~.records.LeaseLost` and writes nothing when the worker no
+    longer holds the run. An atomic step takes a function that makes its
+    fence when the step's code has returned, the moment its entry is written.
     """
 
     # -- the connection (no-ops for a store without one) --
@@ -66,40 +68,17 @@ class EngineStore(Protocol):
 
     def idempotency_key(self, run_id: Any) -> str | None: ...
 
-    # -- fenced writes --
+    # -- fenced writes: each takes the run's Fence (who holds it, when, what is pending) first --
 
-    def record_step(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempt: NewAttempt,
-        *,
-        unless_canceling: bool = False,
-    ) -> int: ...
+    def record_step(self, fence: Fence, attempt: NewAttempt) -> int: ...
 
-    def record_steps(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempts: list[NewAttempt],
-        *,
-        unless_canceling: bool = False,
-    ) -> list[int]: ...
+    def record_steps(self, fence: Fence, attempts: list[NewAttempt]) -> list[int]: ...
 
-    def flush(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, unless_canceling: bool = False
-    ) -> None: ...
+    def flush(self, fence: Fence) -> None: ...
 
     def park(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         until: datetime,
         *,
         attempt: NewAttempt | None = None,
@@ -107,66 +86,29 @@ class EngineStore(Protocol):
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
         note: dict[str, Any] | None = None,
-        unless_canceling: bool = False,
     ) -> None: ...
 
     def complete_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        output: Any,
-        parent_step_id: int | None,
-        *,
-        unless_canceling: bool = False,
-        close_children: bool = False,
+        self, fence: Fence, output: Any, parent_step_id: int | None, *, close_children: bool = False
     ) -> None: ...
 
     def fail_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-        attempts: int | None = None,
+        self, fence: Fence, error: dict[str, Any], parent_step_id: int | None, attempts: int | None = None
     ) -> None: ...
 
-    def cancel_held(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-    ) -> None: ...
+    def cancel_held(self, fence: Fence, error: dict[str, Any], parent_step_id: int | None) -> None: ...
 
     def reschedule_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        until: datetime,
-        error: dict[str, Any],
-        attempts: int | None = None,
-        *,
-        unless_canceling: bool = False,
+        self, fence: Fence, until: datetime, error: dict[str, Any], attempts: int | None = None
     ) -> None: ...
 
-    def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None: ...
+    def clear_error(self, fence: Fence) -> None: ...
 
     def release(self, claimed: ClaimedRun, retry_in: timedelta = ..., error: dict[str, Any] | None = None) -> bool: ...
 
     def wait_for_delivery(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         *,
         park_until: datetime,
         insert: NewAttempt | None = None,
@@ -174,27 +116,13 @@ class EngineStore(Protocol):
         signal_name: str | None = None,
         event_type: str | None = None,
         approval: NewApproval | None = None,
-        unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]: ...
 
-    def expire_wait(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, attempt_id: int) -> Any: ...
+    def expire_wait(self, fence: Fence, *, attempt_id: int) -> Any: ...
 
-    def atomic_step(
-        self, run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: Pending
-    ) -> AbstractContextManager[Callable[[NewAttempt], None]]: ...
+    def atomic_step(self, fence: Callable[[], Fence]) -> AbstractContextManager[Callable[[NewAttempt], None]]: ...
 
-    def continue_as_new(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        *,
-        input: Any,
-        version: str | None,
-        flow: dict[str, Any],
-        unless_canceling: bool = False,
-    ) -> Any: ...
+    def continue_as_new(self, fence: Fence, *, input: Any, version: str | None, flow: dict[str, Any]) -> Any: ...
 
 
 class WorkerStore(EngineStore, Protocol):

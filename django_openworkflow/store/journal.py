@@ -24,9 +24,9 @@ from .records import (
     AttemptRecord,
     ChildStart,
     ClaimedRun,
+    Fence,
     LeaseLost,
     NewAttempt,
-    Pending,
     RunOutcome,
 )
 
@@ -48,57 +48,29 @@ class JournalOps(FenceOps):
     # -- fenced writes, by intent --
 
     @engine_op
-    def record_step(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempt: NewAttempt,
-        *,
-        unless_canceling: bool = False,
-    ) -> int:
-        """Commit ``pending`` and record that a step started; returns the new attempt's id.
-
-        ``unless_canceling`` (on every write that starts something or ends the
-        run): refused with :class:`CancelRequested` once the run's cancel was
-        requested, after writing the completions in ``pending``.
-        """
-        new_id = self._commit(run_id, worker_id, now, pending, insert=attempt, unless_canceling=unless_canceling)
+    def record_step(self, fence: Fence, attempt: NewAttempt) -> int:
+        """Commit the fence's ``pending`` and record that a step started; returns the new attempt's id."""
+        new_id = self._commit(fence, insert=attempt)
         assert new_id is not None
         return new_id
 
     @engine_op
-    def record_steps(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempts: list[NewAttempt],
-        *,
-        unless_canceling: bool = False,
-    ) -> list[int]:
-        """Commit ``pending`` and record that several steps started (a parallel group); returns their ids."""
-        self._commit(run_id, worker_id, now, pending, inserts=attempts, unless_canceling=unless_canceling)
+    def record_steps(self, fence: Fence, attempts: list[NewAttempt]) -> list[int]:
+        """Commit the fence's ``pending`` and record that several steps (a parallel group) started; their ids."""
+        self._commit(fence, inserts=attempts)
         ids = [attempt.id for attempt in attempts if attempt.id is not None]
         assert len(ids) == len(attempts), "every inserted attempt has its id"
         return ids
 
     @engine_op
-    def flush(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, unless_canceling: bool = False
-    ) -> None:
+    def flush(self, fence: Fence) -> None:
         """Commit ``pending`` alone: parallel steps that finished while others still run, or children's starts."""
-        self._commit(run_id, worker_id, now, pending, unless_canceling=unless_canceling)
+        self._commit(fence)
 
     @engine_op
     def park(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         until: datetime,
         *,
         attempt: NewAttempt | None = None,
@@ -106,7 +78,6 @@ class JournalOps(FenceOps):
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
         note: dict[str, Any] | None = None,
-        unless_canceling: bool = False,
     ) -> None:
         """Let go of the run until ``until``: a sleep, a wait for a child, or a step's retry backoff.
 
@@ -123,29 +94,12 @@ class JournalOps(FenceOps):
         if note is not None:
             fields["error"] = note
         self._commit(
-            run_id,
-            worker_id,
-            now,
-            pending,
-            insert=attempt,
-            run_fields=fields,
-            start_child=child,
-            wake_when_child_done=wake_if_child_done,
-            unless_canceling=unless_canceling,
+            fence, insert=attempt, run_fields=fields, start_child=child, wake_when_child_done=wake_if_child_done
         )
 
     @engine_op
     def complete_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        output: Any,
-        parent_step_id: int | None,
-        *,
-        unless_canceling: bool = False,
-        close_children: bool = False,
+        self, fence: Fence, output: Any, parent_step_id: int | None, *, close_children: bool = False
     ) -> None:
         """The run returned ``output``: finish it and wake a parent waiting on it.
 
@@ -153,62 +107,31 @@ class JournalOps(FenceOps):
         policy: ``RunRecord.closes_children``) applies it in the same
         transaction; without, a run's completion costs no extra statement.
         """
-        fields = {"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": now}
-        self._commit(
-            run_id,
-            worker_id,
-            now,
-            pending,
-            run_fields=fields,
-            wake_parent_of=parent_step_id,
-            unless_canceling=unless_canceling,
-            close_children=close_children,
-        )
+        fields = {"status": RunStatus.COMPLETED, "output": output, "error": None, "finished_at": fence.now}
+        self._commit(fence, run_fields=fields, wake_parent_of=parent_step_id, close_children=close_children)
 
     @engine_op
     def fail_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-        attempts: int | None = None,
+        self, fence: Fence, error: dict[str, Any], parent_step_id: int | None, attempts: int | None = None
     ) -> None:
         """Fail the run for good with ``error``, close its children by their policy, wake a parent waiting on it."""
-        fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": now}
+        fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": error, "finished_at": fence.now}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(
-            run_id,
-            worker_id,
-            now,
-            pending,
-            run_fields=fields,
-            wake_parent_of=parent_step_id,
-            ended_badly=True,
-            close_children=True,
-        )
+        self._commit(fence, run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True, close_children=True)
 
     @engine_op
-    def cancel_held(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-    ) -> None:
+    def cancel_held(self, fence: Fence, error: dict[str, Any], parent_step_id: int | None) -> None:
         """End a run whose cancel was requested, its compensations done; close its open steps and its children
         (by their parent-close policy), wake a parent; a deadlock's victim is written again (see ``_commit``)."""
+
+        run_id, now = fence.run_id, fence.now
 
         def write() -> None:
             with self.write_lock(), transaction.atomic(using=self.alias):
                 fields = {"status": RunStatus.CANCELED, "error": error, "finished_at": now}
-                self._fence(run_id, worker_id, now, fields)
-                self._flush(run_id, pending, now)
+                self._fence(fence, fields)
+                self._flush(run_id, fence.pending, now)
                 self._close_open_steps([run_id], now)
                 self.close_children([run_id], now)
                 if parent_step_id is not None:
@@ -223,18 +146,7 @@ class JournalOps(FenceOps):
         return row is None or row[0] == RunStatus.CANCELED or row[1] is not None
 
     @engine_op
-    def reschedule_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        until: datetime,
-        error: dict[str, Any],
-        attempts: int | None = None,
-        *,
-        unless_canceling: bool = False,
-    ) -> None:
+    def reschedule_run(self, fence: Fence, until: datetime, error: dict[str, Any], attempts: int | None = None) -> None:
         """Run the workflow again from the top at ``until``, keeping ``error`` as the reason.
 
         For a workflow-level retry (``attempts`` is the new count) and for a
@@ -243,12 +155,12 @@ class JournalOps(FenceOps):
         fields: dict[str, Any] = {"worker_id": None, "available_at": until, "error": error}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(run_id, worker_id, now, pending, run_fields=fields, unless_canceling=unless_canceling)
+        self._commit(fence, run_fields=fields)
 
     @engine_op
-    def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None:
+    def clear_error(self, fence: Fence) -> None:
         """Drop a note the run carried from an earlier slice (it is executing again)."""
-        self._commit(run_id, worker_id, now, [], run_fields={"error": None})
+        self._commit(fence, run_fields={"error": None})
 
     def release(
         self, claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1), error: dict[str, Any] | None = None
@@ -264,7 +176,7 @@ class JournalOps(FenceOps):
             fields: dict[str, Any] = {"worker_id": None, "available_at": now + retry_in}
             if error is not None:
                 fields["error"] = error
-            self._commit(claimed.run.id, claimed.worker_id, now, [], run_fields=fields)
+            self._commit(Fence(claimed.run.id, claimed.worker_id, now), run_fields=fields)
         except (Exception, LeaseLost):
             logger.debug("could not release run %s", claimed.run.id, exc_info=True)
             return False
@@ -296,18 +208,7 @@ class JournalOps(FenceOps):
         return key
 
     @engine_op
-    def continue_as_new(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        *,
-        input: Any,
-        version: str | None,
-        flow: dict[str, Any],
-        unless_canceling: bool = False,
-    ) -> Any:
+    def continue_as_new(self, fence: Fence, *, input: Any, version: str | None, flow: dict[str, Any]) -> Any:
         """End the run as ``continued`` and start its successor with ``input``, in one transaction.
 
         The successor keeps the run's deadline, its retention, its subject and its place under a
@@ -316,14 +217,11 @@ class JournalOps(FenceOps):
         closed when the successor (or the last run of the chain) ends.
         Returns the successor's id.
         """
-        with (
-            self._keeping_completions(run_id, worker_id, now, pending, unless_canceling),
-            self.write_lock(),
-            transaction.atomic(using=self.alias),
-        ):
+        run_id, now = fence.run_id, fence.now
+        with self._keeping_completions(fence), self.write_lock(), transaction.atomic(using=self.alias):
             fields = {"status": RunStatus.CONTINUED, "output": None, "error": None, "finished_at": now}
-            self._fence(run_id, worker_id, now, fields, unless_canceling=unless_canceling)
-            self._flush(run_id, pending, now)
+            self._fence(fence, fields)
+            self._flush(run_id, fence.pending, now)
             name, deadline, parent_step, retention, policy, closes_with, closes_children, subject_type, subject_id = (
                 WorkflowRun.objects.filter(id=run_id)
                 .values_list(

@@ -19,7 +19,7 @@ from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore
 from .fairness import adopt, fair_queues, moved_to
-from .records import ClaimedRun, RunRecord, RunState
+from .records import ClaimedRun, DispatchState, RunRecord
 
 RUN_RECORD_FIELDS = (
     "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
@@ -392,7 +392,7 @@ class QueueOps(BackendCore):
         due = WorkflowRun.objects.due(self.now()).filter(started)
         return list(due.values_list("id", "queue"))
 
-    def run_state(self, run_id: Any) -> RunState | None:
+    def dispatch_state(self, run_id: Any) -> DispatchState | None:
         """Status, holder, next due time and parent of a run, in one query (None if it is gone)."""
         row = (
             WorkflowRun.objects.filter(id=run_id)
@@ -406,4 +406,4 @@ class QueueOps(BackendCore):
             )
             .first()
         )
-        return RunState(*row) if row is not None else None
+        return DispatchState(*row) if row is not None else None

@@ -125,8 +125,12 @@ class RunOutcome:
 
 
 @dataclass(frozen=True)
-class RunState:
-    """Where a run stands after a slice, for dispatchers that schedule its next one."""
+class DispatchState:
+    """What a dispatcher reads of a run to send its next slice: finished, held or parked until when, where.
+
+    Not :class:`~django_openworkflow.store.run_states.RunState`, the status a
+    page shows.
+    """
 
     status: str
     worker_id: str | None
@@ -274,3 +278,23 @@ class AttributeWrite:
 
 Pending = list[AttemptUpdate | NewAttempt | ProgressWrite | AttributeWrite]
 """Finished attempts (and progress) the engine buffered; each fenced write commits them first."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Who writes to a held run, when, and what the write carries: the first argument of every fenced write.
+
+    The write goes through only while ``worker_id`` holds run ``run_id``
+    (else :class:`LeaseLost`, nothing written); it is made at ``now`` (the
+    engine's estimate of the database clock) and commits ``pending`` first.
+    With ``unless_canceling`` it is refused with :class:`CancelRequested`
+    once the run's cancel was requested, after writing the completions in
+    ``pending``: the engine asks it of the writes that start something or
+    end the run well, unless it is running the run's compensations.
+    """
+
+    run_id: Any
+    worker_id: str
+    now: datetime
+    pending: Pending = field(default_factory=list)
+    unless_canceling: bool = False

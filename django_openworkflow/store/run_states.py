@@ -132,7 +132,11 @@ def error_summary(run: WorkflowRun) -> dict[str, Any] | None:
 
 @dataclass(frozen=True)
 class RunState:
-    """What a run is doing, for a page or a JSON object: its display status and what it depends on."""
+    """What a run is doing, for a page or a JSON object: its display status and what it depends on.
+
+    Not :class:`~django_openworkflow.store.records.DispatchState`, what a
+    dispatcher reads to send a run's next slice.
+    """
 
     status: DisplayStatus
     error: dict[str, Any] | None = None  # the error or the retry note (see error_summary)

@@ -22,9 +22,9 @@ from .approvals import ApprovalOps
 from .fence import engine_op
 from .records import (
     DeliveredSignal,
+    Fence,
     NewApproval,
     NewAttempt,
-    Pending,
     StoreUnavailable,
 )
 
@@ -37,10 +37,7 @@ class WaitOps(ApprovalOps):
     @engine_op
     def wait_for_delivery(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         *,
         park_until: datetime,
         insert: NewAttempt | None = None,
@@ -48,11 +45,10 @@ class WaitOps(ApprovalOps):
         signal_name: str | None = None,
         event_type: str | None = None,
         approval: NewApproval | None = None,
-        unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]:
         """One fenced transaction for a signal or event wait; returns (new attempt id, consumed signal).
 
-        Flushes ``pending`` and records a new wait (``insert``). A new signal
+        Flushes the fence's ``pending`` and records a new wait (``insert``). A new signal
         wait takes the oldest buffered signal of its name: the wait completes
         now and the run does not park. Otherwise the run parks until
         ``park_until`` — unless a sender completed the wait meanwhile, in which
@@ -60,15 +56,12 @@ class WaitOps(ApprovalOps):
         here, so each delivery is seen by one side or the other. A new wait
         for an approval writes its ``approval`` row too (``approvals.py``).
         """
-        with (
-            self._keeping_completions(run_id, worker_id, now, pending, unless_canceling),
-            self.write_lock(),
-            transaction.atomic(using=self.alias),
-        ):
-            self._fence(run_id, worker_id, now, {}, unless_canceling=unless_canceling)
+        run_id, now = fence.run_id, fence.now
+        with self._keeping_completions(fence), self.write_lock(), transaction.atomic(using=self.alias):
+            self._fence(fence, {})
             if event_type is not None:
                 self.lock_event_type(event_type)
-            self._flush(run_id, pending, now)
+            self._flush(run_id, fence.pending, now)
             attempt_id = waiting_attempt_id
             if insert is not None:
                 attempt_id = self._insert_attempt(run_id, insert, now).id
@@ -102,7 +95,7 @@ class WaitOps(ApprovalOps):
         return DeliveredSignal(*row)
 
     @engine_op
-    def expire_wait(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, attempt_id: int) -> Any:
+    def expire_wait(self, fence: Fence, *, attempt_id: int) -> Any:
         """Time out an open wait, fenced; returns None, or the output a sender delivered just before.
 
         The timeout is journaled (output ``{"timed_out": true}``), so a replay
@@ -110,10 +103,10 @@ class WaitOps(ApprovalOps):
         of the wait becomes ``timed_out``.
         """
         with self.write_lock(), transaction.atomic(using=self.alias):
-            self._fence(run_id, worker_id, now, {})
-            self._flush(run_id, pending, now)
+            self._fence(fence, {})
+            self._flush(fence.run_id, fence.pending, fence.now)
             expired = StepAttempt.objects.filter(id=attempt_id, status=StepStatus.RUNNING).update(
-                status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=now
+                status=StepStatus.COMPLETED, output={"timed_out": True}, finished_at=fence.now
             )
             if expired:
                 Approval.objects.filter(attempt_id=attempt_id, status=ApprovalStatus.OPEN).update(
@@ -125,14 +118,14 @@ class WaitOps(ApprovalOps):
     # -- atomic steps --
 
     @contextmanager
-    def atomic_step(
-        self, run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: Pending
-    ) -> Iterator[Callable[[NewAttempt], None]]:
+    def atomic_step(self, fence: Callable[[], Fence]) -> Iterator[Callable[[NewAttempt], None]]:
         """A transaction around a step's own code; yields ``record(attempt)`` for its journal entry.
 
-        The fence is checked last, just before commit, so the run row is locked
-        only briefly (heartbeats are not held up by a long step), and a worker
-        that lost its lease meanwhile rolls back the step's writes with it.
+        ``fence()`` makes the write's fence once the step's code has returned,
+        so the entry is written at that time. The fence is checked last, just
+        before commit, so the run row is locked only briefly (heartbeats are
+        not held up by a long step), and a worker that lost its lease
+        meanwhile rolls back the step's writes with it.
         Writes to other database aliases are refused: they could not commit
         with the journal. An error of the step's own code propagates as it
         is; one of the journal's write or of the commit becomes
@@ -150,11 +143,11 @@ class WaitOps(ApprovalOps):
                 in_step = True
                 yield records.append
                 in_step = False
-                now = clock()
-                self._fence(run_id, worker_id, now, {})
-                self._flush(run_id, pending, now)
+                held = fence()
+                self._fence(held, {})
+                self._flush(held.run_id, held.pending, held.now)
                 for new in records:
-                    self._insert_attempt(run_id, new, now)
+                    self._insert_attempt(held.run_id, new, held.now)
         except DatabaseError as exc:
             if in_step:
                 raise  # the step's own code failed: its writes are rolled back

@@ -31,8 +31,9 @@ starts at the first tick after the resume, whichever the policy (a pause is
 a decision not to run, not an outage).
 
 What a tick does while a run of its schedule is unfinished (``Schedule.overlap``:
-start anyway, skip, buffer one, cancel the previous), backfilling past
-ticks and triggering a run now are ``schedule_runs.py``'s. A ``buffer_one``
+start anyway, skip, buffer one, cancel the previous) is ``schedule_runs.py``'s;
+backfilling past ticks, triggering a run now, the schedules' state and their
+next ticks are an operator's, in ``client/schedules.py``. A ``buffer_one``
 schedule's waiting tick is in its row (``buffered_tick_at``): each look
 starts it once no run of the schedule is unfinished, before the due tick.
 
@@ -48,8 +49,9 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from ..client.schedules import declared_schedules
 from ..definitions.cron import KEY_PREFIX, latest_tick, tick_key, ticks_after, zone_name
-from .schedule_runs import TickOutcome, declared_schedules, start_buffered, start_tick
+from .schedule_runs import TickOutcome, start_buffered, start_tick
 
 if TYPE_CHECKING:
     from ..definitions.flow import Schedule
@@ -66,21 +68,9 @@ __all__ = [
     "Scheduler",
     "declared_schedules",
     "fire_due_schedules",
-    "next_ticks",
     "sync_schedules",
     "tick_key",
 ]
-
-
-def next_ticks(schedule: Schedule | ScheduleRow, count: int = 5, now: datetime | None = None) -> list[datetime]:
-    """The next ``count`` ticks after ``now`` (default: the database clock), in UTC: what the admin shows."""
-    from ..definitions.flow import Schedule
-
-    if isinstance(schedule, Schedule):
-        schedule.check()
-    zone = zone_name(schedule.timezone) if isinstance(schedule, Schedule) else schedule.timezone
-    ticks = ticks_after(schedule.cron, zone, _now() if now is None else now)
-    return [next(ticks) for _ in range(count)]
 
 
 def _now() -> datetime:

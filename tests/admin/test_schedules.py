@@ -11,11 +11,12 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 
+from django_openworkflow.client.schedules import next_ticks
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import Schedule as ScheduleRow
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
-from django_openworkflow.worker.schedules import fire_due_schedules, next_ticks, sync_schedules
+from django_openworkflow.worker.schedules import fire_due_schedules, sync_schedules
 from tests.fixtures import schedule_workflows
 from tests.fixtures.schedule_workflows import EVERY_MINUTE, PARIS
 

@@ -17,8 +17,8 @@ from django_openworkflow import (
     WorkflowRegistrationError,
     workflow,
 )
+from django_openworkflow.client.schedules import next_ticks
 from django_openworkflow.definitions.registry import registry
-from django_openworkflow.worker.schedules import next_ticks
 
 NAME = "decl-bad"
 

@@ -19,7 +19,7 @@ from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.states import StepKind, StepStatus
 from django_openworkflow.store import get_backend
-from django_openworkflow.store.records import AttemptUpdate, CancelRequested, ChildStart, LeaseLost, NewAttempt
+from django_openworkflow.store.records import AttemptUpdate, CancelRequested, ChildStart, Fence, LeaseLost, NewAttempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -141,7 +141,7 @@ def test_a_write_refused_for_a_cancel_request_keeps_its_completions_and_starts_n
     run_id = plain.run({}).id
     store.claim("w1", 1, timedelta(seconds=30))
     now = store.now()
-    first = store.record_step(run_id, "w1", now, [], NewAttempt("a", StepKind.RUN, StepStatus.RUNNING, now))
+    first = store.record_step(Fence(run_id, "w1", now), NewAttempt("a", StepKind.RUN, StepStatus.RUNNING, now))
     assert store.request_cancel([run_id]) == [run_id]
     pending = [
         AttemptUpdate(first, StepStatus.COMPLETED, now, output=1),
@@ -150,14 +150,15 @@ def test_a_write_refused_for_a_cancel_request_keeps_its_completions_and_starts_n
     ]
     with pytest.raises(CancelRequested):
         store.record_step(
-            run_id, "w1", now, pending, NewAttempt("c", StepKind.RUN, StepStatus.RUNNING, now), unless_canceling=True
+            Fence(run_id, "w1", now, pending, unless_canceling=True),
+            NewAttempt("c", StepKind.RUN, StepStatus.RUNNING, now),
         )
     with pytest.raises(CancelRequested):
-        store.complete_run(run_id, "w1", now, [], "done", None, unless_canceling=True)
+        store.complete_run(Fence(run_id, "w1", now, unless_canceling=True), "done", None)
     attempts = StepAttempt.objects.filter(workflow_run_id=run_id).order_by("id")
     assert list(attempts.values_list("step_name", "status")) == [("a", "completed"), ("b", "completed")]
     assert WorkflowRun.objects.count() == 1 and WorkflowRun.objects.get().status == "running"
     # A compensation's write does not ask, and goes through; another worker's is refused as ever.
-    store.record_step(run_id, "w1", now, [], NewAttempt("compensate:b", StepKind.RUN, StepStatus.RUNNING, now))
+    store.record_step(Fence(run_id, "w1", now), NewAttempt("compensate:b", StepKind.RUN, StepStatus.RUNNING, now))
     with pytest.raises(LeaseLost):
-        store.complete_run(run_id, "w2", now, [], "done", None, unless_canceling=True)
+        store.complete_run(Fence(run_id, "w2", now, unless_canceling=True), "done", None)

@@ -66,6 +66,7 @@ from django_openworkflow.store.records import (
     AttemptUpdate,
     ChildStart,
     DeliveredSignal,
+    Fence,
     LeaseLost,
     NewAttempt,
     ProgressWrite,
@@ -333,7 +334,7 @@ def wait(run_id, kind, name, match=None, worker="w1"):
     else:
         context, target = {"event": name, "match": match}, {"event_type": name}
     new_wait = attempt(name, kind, context=context)
-    return store().wait_for_delivery(run_id, worker, now, [], park_until=now + LATER, insert=new_wait, **target)
+    return store().wait_for_delivery(Fence(run_id, worker, now), park_until=now + LATER, insert=new_wait, **target)
 
 
 def parked_on(kind, name, match=None):
@@ -461,36 +462,38 @@ class Journaled:
 
 def journaled():
     run_id, backend, now = held("w1").run.id, store(), db_now()
-    step_id = backend.record_step(run_id, "w1", now, [], attempt("a"))
-    wait_id = backend.record_step(run_id, "w1", now, [], attempt("w", "signal", context={"signal": "go"}))
+    step_id = backend.record_step(Fence(run_id, "w1", now), attempt("a"))
+    wait_id = backend.record_step(Fence(run_id, "w1", now), attempt("w", "signal", context={"signal": "go"}))
     assert backend.send_signal(run_id, "other", "buffered", None) is False  # for a new wait to take
     return Journaled(run_id, step_id, wait_id)
 
 
 def atomic_write(backend, j, worker, now, pending):
-    with backend.atomic_step(j.run_id, worker, lambda: now, pending) as record:
+    with backend.atomic_step(lambda: Fence(j.run_id, worker, now, pending)) as record:
         record(NewAttempt("atomic", "run", "completed", now, output=3, finished_at=now))
 
 
 FENCED_WRITES = {
-    "record_step": lambda b, j, w, now, p: b.record_step(j.run_id, w, now, p, attempt("c")),
-    "park": lambda b, j, w, now, p: b.park(j.run_id, w, now, p, now + LATER, attempt=attempt("nap", "sleep")),
+    "record_step": lambda b, j, w, now, p: b.record_step(Fence(j.run_id, w, now, p), attempt("c")),
+    "park": lambda b, j, w, now, p: b.park(Fence(j.run_id, w, now, p), now + LATER, attempt=attempt("nap", "sleep")),
     "park_with_child": lambda b, j, w, now, p: b.park(
-        j.run_id, w, now, p, now + LATER, attempt=attempt("kid", "workflow"), child=ChildStart("kid", None, {"n": 2})
+        Fence(j.run_id, w, now, p),
+        now + LATER,
+        attempt=attempt("kid", "workflow"),
+        child=ChildStart("kid", None, {"n": 2}),
     ),
-    "complete_run": lambda b, j, w, now, p: b.complete_run(j.run_id, w, now, p, {"done": True}, None),
-    "fail_run": lambda b, j, w, now, p: b.fail_run(j.run_id, w, now, p, {"type": "Boom"}, None, attempts=1),
-    "reschedule_run": lambda b, j, w, now, p: b.reschedule_run(j.run_id, w, now, p, now + LATER, {"type": "Boom"}, 1),
+    "complete_run": lambda b, j, w, now, p: b.complete_run(Fence(j.run_id, w, now, p), {"done": True}, None),
+    "fail_run": lambda b, j, w, now, p: b.fail_run(Fence(j.run_id, w, now, p), {"type": "Boom"}, None, attempts=1),
+    "reschedule_run": lambda b, j, w, now, p: b.reschedule_run(
+        Fence(j.run_id, w, now, p), now + LATER, {"type": "Boom"}, 1
+    ),
     "wait_for_delivery": lambda b, j, w, now, p: b.wait_for_delivery(
-        j.run_id,
-        w,
-        now,
-        p,
+        Fence(j.run_id, w, now, p),
         park_until=now + LATER,
         insert=attempt("other", "signal", context={"signal": "other"}),
         signal_name="other",
     ),
-    "expire_wait": lambda b, j, w, now, p: b.expire_wait(j.run_id, w, now, p, attempt_id=j.wait_id),
+    "expire_wait": lambda b, j, w, now, p: b.expire_wait(Fence(j.run_id, w, now, p), attempt_id=j.wait_id),
     "atomic_step": atomic_write,
 }
 
@@ -522,7 +525,9 @@ def test_the_replay_of_progress_writes_nothing_new(write):
     j = journaled()
     backend, now = store(), db_now()
     later = [ProgressWrite("pct", 5, 80), ProgressWrite("s", 1, {"chunk": 1}, stream="s")]
-    backend.flush(j.run_id, "w1", now, [ProgressWrite("pct", 0, 50), ProgressWrite("s", 0, "x", stream="s"), *later])
+    backend.flush(
+        Fence(j.run_id, "w1", now, [ProgressWrite("pct", 0, 50), ProgressWrite("s", 0, "x", stream="s"), *later])
+    )
     # The replay reaches the same calls again: an earlier value, the same chunks (whatever they hold now).
     replayed = [ProgressWrite("pct", 3, 70), ProgressWrite("s", 0, "y", stream="s"), *later[1:]]
     write(backend, j, "w1", now, replayed + [ProgressWrite("s", 2, {"chunk": 2}, stream="s")])
@@ -543,7 +548,7 @@ def test_release_by_a_worker_that_lost_the_run_changes_nothing():
 def test_record_step_returns_ascending_ids_in_call_order():
     run_id, now = held().run.id, db_now()
     names = [f"s{i}" for i in range(5)]
-    ids = [store().record_step(run_id, "w1", now, [], attempt(name)) for name in names]
+    ids = [store().record_step(Fence(run_id, "w1", now), attempt(name)) for name in names]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
     history = store().load_history(run_id)
     assert all(isinstance(record, AttemptRecord) for record in history)
@@ -553,7 +558,7 @@ def test_record_step_returns_ascending_ids_in_call_order():
 def test_pending_attempts_are_journaled_in_order_before_the_new_step():
     run_id, now = held().run.id, db_now()
     pending = [NewAttempt(f"p{i}", "run", "completed", now, output=i, finished_at=now) for i in range(3)]
-    new_id = store().record_step(run_id, "w1", now, pending, attempt("last"))
+    new_id = store().record_step(Fence(run_id, "w1", now, pending), attempt("last"))
     history = store().load_history(run_id)
     assert [(r.step_name, r.output) for r in history] == [("p0", 0), ("p1", 1), ("p2", 2), ("last", None)]
     assert [r.id for r in history] == sorted(r.id for r in history) and history[-1].id == new_id
@@ -577,11 +582,11 @@ JSON_VALUES = {
 @pytest.mark.parametrize("value", JSON_VALUES.values(), ids=JSON_VALUES.keys())
 def test_history_round_trips_outputs_errors_and_contexts_exactly(value):
     run_id, backend, now = held().run.id, store(), db_now()
-    step_id = backend.record_step(run_id, "w1", now, [], attempt("v", context={"value": value}))
+    step_id = backend.record_step(Fence(run_id, "w1", now), attempt("v", context={"value": value}))
     error = {"type": "E", "message": "😀", "detail": value}
     failed = NewAttempt("f", "run", "failed", now, context={"value": value}, output=value, error=error, finished_at=now)
     backend.complete_run(
-        run_id, "w1", now, [AttemptUpdate(step_id, "completed", now, output=value), failed], value, None
+        Fence(run_id, "w1", now, [AttemptUpdate(step_id, "completed", now, output=value), failed]), value, None
     )
     first, second = backend.load_history(run_id)
     assert [exact(first.output), exact(first.context)] == [exact(value), exact({"value": value})]
@@ -593,7 +598,7 @@ def parent_with_child():
     """A parent parked on a child it started, and the child claimed by w2; returns (parent id, child claim)."""
     parent_id, now = held("w1").run.id, db_now()
     child = ChildStart("kid", "v1", {"n": 2})
-    store().park(parent_id, "w1", now, [], now + LATER, attempt=attempt("kid", "workflow"), child=child)
+    store().park(Fence(parent_id, "w1", now), now + LATER, attempt=attempt("kid", "workflow"), child=child)
     (child_id,) = store().child_run_ids(parent_id)
     claimed = store().claim_run(child_id, "w2", LEASE)
     assert claimed is not None and claimed.fresh
@@ -612,8 +617,8 @@ def test_park_with_a_child_starts_a_linked_child_run():
 
 
 FINISH_CHILD = {
-    "complete_run": lambda c, now: store().complete_run(c.run.id, "w2", now, [], 1, c.run.parent_step_attempt_id),
-    "fail_run": lambda c, now: store().fail_run(c.run.id, "w2", now, [], {}, c.run.parent_step_attempt_id),
+    "complete_run": lambda c, now: store().complete_run(Fence(c.run.id, "w2", now), 1, c.run.parent_step_attempt_id),
+    "fail_run": lambda c, now: store().fail_run(Fence(c.run.id, "w2", now), {}, c.run.parent_step_attempt_id),
     "cancel_run": lambda c, now: cancel(c.run.id),
 }
 
@@ -633,7 +638,7 @@ def parent_with_children(n):
         NewAttempt(f"kid-{i}", "workflow", "running", started_at=now, child=ChildStart("kid", None, {"i": i}))
         for i in range(n)
     ]
-    store().flush(parent_id, "w1", now, starts)
+    store().flush(Fence(parent_id, "w1", now, starts))
     return parent_id, starts
 
 
@@ -655,7 +660,7 @@ def test_a_parent_watching_one_child_is_woken_by_it_and_by_any_childs_failure(fi
     parent_id, starts = parent_with_children(2)
     watched, other = starts
     now = db_now()
-    store().park(parent_id, "w1", now, [], now + LATER, wake_on_attempt=watched.id)
+    store().park(Fence(parent_id, "w1", now), now + LATER, wake_on_attempt=watched.id)
     claimed = store().claim_run(other.child_run_id, "w2", LEASE)
     finish(claimed, db_now())
     woken = store().claim_run(parent_id, "w1", LEASE) is not None
@@ -669,9 +674,9 @@ def test_a_parent_watching_one_child_is_woken_by_it_and_by_any_childs_failure(fi
 def test_parking_on_several_children_is_due_at_once_if_any_of_them_finished():
     parent_id, starts = parent_with_children(3)
     claimed = store().claim_run(starts[2].child_run_id, "w2", LEASE)
-    store().complete_run(claimed.run.id, "w2", db_now(), [], 1, None)  # no wake-up: the park re-checks
+    store().complete_run(Fence(claimed.run.id, "w2", db_now()), 1, None)  # no wake-up: the park re-checks
     now = db_now()
-    store().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[s.child_run_id for s in starts])
+    store().park(Fence(parent_id, "w1", now), now + LATER, wake_if_child_done=[s.child_run_id for s in starts])
     assert store().claim_run(parent_id, "w3", LEASE) is not None
 
 
@@ -684,8 +689,8 @@ def test_a_parent_parking_while_its_child_finishes_is_never_left_asleep():
         now = db_now()
         sides = iter(
             [
-                lambda: store().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[child.run.id]),
-                lambda: store().complete_run(child.run.id, "w2", now, [], 1, child.run.parent_step_attempt_id),
+                lambda: store().park(Fence(parent_id, "w1", now), now + LATER, wake_if_child_done=[child.run.id]),
+                lambda: store().complete_run(Fence(child.run.id, "w2", now), 1, child.run.parent_step_attempt_id),
             ]
         )
         lock = threading.Lock()
@@ -703,10 +708,10 @@ def test_a_parent_parking_while_its_child_finishes_is_never_left_asleep():
 def test_parking_on_a_child_that_already_finished_is_due_at_once(child_done):
     parent_id, child = parent_with_child()
     if child_done:
-        store().complete_run(child.run.id, "w2", db_now(), [], 1, None)  # no wake-up: the parent re-checks
+        store().complete_run(Fence(child.run.id, "w2", db_now()), 1, None)  # no wake-up: the parent re-checks
     reclaim(parent_id, "w1")
     now = db_now()
-    store().park(parent_id, "w1", now, [], now + LATER, wake_if_child_done=[child.run.id])
+    store().park(Fence(parent_id, "w1", now), now + LATER, wake_if_child_done=[child.run.id])
     assert (store().claim_run(parent_id, "w3", LEASE) is not None) is child_done
 
 
@@ -822,10 +827,10 @@ def test_buffered_signals_go_to_new_waits_first_in_first_out():
 
 def test_a_delivery_while_the_run_is_held_makes_it_due_when_it_parks():
     run_id, now = held().run.id, db_now()
-    wait_id = store().record_step(run_id, "w1", now, [], attempt("go", "signal", context={"signal": "go"}))
+    wait_id = store().record_step(Fence(run_id, "w1", now), attempt("go", "signal", context={"signal": "go"}))
     assert store().send_signal(run_id, "go", "early", None) is True
     assert row(run_id).worker_id == "w1"  # a held run is not woken: its worker sees the delivery
-    rearmed = store().wait_for_delivery(run_id, "w1", now, [], park_until=now + LATER, waiting_attempt_id=wait_id)
+    rearmed = store().wait_for_delivery(Fence(run_id, "w1", now), park_until=now + LATER, waiting_attempt_id=wait_id)
     assert rearmed == (None, None)
     assert store().claim_run(run_id, "w2", LEASE) is not None
 

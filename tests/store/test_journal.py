@@ -12,7 +12,7 @@ from django_openworkflow.conf import owf_settings
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
-from django_openworkflow.store.records import LeaseLost
+from django_openworkflow.store.records import Fence, LeaseLost
 from tests.fixtures.testapp.workflows import record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -70,7 +70,7 @@ def test_stale_worker_cannot_finish_the_run():
     (claimed_a,) = get_backend().claim("worker-a", 10, LEASE)
     expire_and_claim_by("worker-b")
     with pytest.raises(LeaseLost):
-        get_backend().complete_run(handle.id, "worker-a", timezone.now(), [], "stale", None)
+        get_backend().complete_run(Fence(handle.id, "worker-a", timezone.now()), "stale", None)
     run = handle.fetch()
     assert run.status == "running" and run.output is None and run.worker_id == "worker-b"
     assert execute_slice(get_backend(), claimed_a).outcome == Outcome.LEASE_LOST
@@ -118,9 +118,9 @@ def test_the_engine_reads_and_writes_through_the_store_it_is_given():
             self.calls.append("load_history")
             return super().load_history(run_id)
 
-        def complete_run(self, run_id, *args, **options):
+        def complete_run(self, fence, *args, **options):
             self.calls.append("complete_run")
-            return super().complete_run(run_id, *args, **options)
+            return super().complete_run(fence, *args, **options)
 
     handle = takeover.run()
     store = Noting(owf_settings.database)

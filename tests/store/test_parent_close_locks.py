@@ -18,6 +18,7 @@ from django.db import connections, transaction
 
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
+from django_openworkflow.store.records import Fence
 from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = [
@@ -59,7 +60,7 @@ def test_a_parent_ending_while_its_child_locks_both_rows_in_the_other_order_stil
     thread = threading.Thread(target=child_ends)
     thread.start()
     assert child_locked.wait(10)
-    backend.complete_run(parent.id, "w", backend.now(), [], "done", None, close_children=True)
+    backend.complete_run(Fence(parent.id, "w", backend.now()), "done", None, close_children=True)
     thread.join(30)
     assert len(done) == 1
     assert WorkflowRun.objects.get(id=parent.id).status == "completed"
@@ -99,7 +100,7 @@ def test_a_child_that_continues_as_new_while_its_parent_ends_hands_the_policy_to
     thread = threading.Thread(target=child_continues)
     thread.start()
     assert child_locked.wait(10)
-    backend.complete_run(parent.id, "w", backend.now(), [], "done", None, close_children=True)
+    backend.complete_run(Fence(parent.id, "w", backend.now()), "done", None, close_children=True)
     thread.join(30)
     assert len(successor) == 1
     # The parent's statement waited for the child's row and found it continued; the successor, inserted

@@ -17,6 +17,7 @@ import pytest
 from django.db import connection
 
 from django_openworkflow import WorkflowRegistrationError, workflow
+from django_openworkflow.client.schedules import next_ticks
 from django_openworkflow.definitions.flow import Schedule
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import Schedule as ScheduleRow
@@ -25,7 +26,6 @@ from django_openworkflow.worker.schedules import (
     Scheduler,
     fire_due_schedules,
     latest_tick,
-    next_ticks,
     sync_schedules,
     tick_key,
     ticks_after,

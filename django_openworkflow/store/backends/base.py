@@ -15,7 +15,7 @@ class Backend(QueueOps, RunOps, WaitOps, MessageOps):
 
     - workers and dispatchers (``queue.py``): :meth:`claim`, :meth:`claim_run`,
       :meth:`extend_leases`, :meth:`release`, :meth:`due_runs`,
-      :meth:`due_children`, :meth:`run_state`;
+      :meth:`due_children`, :meth:`dispatch_state`;
     - the engine, fenced on the worker holding the run (``journal.py``, on
       ``fence.py``): :meth:`load_history`, :meth:`record_step`, :meth:`park`,
       :meth:`complete_run`, :meth:`fail_run`, :meth:`reschedule_run`,

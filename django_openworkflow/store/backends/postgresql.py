@@ -31,7 +31,7 @@ from ...models import StepAttempt, WorkflowRun
 from ...states import RunStatus
 from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
-from ..records import AttributeWrite, ClaimedRun, NewAttempt, Pending, ProgressWrite, RunRecord
+from ..records import AttributeWrite, ClaimedRun, Fence, NewAttempt, ProgressWrite, RunRecord
 from .base import Backend
 from .postgresql_claim import _field, _q, claim_sql, lease_sql
 
@@ -145,28 +145,20 @@ class PostgreSQLBackend(Backend):
                     [keys],
                 )
 
-    def _step_boundary(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        insert: NewAttempt | None,
-        run_fields: dict[str, Any],
-        unless_canceling: bool = False,
-    ) -> int | None:
+    def _step_boundary(self, fence: Fence, insert: NewAttempt | None, run_fields: dict[str, Any]) -> int | None:
         """Fence + attempt updates + new attempts in one statement (with progress or attributes: the portable path's).
 
         With ``unless_canceling`` the fence also requires that nobody asked to cancel
         the run; when it matches nothing, the portable path's :meth:`_refused` says why.
         """
+        run_id, now, pending = fence.run_id, fence.now, fence.pending
         if any(isinstance(change, ProgressWrite | AttributeWrite) for change in pending):
-            return super()._step_boundary(run_id, worker_id, now, pending, insert, run_fields, unless_canceling)
+            return super()._step_boundary(fence, insert, run_fields)
         using = self.alias
         run_values = {"updated_at": now, **run_fields}
         connection = connections[using]
         params = [_param(using, WorkflowRun, name, value, connection) for name, value in run_values.items()]
-        params += [run_id, worker_id, RunStatus.RUNNING.value]
+        params += [run_id, fence.worker_id, RunStatus.RUNNING.value]
         new_rows: list[NewAttempt] = []
         for change in pending:
             if isinstance(change, NewAttempt):
@@ -182,10 +174,10 @@ class PostgreSQLBackend(Backend):
         for new in new_rows:
             params += _attempt_row(using, run_id, new, now)
         kinds = tuple(isinstance(change, NewAttempt) for change in pending)
-        sql = _commit_sql(using, tuple(run_values), kinds, insert is not None, unless_canceling)
+        sql = _commit_sql(using, tuple(run_values), kinds, insert is not None, fence.unless_canceling)
         [(held, new_id)] = self.execute_hot(sql, params)
         if not held:
-            self._refused(run_id, worker_id, now, unless_canceling)
+            self._refused(fence)
         return int(new_id) if new_id is not None else None
 
     def execute_hot(self, sql: str, params: Sequence[Any], *, prepare: bool = True) -> list[tuple[Any, ...]]:

@@ -6,6 +6,7 @@ import itertools
 import threading
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from ...store.records import (
     AttributeWrite,
     CancelRequested,
     ChildStart,
+    Fence,
     LeaseLost,
     NewAttempt,
     Pending,
@@ -91,38 +93,34 @@ class MemoryCore:
 
     # -- the fence and its building blocks (all called with the lock held) --
 
-    def _fence(self, run_id: Any, worker_id: str, *, unless_canceling: bool = False) -> RunRow:
-        """The run, if ``worker_id`` holds it; else LeaseLost. Writes nothing.
+    def _fence(self, fence: Fence) -> RunRow:
+        """The run, if the fence's ``worker_id`` holds it; else LeaseLost. Writes nothing.
 
         With ``unless_canceling``, a run whose cancel was requested raises
         :class:`CancelRequested` (the caller keeps the completions it carried).
         """
-        run = self.runs.get(run_id)
-        if run is None or not run.is_held or run.worker_id != worker_id:
-            raise LeaseLost(run_id)
-        if unless_canceling and run.cancel_requested_at is not None:
-            raise CancelRequested(run_id)
+        run = self.runs.get(fence.run_id)
+        if run is None or not run.is_held or run.worker_id != fence.worker_id:
+            raise LeaseLost(fence.run_id)
+        if fence.unless_canceling and run.cancel_requested_at is not None:
+            raise CancelRequested(fence.run_id)
         return run
 
-    def _fence_keeping_completions(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, unless_canceling: bool
-    ) -> RunRow:
+    def _fence_keeping_completions(self, fence: Fence) -> RunRow:
         """The fence of a write that may be refused for a cancel request: then write the completions it carried.
 
         The steps that finished stay in the journal, so they are compensated;
         children not started yet are dropped with the rest of the write.
         """
         try:
-            return self._fence(run_id, worker_id, unless_canceling=unless_canceling)
+            return self._fence(fence)
         except CancelRequested:
-            run = self._fence(run_id, worker_id)
-            self._update(run, now)
-            self._flush(run_id, [change for change in pending if not _spawns(change)], now)
+            run = self._fence(replace(fence, unless_canceling=False))
+            self._update(run, fence.now)
+            self._flush(fence.run_id, [change for change in fence.pending if not _spawns(change)], fence.now)
             raise
 
-    def _commit(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, fenced: _Fenced, unless_canceling: bool
-    ) -> int | None:
+    def _commit(self, fence: Fence, fenced: _Fenced) -> int | None:
         """``pending``, new attempts, run fields, a child start and wake-ups in one fenced operation.
 
         The order of ``JournalOps._commit``: the plain pending attempts, then
@@ -130,11 +128,12 @@ class MemoryCore:
         in that order); then the parent's wake-up, the check of finished
         children, and the child linked to the new attempt.
         """
+        run_id, now = fence.run_id, fence.now
         with self.lock:
-            run = self._fence_keeping_completions(run_id, worker_id, now, pending, unless_canceling)
+            run = self._fence_keeping_completions(fence)
             run_fields = dict(fenced.run_fields)
             self._update(run, now, **run_fields)
-            self._flush(run_id, pending, now)
+            self._flush(run_id, fence.pending, now)
             new_id = self._insert_attempt(run_id, fenced.insert, now) if fenced.insert is not None else None
             for new in fenced.inserts:
                 self._insert_attempt(run_id, new, now)

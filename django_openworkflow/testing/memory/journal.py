@@ -13,10 +13,10 @@ from ...store.records import (
     ChildStart,
     ClaimedRun,
     DeliveredSignal,
+    Fence,
     LeaseLost,
     NewApproval,
     NewAttempt,
-    Pending,
     RunOutcome,
 )
 
@@ -34,47 +34,24 @@ class JournalOps(MemoryCore):
         with self.lock:
             return [a.record() for a in self.attempts.values() if a.workflow_run_id == run_id]
 
-    def record_step(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempt: NewAttempt,
-        *,
-        unless_canceling: bool = False,
-    ) -> int:
-        """Commit ``pending`` and record that a step started; returns the new attempt's id."""
-        new_id = self._commit(run_id, worker_id, now, pending, _Fenced(insert=attempt), unless_canceling)
+    def record_step(self, fence: Fence, attempt: NewAttempt) -> int:
+        """Commit the fence's ``pending`` and record that a step started; returns the new attempt's id."""
+        new_id = self._commit(fence, _Fenced(insert=attempt))
         assert new_id is not None
         return new_id
 
-    def record_steps(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        attempts: list[NewAttempt],
-        *,
-        unless_canceling: bool = False,
-    ) -> list[int]:
-        """Commit ``pending`` and record that several steps started; returns their ids."""
-        self._commit(run_id, worker_id, now, pending, _Fenced(inserts=attempts), unless_canceling)
+    def record_steps(self, fence: Fence, attempts: list[NewAttempt]) -> list[int]:
+        """Commit the fence's ``pending`` and record that several steps started; returns their ids."""
+        self._commit(fence, _Fenced(inserts=attempts))
         return [attempt.id for attempt in attempts if attempt.id is not None]
 
-    def flush(
-        self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, unless_canceling: bool = False
-    ) -> None:
+    def flush(self, fence: Fence) -> None:
         """Commit ``pending`` alone."""
-        self._commit(run_id, worker_id, now, pending, _Fenced(), unless_canceling)
+        self._commit(fence, _Fenced())
 
     def park(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         until: datetime,
         *,
         attempt: NewAttempt | None = None,
@@ -82,7 +59,6 @@ class JournalOps(MemoryCore):
         wake_if_child_done: list[Any] | None = None,
         wake_on_attempt: int | None = None,
         note: dict[str, Any] | None = None,
-        unless_canceling: bool = False,
     ) -> None:
         """Let go of the run until ``until`` (a sleep, a wait for children, a retry backoff)."""
         fields: dict[str, Any] = {"worker_id": None, "available_at": until, "wake_on_attempt_id": wake_on_attempt}
@@ -94,55 +70,32 @@ class JournalOps(MemoryCore):
             start_child=child,
             wake_when_child_done=wake_if_child_done,
         )
-        self._commit(run_id, worker_id, now, pending, fenced, unless_canceling)
+        self._commit(fence, fenced)
 
     def complete_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        output: Any,
-        parent_step_id: int | None,
-        *,
-        unless_canceling: bool = False,
-        close_children: bool = False,
+        self, fence: Fence, output: Any, parent_step_id: int | None, *, close_children: bool = False
     ) -> None:
         """The run returned ``output``: finish it, close its children by their policy, wake a parent waiting on it."""
-        fields = {"status": RunStatus.COMPLETED, "output": _stored(output), "error": None, "finished_at": now}
-        fenced = _Fenced(run_fields=fields, wake_parent_of=parent_step_id, close_children=close_children)
-        self._commit(run_id, worker_id, now, pending, fenced, unless_canceling)
+        fields = {"status": RunStatus.COMPLETED, "output": _stored(output), "error": None, "finished_at": fence.now}
+        self._commit(fence, _Fenced(run_fields=fields, wake_parent_of=parent_step_id, close_children=close_children))
 
     def fail_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-        attempts: int | None = None,
+        self, fence: Fence, error: dict[str, Any], parent_step_id: int | None, attempts: int | None = None
     ) -> None:
         """Fail the run for good with ``error`` and wake a parent waiting on it."""
-        fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": _stored(error), "finished_at": now}
+        fields: dict[str, Any] = {"status": RunStatus.FAILED, "error": _stored(error), "finished_at": fence.now}
         if attempts is not None:
             fields["attempts"] = attempts
-        fenced = _Fenced(run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True, close_children=True)
-        self._commit(run_id, worker_id, now, pending, fenced, False)
+        self._commit(
+            fence, _Fenced(run_fields=fields, wake_parent_of=parent_step_id, ended_badly=True, close_children=True)
+        )
 
-    def cancel_held(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        error: dict[str, Any],
-        parent_step_id: int | None,
-    ) -> None:
+    def cancel_held(self, fence: Fence, error: dict[str, Any], parent_step_id: int | None) -> None:
         """End a run whose cancel was requested, its compensations done; close its open steps, wake a parent."""
+        run_id, now = fence.run_id, fence.now
         with self.lock:
-            run = self._fence(run_id, worker_id)
-            self._flush(run_id, pending, now)
+            run = self._fence(fence)
+            self._flush(run_id, fence.pending, now)
             self._update(run, now, status=RunStatus.CANCELED, error=_stored(error), finished_at=now)
             self._close_open_steps([run_id], now)
             self.close_children([run_id], now)
@@ -155,27 +108,16 @@ class JournalOps(MemoryCore):
             run = self.runs.get(run_id)
             return run is None or run.status == RunStatus.CANCELED or run.cancel_requested_at is not None
 
-    def reschedule_run(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        until: datetime,
-        error: dict[str, Any],
-        attempts: int | None = None,
-        *,
-        unless_canceling: bool = False,
-    ) -> None:
+    def reschedule_run(self, fence: Fence, until: datetime, error: dict[str, Any], attempts: int | None = None) -> None:
         """Run the workflow again from the top at ``until``, keeping ``error`` as the reason."""
         fields: dict[str, Any] = {"worker_id": None, "available_at": until, "error": _stored(error)}
         if attempts is not None:
             fields["attempts"] = attempts
-        self._commit(run_id, worker_id, now, pending, _Fenced(run_fields=fields), unless_canceling)
+        self._commit(fence, _Fenced(run_fields=fields))
 
-    def clear_error(self, run_id: Any, worker_id: str, now: datetime) -> None:
+    def clear_error(self, fence: Fence) -> None:
         """Drop a note the run carried from an earlier slice."""
-        self._commit(run_id, worker_id, now, [], _Fenced(run_fields={"error": None}), False)
+        self._commit(fence, _Fenced(run_fields={"error": None}))
 
     def release(
         self, claimed: ClaimedRun, retry_in: timedelta = timedelta(seconds=1), error: dict[str, Any] | None = None
@@ -187,17 +129,14 @@ class JournalOps(MemoryCore):
             if error is not None:
                 fields["error"] = _stored(error)
             try:
-                self._commit(claimed.run.id, claimed.worker_id, now, [], _Fenced(run_fields=fields), False)
+                self._commit(Fence(claimed.run.id, claimed.worker_id, now), _Fenced(run_fields=fields))
             except LeaseLost:
                 return False
             return True
 
     def wait_for_delivery(
         self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
+        fence: Fence,
         *,
         park_until: datetime,
         insert: NewAttempt | None = None,
@@ -205,7 +144,6 @@ class JournalOps(MemoryCore):
         signal_name: str | None = None,
         event_type: str | None = None,
         approval: NewApproval | None = None,
-        unless_canceling: bool = False,
     ) -> tuple[int | None, DeliveredSignal | None]:
         """A signal or event wait: record it (a new signal wait takes the oldest buffered signal) or park.
 
@@ -217,10 +155,11 @@ class JournalOps(MemoryCore):
                 "ctx.wait_for_approval() needs a database backend (the admin's inbox and Django's users "
                 "decide it); the in-memory backend does not keep approvals: test it with the database"
             )
+        run_id, now = fence.run_id, fence.now
         with self.lock:
-            run = self._fence_keeping_completions(run_id, worker_id, now, pending, unless_canceling)
+            run = self._fence_keeping_completions(fence)
             self._update(run, now)
-            self._flush(run_id, pending, now)
+            self._flush(run_id, fence.pending, now)
             attempt_id = waiting_attempt_id
             if insert is not None:
                 attempt_id = self._insert_attempt(run_id, insert, now)
@@ -245,11 +184,12 @@ class JournalOps(MemoryCore):
                 return signal
         return None
 
-    def expire_wait(self, run_id: Any, worker_id: str, now: datetime, pending: Pending, *, attempt_id: int) -> Any:
+    def expire_wait(self, fence: Fence, *, attempt_id: int) -> Any:
         """Time out an open wait; returns None, or the output a sender delivered just before."""
+        now = fence.now
         with self.lock:
-            self._update(self._fence(run_id, worker_id), now)
-            self._flush(run_id, pending, now)
+            self._update(self._fence(fence), now)
+            self._flush(fence.run_id, fence.pending, now)
             wait = self.attempts.get(attempt_id)
             if wait is None:
                 return None
@@ -259,21 +199,20 @@ class JournalOps(MemoryCore):
             return _read(wait.output)
 
     @contextmanager
-    def atomic_step(
-        self, run_id: Any, worker_id: str, clock: Callable[[], datetime], pending: Pending
-    ) -> Iterator[Callable[[NewAttempt], None]]:
+    def atomic_step(self, fence: Callable[[], Fence]) -> Iterator[Callable[[NewAttempt], None]]:
         """Around a step's own code: yields ``record(attempt)``; the journal entries are written after it, fenced.
 
         The step's code runs outside the lock; if it raises, nothing is written.
+        ``fence()`` makes the write's fence once the code has returned.
         """
         records: list[NewAttempt] = []
         yield records.append
         with self.lock:
-            now = clock()
-            self._update(self._fence(run_id, worker_id), now)
-            self._flush(run_id, pending, now)
+            held = fence()
+            self._update(self._fence(held), held.now)
+            self._flush(held.run_id, held.pending, held.now)
             for new in records:
-                self._insert_attempt(run_id, new, now)
+                self._insert_attempt(held.run_id, new, held.now)
 
     # -- reads the engine makes --
 
@@ -303,22 +242,12 @@ class JournalOps(MemoryCore):
             run = self.runs.get(run_id)
             return None if run is None else run.idempotency_key
 
-    def continue_as_new(
-        self,
-        run_id: Any,
-        worker_id: str,
-        now: datetime,
-        pending: Pending,
-        *,
-        input: Any,
-        version: str | None,
-        flow: dict[str, Any],
-        unless_canceling: bool = False,
-    ) -> Any:
+    def continue_as_new(self, fence: Fence, *, input: Any, version: str | None, flow: dict[str, Any]) -> Any:
         """End the run as ``continued`` and start its successor with ``input``; returns the successor's id."""
+        run_id, now = fence.run_id, fence.now
         with self.lock:
-            run = self._fence_keeping_completions(run_id, worker_id, now, pending, unless_canceling)
-            self._flush(run_id, pending, now)
+            run = self._fence_keeping_completions(fence)
+            self._flush(run_id, fence.pending, now)
             self._update(run, now, status=RunStatus.CONTINUED, output=None, error=None, finished_at=now)
             successor = self._insert_run(
                 {

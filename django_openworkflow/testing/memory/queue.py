@@ -12,7 +12,7 @@ from ...definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ...states import RunStatus
 from ...store.records import (
     ClaimedRun,
-    RunState,
+    DispatchState,
 )
 
 if TYPE_CHECKING:
@@ -200,14 +200,14 @@ class QueueOps(MemoryCore):
                 if run.continued_from_id == run_id or self._parent_id(run) == run_id
             ]
 
-    def run_state(self, run_id: Any) -> RunState | None:
+    def dispatch_state(self, run_id: Any) -> DispatchState | None:
         """Status, holder, next due time and parent of a run (None if it is gone)."""
         with self.lock:
             run = self.runs.get(run_id)
             if run is None:
                 return None
             parent = self.runs.get(self._parent_id(run))
-            return RunState(
+            return DispatchState(
                 str(run.status),
                 run.worker_id,
                 run.available_at,

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from django_openworkflow import backfill_schedule, trigger_schedule, workflow
+from django_openworkflow.client.schedules import BACKFILL_LIMIT
 from django_openworkflow.definitions.cron import scheduled_time
 from django_openworkflow.definitions.flow import Schedule
 from django_openworkflow.definitions.registry import registry
@@ -21,7 +22,6 @@ from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import drain
-from django_openworkflow.worker.schedule_runs import BACKFILL_LIMIT
 from django_openworkflow.worker.schedules import fire_due_schedules, sync_schedules, tick_key
 
 MINUTELY = "backfill-minutely"
