@@ -23,12 +23,17 @@ class Bench:
         self.db = db
         self.dbh: BenchDB = BENCH_DBS[db](self.note)
         self.short = self.dbh.short
-        self.quick = args.quick
+        self.smoke = bool(getattr(args, "smoke", False))
+        self.quick = args.quick or self.smoke
         self.tmp = Path(tempfile.mkdtemp(prefix=f"owf-bench-{self.short}-"))
         self.procs = Processes(db, self.tmp, args.poll, self.note)
         self.ok = True
         self.timeout = args.timeout or (240.0 if self.quick else 900.0)
         self.stall = 30.0 if self.quick else 60.0  # no run finished for this long: give the phase up
+
+    def size(self, full: int, quick: int, smoke: int) -> int:
+        """A phase's size: ``full``, ``quick`` with --quick, ``smoke`` with --smoke (CI: paths taken, figures moot)."""
+        return smoke if self.smoke else quick if self.quick else full
 
     # ---- output
 

@@ -103,7 +103,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "role", nargs="?", default="main", choices=["main", "_produce", "_soak_start"], help=argparse.SUPPRESS
     )
     p.add_argument("--db", default=os.environ.get("BENCH_DB", "postgres"), choices=[*BENCH_DBS, "all"])
-    p.add_argument("--quick", action="store_true", help="small sizes (CI smoke test, < ~2 min per database)")
+    p.add_argument("--quick", action="store_true", help="small sizes (a first look, < ~3 min per database)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI's: --quick with the smallest sizes that still take every phase's path (about 1 min per "
+        "database); its figures say nothing, but every run must complete",
+    )
     p.add_argument(
         "--only",
         default=",".join(DEFAULT_PHASES),
@@ -222,7 +228,7 @@ def main() -> int:
     bench = Bench(args, args.db)
     t0 = time.monotonic()
     print(
-        f"# django-openworkflow bench: db={args.db} quick={args.quick} host={os.uname().nodename} "
+        f"# django-openworkflow bench: db={args.db} quick={args.quick} smoke={args.smoke} host={os.uname().nodename} "
         f"nproc={os.cpu_count()} python={sys.version.split()[0]} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         flush=True,
     )

@@ -5,7 +5,8 @@ a claim loop in this process takes one run every 10 ms (a worker with one slot
 and 10 ms steps: nothing is executed, a claimed run is finished at once), the
 flood keeps coming (a new priority-5 run per claim, so the backlog never
 drains) and a priority-0 run is started every second for the first 5 s. The
-loop lasts 15 s (``--quick``: 12 s). With aging on (``{"every": "1s",
+loop lasts 15 s (``--quick``: 12 s; ``--smoke``: 50 runs for 6 s, too short for
+aging to raise the last low run: a smoke test of the code, not a figure). With aging on (``{"every": "1s",
 "ceiling": 5}``) the loop also runs the aging sweep every 0.5 s, as a worker
 looks twice a turn.
 
@@ -39,7 +40,7 @@ LOW_RUNS = 5
 
 
 def run(bench: Bench) -> None:
-    backlog, seconds = (100, 12.0) if bench.quick else (200, 15.0)
+    backlog, seconds = bench.size(200, 100, 50), (6.0 if bench.smoke else 12.0 if bench.quick else 15.0)
     for aging in (False, True):
         measure(bench, aging, backlog, seconds)
 

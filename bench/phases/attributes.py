@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 def run(bench: Bench) -> None:
-    measure(bench, 20_000 if bench.quick else 200_000, 30 if bench.quick else 100)
+    measure(bench, bench.size(200_000, 20_000, 2_000), bench.size(100, 30, 10))
 
 
 def _median_ms(call: Any, reps: int) -> float:

@@ -24,9 +24,9 @@ if TYPE_CHECKING:
 
 
 def run(bench: Bench) -> None:
-    quick = bench.quick
-    measure(bench, 100_000 if quick else 1_000_000, 1_000 if quick else 10_000, 50 if quick else 200)
-    measure_blocked(bench, 1_000 if quick else 10_000, 1_000, 50 if quick else 200)
+    size = bench.size
+    measure(bench, size(1_000_000, 100_000, 5_000), size(10_000, 1_000, 200), size(200, 50, 20))
+    measure_blocked(bench, size(10_000, 1_000, 200), 1_000, size(200, 50, 20))
 
 
 def insert_runs_sql(dbh: BenchDB, count: int, status: str, when: str) -> tuple[str, list]:

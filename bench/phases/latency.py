@@ -29,9 +29,9 @@ def cpu_seconds(pid: int) -> float:
 
 
 def run(bench: Bench) -> tuple[list[float], list[float], int]:
-    args, quick = bench.args, bench.quick
-    samples = args.lat_n or (30 if quick else (50 if args.peer_protocol else 200))
-    gap = args.gap_ms if args.gap_ms is not None else (200 if quick else 1000)
+    args = bench.args
+    samples = args.lat_n or bench.size(50 if args.peer_protocol else 200, 30, 10)
+    gap = args.gap_ms if args.gap_ms is not None else bench.size(1000, 200, 100)
     return measure(bench, samples, gap)
 
 

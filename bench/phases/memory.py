@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 
 def run(bench: Bench) -> None:
-    quick = bench.quick
-    measure(bench, 500 if quick else 1000, 2_000 if quick else 50_000)
+    measure(bench, bench.size(1000, 500, 100), bench.size(50_000, 2_000, 400))
 
 
 def measure(bench: Bench, first: int, total: int, conc: int = 20) -> None:

@@ -48,7 +48,7 @@ def server_cpu_s() -> float:
 
 
 def run(bench: Bench) -> dict:
-    n = 600 if bench.quick else 4_000
+    n = bench.size(4_000, 600, 150)
     figures = {count: measure(bench, count, n) for count in (1, 2)}
     one, two = figures[1]["wf_per_s"], figures[2]["wf_per_s"]
     bench.emit("scale.two_vs_one", two / one if one else NAN, "x (two processes' drain rate / one's)", 2)

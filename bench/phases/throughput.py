@@ -36,8 +36,8 @@ def configs(bench: Bench) -> list[tuple[str, str, int, int, int, str, str]]:
             (f"live_c100_3x{n}", "bench-3", 3, n, 100, "live", f"{pre}_c100"),
             (f"prefill_c20_3x{n}", "bench-3", 3, n, 20, "prefill", f"{pre}_c20_prefill"),
         ]
-    n4 = args.n or (200 if quick else 1000)
-    n3 = args.n or (200 if quick else 2000)
+    n4 = args.n or bench.size(1000, 200, 50)
+    n3 = args.n or bench.size(2000, 200, 50)
     return [
         (f"live_c100_4x{n4}", "bench-4", 4, n4, 100, "live", f"{pre}_c100_4step"),
         (f"live_c20_3x{n3}", "bench-3", 3, n3, 20, "live", f"{pre}_c20"),
