@@ -184,8 +184,9 @@ RUN_ANSWER = _object({"run": _ref("Run")})
 
 
 def _operation(
-    summary: str, permission: str, ok: str = "200", statuses: tuple[int, ...] = (404, 409)
+    summary: str, permission: str, ok: str = "200", statuses: tuple[int, ...] = (400, 404, 409, 413, 415)
 ) -> dict[str, Any]:
+    """A POST on one run. By default it reads no body: a bare POST or ``{}`` as JSON, anything else refused."""
     return {
         "post": {
             "summary": summary,

@@ -355,10 +355,20 @@ OPERATIONS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+def _no_body(request: HttpRequest) -> None:
+    """An endpoint that reads no body: none, or a JSON object with no field; a form or other body is a 415.
+
+    A client that sent a form meant something by it: refused, nothing done, rather than done as if unsent.
+    """
+    if request.body:  # RequestDataTooBig: a 413 (endpoint)
+        _body(request, {})  # 415 unless JSON; 400 for JSON that is not {}
+
+
 def _operation(name: str) -> Callable[..., HttpResponse]:
     @endpoint(POST="change")
     def view(request: HttpRequest, run_id: str) -> HttpResponse:
         handle = _run_handle(run_id)
+        _no_body(request)
         OPERATIONS[name](handle.id)
         return _run(handle.id)
 

@@ -351,7 +351,7 @@ def test_a_body_that_is_not_json_is_415_and_a_wrong_method_405(api: Any) -> None
     ("path", "content_type", "body", "status", "code"),
     [
         ("/runs", "multipart/form-data", b"--x\r\n", 415, "not_json"),  # no boundary: Django's parser fails
-        ("/runs/{run}/cancel", "multipart/form-data", b"--x\r\n", 200, None),  # takes no body: not read
+        ("/runs/{run}/cancel", "multipart/form-data", b"--x\r\n", 415, "not_json"),  # reads no body: a form is refused
         ("/runs", "multipart/form-data; boundary=x", b"--x--\r\n", 415, "not_json"),
         ("/runs", "application/x-www-form-urlencoded", b"workflow=three-steps", 415, "not_json"),
         ("/events", "text/plain", b'{"event": "paid"}', 415, "not_json"),
@@ -377,6 +377,26 @@ def test_a_body_of_any_content_type_gets_a_json_answer(
     if code is not None:
         assert error_of(response)["code"] == code
         assert written() == before
+
+
+@pytest.mark.parametrize("operation", ["cancel", "retry", "retry-now"])
+def test_an_operation_reads_no_body_and_refuses_a_form_doing_nothing(api: Any, operation: str) -> None:
+    client = api("change")
+    run = three_steps.run({"start": 1})
+    before = written()
+    form = client.post(f"{API}/runs/{run.id}/{operation}", {"reason": "tidy-up"})  # multipart, as a browser form
+    assert form.status_code == 415 and error_of(form)["code"] == "not_json"
+    fields = post(client, f"/runs/{run.id}/{operation}", {"reason": "tidy-up"})
+    assert fields.status_code == 400 and error_of(fields)["code"] == "unknown_field"
+    assert written() == before and run.status() == "pending"
+
+
+def test_an_operation_takes_a_bare_post_or_an_empty_json_object(api: Any) -> None:
+    client = api("change")
+    bare, empty = three_steps.run({"start": 1}), three_steps.run({"start": 2})
+    assert client.generic("POST", f"{API}/runs/{bare.id}/cancel").status_code == 200
+    assert post(client, f"/runs/{empty.id}/cancel", {}).status_code == 200
+    assert bare.status() == empty.status() == "canceled"
 
 
 def test_unsafe_requests_need_the_csrf_token(django_user_model: Any) -> None:
