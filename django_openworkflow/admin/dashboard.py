@@ -19,7 +19,15 @@ from ..store import dashboard, get_backend
 from ..store.dashboard import OUTCOMES, Bucket
 from .charts import duration_chart, finished_chart, outcome_label
 from .markup import workflow_url
-from .time_range import MAX_HOURS, PRESET_HOURS, TimeRange, bar_minutes, hours_label, time_range
+from .time_range import (
+    MAX_HOURS,
+    PRESET_HOURS,
+    TimeRange,
+    bar_minutes,
+    hours_label,
+    time_range,
+    up_to_the_second,
+)
 
 RANGES = {hours: bar_minutes(timedelta(hours=hours)) for hours in PRESET_HOURS}
 """Hours offered as links -> minutes per bar (any other number of hours, or a from/to span, may be asked for)."""
@@ -55,8 +63,9 @@ def dashboard_context(params: Any) -> dict[str, Any]:
     """
     if params is None or isinstance(params, str):
         params = {"hours": params or ""}
-    # Whole seconds: the links to the run list give the range to the second, and must count the same runs.
-    now = get_backend().now().replace(microsecond=0)
+    # Whole seconds, rounded up: the links to the run list give the range to the second, and must count
+    # the same runs, those finished earlier in this second included.
+    now = up_to_the_second(get_backend().now())
     window = time_range(params, now)
     data = dashboard.read_between(window.since, window.until, window.bar_minutes, now)
     rate = data.failure_rate

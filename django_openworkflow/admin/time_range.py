@@ -66,6 +66,17 @@ class TimeRange:
         return {"hours": "", "from": _input(self.since), "to": _input(self.until)}
 
 
+def up_to_the_second(now: datetime) -> datetime:
+    """``now`` rounded up to a whole second: a range that ends there holds every run finished so far.
+
+    The pages' links to the run list give their range to the second. Rounded down, a run that
+    finished earlier in the current second fell outside it (a page saying "failed 2" beside
+    "0 runs finished"); rounded up, the page and its links count the same runs.
+    """
+    whole = now.replace(microsecond=0)
+    return whole if whole == now else whole + timedelta(seconds=1)
+
+
 def hours_label(hours: int) -> str:
     """``last hour``, ``last 6 hours``, ``last 7 days`` (whole days from 48 hours on)."""
     if hours >= 48 and hours % 24 == 0:

@@ -27,7 +27,7 @@ from .charts import finished_chart, outcome_label
 from .dashboard import bucket_range, finished_list_url, list_url, range_choices
 from .forms import StartRunForm
 from .markup import run_url
-from .time_range import time_range
+from .time_range import time_range, up_to_the_second
 
 NO_VERSION = "-"  # the run list's value for "no version" (filters.NO_VERSION)
 
@@ -48,7 +48,7 @@ def workflow_context(name: str, params: Any, can_start: bool) -> dict[str, Any]:
     except PayloadError:
         raise Http404("No such workflow.") from None
     specs = registered_versions(name)
-    now = get_backend().now().replace(microsecond=0)  # whole seconds, as the list links give them
+    now = up_to_the_second(get_backend().now())  # whole seconds, as the list links give them
     window = time_range(params, now)
     figures = workflow_page.read(name, window.since, window.until, window.bar_minutes)
     if not specs and not figures.total:

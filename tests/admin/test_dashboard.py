@@ -190,3 +190,21 @@ def test_chart_text_is_html_not_svg_text(admin_client: Any, seeded: Any) -> None
     assert "<text" not in html and 'preserveAspectRatio="none"' in html
     labels = re.findall(r'<span style="bottom: [\d.]+%">(\d+)</span>', html)
     assert labels == ["0", "5", "10", "15"]  # the busiest minute had 11 runs
+
+
+def test_a_run_that_finished_earlier_this_second_is_counted_on_the_dashboard_and_the_workflow_page(
+    monkeypatch: Any,
+) -> None:
+    """The pages end their range at now, given to the second: rounded up, not down, so such a run is in."""
+    from django_openworkflow.admin.dashboard import dashboard_context
+    from django_openworkflow.admin.workflow_page import workflow_context
+
+    backend = get_backend()
+    second = backend.now().replace(microsecond=0) - timedelta(minutes=1)
+    finished("charge", "failed", timedelta(0), timedelta(seconds=1), second + timedelta(milliseconds=300))
+    # The pages read the clock 0.6 s into that second (the database's clock, held still for the test).
+    monkeypatch.setattr(backend, "now", lambda: second + timedelta(milliseconds=600))
+    page = dashboard_context({"hours": "1"})
+    assert page["total_finished"] == 1 and page["data"].finished["failed"] == 1
+    figures = workflow_context("charge", {"hours": "1"}, can_start=False)["figures"]
+    assert figures.finished["failed"] == 1 and figures.by_status["failed"] == 1
