@@ -9,7 +9,6 @@ never a pause). The database's side of the same loop is tests/worker/test_runner
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 
@@ -184,19 +183,19 @@ def test_heartbeats_keep_a_slow_run_leased_past_its_lease() -> None:
     assert ran() == [str(run_id)]
 
 
-def test_a_stop_while_idle_returns_without_claiming_more() -> None:
+def test_a_stop_while_idle_wakes_the_loop_and_it_returns() -> None:
     store = InMemoryBackend()
-    worker = Worker(store=store, concurrency=2, poll_interval="10ms")
-    claims: list[float] = []
+    worker = Worker(store=store, concurrency=2, poll_interval="1h")  # only the stop can end its wait
+    claims: list[int] = []  # the claim loop's thread appends; list.append is atomic
     claim = store.claim
 
     def counting_claim(*args, **kwargs):
-        claims.append(time.monotonic())
+        claims.append(1)
         return claim(*args, **kwargs)
 
     store.claim = counting_claim  # type: ignore[method-assign]
     thread = run_in_thread(worker)
-    wait_until(lambda: len(claims) >= 2, timeout=60)  # idle, polling
+    wait_until(lambda: len(claims) >= 1, timeout=60)  # idle: claimed nothing, waiting an hour to look again
     worker.stop()
-    join_worker(thread)  # returned: the stop woke the idle loop out of its poll
+    join_worker(thread)  # returned within 60 s: the stop woke the loop out of its hour's wait
     assert worker.slices_done == 0
