@@ -130,7 +130,9 @@ class RunHandle:
                         continue  # read again, now listening: a finish just before the LISTEN is not missed
                 if finished is not None and not run_waiters.is_registered(str(handle.id), finished):
                     # Its listener was stopped (a test database dropped, the settings changed) or
-                    # already woke it for this run: poll from here on.
+                    # already woke it for this run: poll from here on, its wake-up request withdrawn
+                    # now (the finally below no longer sees it).
+                    run_waiters.unregister(str(handle.id), finished)
                     finished = None
                 if finished is not None:
                     # Short slices first: a finish that was committing while this waiter
