@@ -151,6 +151,35 @@ def test_result_asks_for_its_run_and_withdraws_after() -> None:
     run_waiters.close()
 
 
+def test_a_result_woken_before_its_run_finished_polls_and_withdraws_its_request() -> None:
+    """A wake-up before the run has finished (the listener stopped, or woke it early) ends the listening.
+
+    The waiter polls from then on, and withdraws its request as it stops listening: left behind,
+    the request would make every commit of the run notify nobody until the connection closed.
+    """
+    handle = three_steps.run()
+    results: list[object] = []
+
+    def wait_for_result() -> None:
+        try:
+            results.append(handle.result(timeout=60))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=wait_for_result)
+    thread.start()
+    try:
+        wait_until(lambda: (DONE_CHANNEL, str(handle.id)) in requests(), timeout=30)
+        run_waiters._dispatch(DONE_CHANNEL, str(handle.id))  # as the listener wakes it; the run is still pending
+        wait_until(lambda: requests() == [], timeout=30)  # withdrawn while the run is still unfinished
+        drain()
+    finally:
+        thread.join(60)
+    assert results == [{"result": 11}]
+    assert requests() == []
+    run_waiters.close()
+
+
 def test_an_idle_worker_asks_and_withdraws_when_it_stops() -> None:
     worker = Worker(poll_interval="60s", concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
