@@ -1,4 +1,4 @@
-"""The HTTP API against its own OpenAPI document, by schemathesis, through a real server.
+"""The HTTP API against its own OpenAPI document, by schemathesis, through Django's WSGI handler.
 
 Schemathesis reads the served ``openapi.json`` and sends what the document
 allows and what it forbids (wrong types, nulls, missing and unknown fields,
@@ -15,13 +15,16 @@ no CSRF token), as a script does.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import schemathesis
 from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
+from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from django.test import Client, override_settings
 from hypothesis import HealthCheck, settings
 from schemathesis.core.failures import Failure
@@ -34,6 +37,7 @@ from tests.fixtures.testapp.workflows import three_steps
 pytestmark = pytest.mark.django_db(transaction=True)
 
 API = "/workflows/api"
+BASE_URL = f"http://testserver{API}"  # the host Django's test environment allows
 EXAMPLES = 25
 """Examples per operation and generation mode: enough to reach every field, bounded so a run stays short."""
 
@@ -61,7 +65,7 @@ HYPOTHESIS = settings(
 
 # Read from the application at import: schemathesis makes one test per operation at collection time, and
 # its fixture-based loader (schemathesis.pytest.from_fixture, 4.32) sets Node._nodeid, which pytest 9.2 no
-# longer has. The requests still go to the live server.
+# longer has. Each request goes through the whole of Django (middleware, URLs, views), in this process.
 with override_settings(ALLOWED_HOSTS=["localhost"]):  # the host schemathesis's WSGI loader names
     schema = schemathesis.openapi.from_wsgi(f"{API}/openapi.json", get_wsgi_application(), config=CONFIG)
 
@@ -149,11 +153,27 @@ def short_event_streams(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream, "CONNECTION_SECONDS", 0.1)
 
 
-def exercise(case: Any, base_url: str, headers: dict[str, str] | None = None) -> None:
+@pytest.fixture(autouse=True)
+def one_connection_per_test() -> Iterator[None]:
+    """The test's database connection stays open across requests, as Django's test ``Client`` keeps it.
+
+    Schemathesis calls the WSGI application itself, whose request signals close
+    the connection after every request (``CONN_MAX_AGE = 0``): on PostgreSQL and
+    MariaDB, connecting again for each of some 3,000 requests was most of this
+    module's time.
+    """
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+def exercise(case: Any, headers: dict[str, str] | None = None) -> None:
     """Send ``case`` and check the answer; a refusal (4xx) must have written nothing."""
     before = written()
     response = case.call_and_validate(
-        base_url=base_url,
+        base_url=BASE_URL,
         headers=headers,
         excluded_checks=[positive_data_acceptance],
         additional_checks=[positive_data_accepted],
@@ -164,23 +184,19 @@ def exercise(case: Any, base_url: str, headers: dict[str, str] | None = None) ->
 
 @schema.parametrize()
 @HYPOTHESIS
-def test_anonymous(case: Any, live_server: Any) -> None:
-    exercise(case, f"{live_server.url}{API}")
+def test_anonymous(case: Any) -> None:
+    exercise(case)
 
 
 @schema.parametrize()
 @HYPOTHESIS
-def test_staff_with_every_permission(
-    case: Any, live_server: Any, staff_headers: dict[str, str], some_runs: list[uuid.UUID]
-) -> None:
+def test_staff_with_every_permission(case: Any, staff_headers: dict[str, str], some_runs: list[uuid.UUID]) -> None:
     aim_at_a_real_run(case, some_runs)
-    exercise(case, f"{live_server.url}{API}", staff_headers)
+    exercise(case, staff_headers)
 
 
 @schema.parametrize()
 @HYPOTHESIS
-def test_a_token_with_every_permission(
-    case: Any, live_server: Any, token_headers: dict[str, str], some_runs: list[uuid.UUID]
-) -> None:
+def test_a_token_with_every_permission(case: Any, token_headers: dict[str, str], some_runs: list[uuid.UUID]) -> None:
     aim_at_a_real_run(case, some_runs)
-    exercise(case, f"{live_server.url}{API}", token_headers)
+    exercise(case, token_headers)
