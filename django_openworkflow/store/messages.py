@@ -27,7 +27,12 @@ class MessageOps(JournalOps):
 
         Returns True if it was delivered now, False if it is buffered for the
         next wait (or was a duplicate of an earlier send with the same key).
+        A deadlock's victim (the run's row against a worker waking its parent)
+        is sent again, whole (:meth:`retrying`).
         """
+        return self.retrying(lambda: self._send_signal(run_id, name, data, idempotency_key))
+
+    def _send_signal(self, run_id: Any, name: str, data: Any, idempotency_key: str | None) -> bool:
         with self.write_lock(), transaction.atomic(using=self.alias):
             status = WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
             if status is None:
@@ -78,7 +83,18 @@ class MessageOps(JournalOps):
         ``idempotency_key`` records nothing, starts nothing, and returns the
         first send's count and the runs it started (``created`` False) among
         ``subscribers``, the names of the workflows subscribed to the type.
+        A deadlock's victim is sent again, whole (:meth:`retrying`).
         """
+        return self.retrying(lambda: self._publish_event(event_type, payload, idempotency_key, starts, subscribers))
+
+    def _publish_event(
+        self,
+        event_type: str,
+        payload: Any,
+        idempotency_key: str | None,
+        starts: Sequence[EventStart],
+        subscribers: Sequence[str],
+    ) -> EventOutcome:
         with self.write_lock(), transaction.atomic(using=self.alias):
             self.lock_event_type(event_type)
             try:

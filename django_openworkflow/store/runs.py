@@ -209,10 +209,13 @@ class RunOps(JournalOps):
         ``delay`` from now (no later than ``max_delay`` after it was first
         started). The unique (workflow, debounce key) constraint makes two
         concurrent first starts one run; the claim clears the key, so a start
-        after that creates the next run.
+        after that creates the next run. On MariaDB two first starts can also
+        deadlock (each locking read locks the gap the other's insert needs):
+        the victim starts again, whole (:meth:`retrying`), and folds in.
         """
         workflow_name = fields["workflow_name"]
-        for _ in range(3):
+
+        def fold_or_insert() -> tuple[StartedRun, bool] | None:
             with transaction.atomic(using=self.alias):
                 now = self.now()
                 existing = (
@@ -234,7 +237,12 @@ class RunOps(JournalOps):
                         self._insert_rows([row])
                         return StartedRun(row["id"], row.get("queue") or DEFAULT_QUEUE), True
                 except IntegrityError:
-                    continue  # a concurrent first start won: fold into its run
+                    return None  # a concurrent first start won: fold into its run
+
+        for _ in range(3):
+            started = self.retrying(fold_or_insert)
+            if started is not None:
+                return started
         raise IntegrityError(f"debounce key {key!r} of workflow {workflow_name!r}: no run to fold the start into")
 
     def get_run(self, run_id: Any) -> WorkflowRun | None:
