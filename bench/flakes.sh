@@ -25,6 +25,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 cores="$(nproc)"
+# As many pytest processes as make test runs (the Makefile's PYTEST_WORKERS: two per core, at most 8).
+workers="${PYTEST_WORKERS:-$(python3 -c 'import os; print(min(8, 2 * (os.cpu_count() or 1)))')}"
 # The suite keeps about two cores' worth of processes busy on its own; the loops add the rest of 8.
 hogs="${hogs:-$((4 * cores - 2))}"
 dir="${FLAKES_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/flakes.XXXXXX")}"
@@ -43,12 +45,12 @@ while time.monotonic() < end: pass' &
 done
 
 echo "flakes: $runs run(s) of the suite on ${DATABASE_URL:+$(printf '%s' "$DATABASE_URL" | sed -E 's|(//[^:/@]*):[^@]*@|\1:***@|')}${DATABASE_URL:-SQLite}," \
-     "$hogs busy loop(s) on $cores cores, reports in $dir"
+     "$workers pytest processes, $hogs busy loop(s) on $cores cores, reports in $dir"
 status=0
 for i in $(seq 1 "$runs"); do
     started=$SECONDS
     rc=0
-    "$python" -m pytest -q -n auto --dist worksteal -p no:cacheprovider --junitxml="$dir/run-$i.xml" "$@" \
+    "$python" -m pytest -q -n "$workers" --dist worksteal -p no:cacheprovider --junitxml="$dir/run-$i.xml" "$@" \
         >"$dir/run-$i.log" 2>&1 || rc=$?
     read -r load1 _ </proc/loadavg
     echo "run $i: exit $rc in $((SECONDS - started)) s, load $load1: $(tail -n 1 "$dir/run-$i.log")"
