@@ -27,6 +27,7 @@ from .interrupts import (
     Suspend,
     engine_error,
     error_from_exception,
+    retry_detail,
     retry_note,
 )
 from .slice import Slice
@@ -77,14 +78,18 @@ class SliceResult:
     # The slice started runs that a parked or finished parent does not announce:
     # children (start_workflow), a successor (continue-as-new).
     spawned: bool = False
+    # Parked for a step's retry backoff (a RETRY outcome is the workflow's own retry).
+    step_retry: bool = False
 
     def log(self, logger: logging.Logger) -> None:
-        """One line: INFO when the run finished, DEBUG when it parked, WARNING when the lease was lost.
+        """One line: INFO when the run finished or will be retried (a step's or the workflow's), DEBUG when it
+        parked otherwise (a sleep, a wait), WARNING when the lease was lost or the run handed back.
 
         The time is this slice's (one replay, from claim to outcome), not the run's: a run that slept
         for hours finishes with a slice of milliseconds. The run's own duration is on its page.
         """
-        level = logging.INFO if self.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
+        retried = self.step_retry or self.outcome == Outcome.RETRY
+        level = logging.INFO if retried or self.outcome in (Outcome.COMPLETED, Outcome.FAILED) else logging.DEBUG
         if self.outcome in (Outcome.LEASE_LOST, Outcome.RELEASED):
             level = logging.WARNING
         detail = f": {self.detail}" if self.detail and self.outcome != Outcome.COMPLETED else ""
@@ -134,7 +139,17 @@ def execute_slice(
     except Exception as exc:  # the engine's own failure: user code's exceptions are handled inside
         outcome, detail, wake_at = _engine_failure(store, claimed, exc, slices)
     spawned = bool(slices) and slices[0].spawned
-    return SliceResult(run.id, run.workflow_name, outcome, time.monotonic() - started, detail, wake_at, spawned=spawned)
+    step_retry = outcome == Outcome.PARKED and bool(slices) and slices[0].backing_off
+    return SliceResult(
+        run.id,
+        run.workflow_name,
+        outcome,
+        time.monotonic() - started,
+        detail,
+        wake_at,
+        spawned=spawned,
+        step_retry=step_retry,
+    )
 
 
 def _engine_failure(
@@ -265,7 +280,7 @@ def _workflow_failure(slice_: Slice, exc: BaseException) -> tuple[Outcome, str, 
         if deadline is None or wake <= deadline:
             note = {**error, "retry": retry_note("workflow", attempts, policy.maximum_attempts)}
             slice_.reschedule(wake, note, attempts)
-            return Outcome.RETRY, error["message"], wake
+            return Outcome.RETRY, retry_detail("the workflow", error, attempts, policy.maximum_attempts, wake), wake
     if slice_.compensations:
         try:
             failures = _compensate(slice_)

@@ -101,6 +101,16 @@ def retry_note(scope: str, failures: int, max_attempts: int) -> dict[str, Any]:
     return {"scope": scope, "failures": failures, "max_attempts": max_attempts}
 
 
+def retry_detail(what: str, error: dict[str, Any], failures: int, max_attempts: int, at: datetime) -> str:
+    """The worker's line for a retry: ``step 'charge' failed (attempt 2 of 5, ValueError: no); next attempt at ...``.
+
+    ``what`` names what failed (``step 'charge'``, ``the workflow``); ``max_attempts`` 0 is unlimited.
+    """
+    of = f" of {max_attempts}" if max_attempts else ""
+    cause = ": ".join(str(error[key]) for key in ("type", "message") if error.get(key))
+    return f"{what} failed (attempt {failures}{of}, {cause}); next attempt at {at.isoformat(timespec='seconds')}"
+
+
 def engine_error(kind: str, message: str, step: str | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"type": kind, "message": message}
     if step is not None:

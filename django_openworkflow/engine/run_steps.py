@@ -17,7 +17,7 @@ from ..errors import PayloadError, StepFailed, StepTimeout, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import AttemptRecord, AttemptUpdate, EngineInterrupt, NewAttempt
 from .attempt import in_attempt
-from .interrupts import Suspend, error_from_exception, retry_decision, retry_note
+from .interrupts import Suspend, error_from_exception, retry_decision, retry_detail, retry_note
 from .threads import Ended, run_on_threads
 
 if TYPE_CHECKING:
@@ -210,7 +210,10 @@ class RunSteps:
             # The run keeps the failure as a note while it backs off: it shows as retrying, with the error.
             note: dict[str, Any] = {key: settled.error[key] for key in ("type", "message") if key in settled.error}
             note.update(step=settled.key, retry=retry_note("step", settled.failures, settled.max_attempts))
-            raise Suspend(settled.retry_at, f"retry step {settled.key!r} after failure {settled.failures}", note=note)
+            reason = retry_detail(
+                f"step {settled.key!r}", settled.error, settled.failures, settled.max_attempts, settled.retry_at
+            )
+            raise Suspend(settled.retry_at, reason, note=note)
         raise StepFailed(settled.key, settled.error)
 
     def _run_atomic(self, key: str, fn: Callable[[], Any], policy: RetryPolicy) -> Any:

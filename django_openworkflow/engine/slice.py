@@ -84,6 +84,7 @@ class Slice(RunningStepTracking):
         self.thread_id = threading.get_ident()
         self.active = True
         self.spawned = False  # started children or a successor (see SliceResult.spawned)
+        self.backing_off = False  # parked for a step's retry (see SliceResult.step_retry)
         self.cancel_requested = self.run.cancel_requested_at is not None
         # Set once a write or ctx.lease_held(check=True) found the run held by no one or another
         # worker; never cleared. Read by step code on any thread: a bool's store is atomic.
@@ -268,6 +269,7 @@ class Slice(RunningStepTracking):
         )
         if suspend.insert is not None:
             self.history.count += 1
+        self.backing_off = bool(suspend.note and "retry" in suspend.note)
 
     def complete(self, output: Any) -> None:
         """Finish the run with ``output``, waking a parent waiting on it and closing children by their policy."""

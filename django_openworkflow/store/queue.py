@@ -7,19 +7,21 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
 from ..models import WorkflowRun
 from ..states import RunStatus
 from .core import BackendCore
 from .fairness import adopt, fair_queues, moved_to
-from .records import ClaimedRun, DispatchState, RunRecord
+from .records import ClaimedRun, DispatchState, RunRecord, TakenFrom
 
 RUN_RECORD_FIELDS = (
     "id", "workflow_name", "version", "input", "attempts", "deadline_at", "parent_step_attempt_id", "error",
@@ -30,8 +32,15 @@ RUN_RECORD_FIELDS = (
 
 CANDIDATE_FIELDS = (
     "id", "started_at", "worker_id", "status", "concurrency_key", "concurrency_limit", "concurrency_counts_parked",
-    "rate_key", "rate_limit", "rate_period", "blocked_at",
+    "rate_key", "rate_limit", "rate_period", "blocked_at", "available_at",
 )  # fmt: skip
+
+
+def _aware(value: Any) -> datetime:
+    """A timestamp column as read: a datetime, or SQLite's text of a UTC time."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    return value if value is None or timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Candidate:
     rate_limit: int | None = None
     rate_period: float | None = None
     blocked_at: Any = None  # only compared with None
+    available_at: Any = None  # a held run's lease end (SQLite's claim reads it as text)
 
     @property
     def needs_place(self) -> bool:
@@ -63,8 +73,14 @@ class Candidate:
         return self.rate_key is not None and self.started_at is None
 
     def claimed(self, worker_id: str, record: RunRecord, now: datetime) -> ClaimedRun:
+        taken_from = None if self.worker_id is None else TakenFrom(self.worker_id, _aware(self.available_at))
         return ClaimedRun(
-            record, worker_id, now, fresh=self.started_at is None, lease_expired=self.worker_id is not None
+            record,
+            worker_id,
+            now,
+            fresh=self.started_at is None,
+            lease_expired=taken_from is not None,
+            taken_from=taken_from,
         )
 
 

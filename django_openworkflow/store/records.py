@@ -93,6 +93,14 @@ class AttemptRecord:
     child_workflow_run_id: uuid.UUID | None = None
 
 
+@dataclass(frozen=True)
+class TakenFrom:
+    """The worker that held a run until its lease ran out, and when it ran out (the run was taken back)."""
+
+    worker_id: str
+    lease_ended_at: datetime
+
+
 @dataclass
 class ClaimedRun:
     """A run this worker now holds, with the database time of the claim."""
@@ -102,6 +110,7 @@ class ClaimedRun:
     claimed_at: datetime
     fresh: bool = False  # never claimed before: no history to load
     lease_expired: bool = False  # the previous holder died or stalled mid-slice
+    taken_from: TakenFrom | None = None  # that holder, where the store knows it
     # Set by the heartbeat when someone asked to cancel the run (compensate_on_cancel) while this worker holds it.
     cancel_requested: bool = False
     # Set by the heartbeat when a renewal found the run no longer held by this worker (taken over, finished).

@@ -139,6 +139,15 @@ class SliceRunner:
         if claimed.fresh:
             self.logger.info("run %s (%s) started", run.id, run.workflow_name)
             hooks.send(hooks.run_started, run.workflow_name, run_id=run.id, queue=run.queue)
+        elif claimed.taken_from is not None:
+            taken = claimed.taken_from
+            self.logger.warning(
+                "run %s (%s) taken back from worker %s, whose lease had run out %.1fs before",
+                run.id,
+                run.workflow_name,
+                taken.worker_id,
+                (claimed.claimed_at - taken.lease_ended_at).total_seconds(),
+            )
         with tracing.slice_span(run, claimed.fresh) as traced:
             result = self._execute(claimed, lease_valid)
             traced.finish(str(result.outcome), result.detail)

@@ -399,15 +399,23 @@ def test_fresh_and_lease_expired_tell_what_came_before_the_claim(claim):
     assert abs(first.claimed_at - timezone.now()) < CLOSE
     assert claim(run_id, "w2") is None  # the lease holds
 
+    assert first.taken_from is None
+
     expire(run_id)
+    lease_end = row(run_id).available_at
     second = claim(run_id, "w2")
     assert (second.worker_id, second.fresh, second.lease_expired) == ("w2", False, True)
     assert row(run_id).worker_id == "w2"
+    # Who lost it and when its lease ran out: the worker's log says so.
+    assert second.taken_from is not None and second.taken_from.worker_id == "w1"
+    assert abs(second.taken_from.lease_ended_at - lease_end) < timedelta(milliseconds=1)
+    assert second.taken_from.lease_ended_at < second.claimed_at
 
     assert store().release(second) is True
     expire(run_id)
     third = claim(run_id, "w3")
     assert (third.worker_id, third.fresh, third.lease_expired) == ("w3", False, False)  # handed back, not lost
+    assert third.taken_from is None
 
 
 def test_extend_leases_extends_only_the_runs_this_worker_holds():

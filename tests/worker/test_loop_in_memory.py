@@ -8,6 +8,7 @@ never a pause). The database's side of the same loop is tests/worker/test_runner
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -15,7 +16,7 @@ from datetime import timedelta
 import pytest
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_openworkflow import workflow
+from django_openworkflow import RetryPolicy, workflow
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.states import RunStatus
 from django_openworkflow.testing.memory import InMemoryBackend, start
@@ -32,6 +33,21 @@ _gate = threading.Event()
 @workflow(name="loop-mem-one-step")
 def one_step(ctx):
     return ctx.step.run("only", lambda: _note(ctx))
+
+
+@workflow(name="loop-mem-flaky")
+def flaky(ctx):
+    """Its step fails on its first attempt and succeeds on the second."""
+    return ctx.step.run("charge", lambda: _fail_once(ctx), retry_policy=RetryPolicy(initial_interval="10ms"))
+
+
+def _fail_once(ctx) -> str:
+    with _lock:
+        first = str(ctx.run_id) not in _ran
+        _ran.append(str(ctx.run_id))
+    if first:
+        raise ValueError("card declined")
+    return "charged"
 
 
 @workflow(name="loop-mem-gated")
@@ -52,7 +68,7 @@ def ran() -> list[str]:
 
 @pytest.fixture(autouse=True)
 def _workflows_and_no_database(monkeypatch) -> Iterator[None]:
-    for spec in (one_step, gated):
+    for spec in (one_step, gated, flaky):
         if registry.get(spec.name, spec.version) is None:
             registry.register(spec)
     with _lock:
@@ -67,7 +83,7 @@ def _workflows_and_no_database(monkeypatch) -> Iterator[None]:
     monkeypatch.setattr(BaseDatabaseWrapper, "ensure_connection", ensure_connection)
     yield
     _gate.set()  # a failed test's gated slots end
-    for spec in (one_step, gated):
+    for spec in (one_step, gated, flaky):
         registry.unregister(spec.name, spec.version)
     assert tried == [], f"the worker loop reached the databases {sorted(set(tried))}"
 
@@ -199,3 +215,33 @@ def test_a_stop_while_idle_wakes_the_loop_and_it_returns() -> None:
     worker.stop()
     join_worker(thread)  # returned within 60 s: the stop woke the loop out of its hour's wait
     assert worker.slices_done == 0
+
+
+def test_a_retried_step_is_logged_at_info_with_its_error_and_next_attempt(caplog) -> None:
+    store = InMemoryBackend()
+    run_id = start(store, flaky)
+    worker = Worker(store=store, lease="30s", poll_interval="10ms")
+    with caplog.at_level(logging.INFO, logger="django_openworkflow.worker"):
+        join_worker(run_in_thread(worker, until=lambda: statuses(store, [run_id]) == [RunStatus.COMPLETED]))
+    retried = [r for r in caplog.records if "failed (attempt" in r.getMessage()]
+    assert len(retried) == 1 and retried[0].levelno == logging.INFO
+    assert retried[0].getMessage().startswith(
+        f"run {run_id} (loop-mem-flaky) parked; this slice took "
+    ) and "step 'charge' failed (attempt 1 of 10, ValueError: card declined); next attempt at 20" in (
+        retried[0].getMessage()
+    )
+
+
+def test_a_run_taken_back_after_a_lost_lease_is_logged_with_the_worker_that_lost_it(caplog) -> None:
+    store = InMemoryBackend()
+    run_id = start(store, one_step)
+    (lost,) = store.claim("gone-worker", 1, timedelta(0), ("default",))  # its lease ends as it starts
+    assert lost.run.id == run_id
+    worker = Worker(store=store, lease="30s", poll_interval="10ms")
+    with caplog.at_level(logging.INFO, logger="django_openworkflow.worker"):
+        join_worker(run_in_thread(worker, until=lambda: statuses(store, [run_id]) == [RunStatus.COMPLETED]))
+    (taken,) = [r for r in caplog.records if "taken back" in r.getMessage()]
+    assert taken.levelno == logging.WARNING
+    assert taken.getMessage().startswith(
+        f"run {run_id} (loop-mem-one-step) taken back from worker gone-worker, whose lease had run out "
+    )

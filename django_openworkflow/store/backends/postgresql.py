@@ -31,7 +31,7 @@ from ...models import StepAttempt, WorkflowRun
 from ...states import RunStatus
 from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
-from ..records import AttributeWrite, ClaimedRun, Fence, NewAttempt, ProgressWrite, RunRecord
+from ..records import AttributeWrite, ClaimedRun, Fence, NewAttempt, ProgressWrite, RunRecord, TakenFrom
 from .base import Backend
 from .postgresql_claim import _field, _q, claim_sql, lease_sql
 
@@ -89,10 +89,10 @@ class PostgreSQLBackend(Backend):
         params = [queues[0] if one else list(queues), limit, RunStatus.RUNNING.value, worker_id, lease]
         rows = self.execute_hot(claim_sql(one, fair), params)
         width = len(RUN_RECORD_FIELDS)
-        # Each row: the record's columns, then priority, fresh, lease_expired, due_at (or the place
-        # in line), claimed_at, held_back.
+        # Each row: the record's columns, then priority, fresh, held_by (the worker whose lease ran
+        # out), lease_ended_at, due_at (or the place in line), claimed_at, held_back.
         leased = [(row[:width], *row[width:-1]) for row in rows if not row[-1]]
-        leased.sort(key=lambda run: (-run[1], run[4]))
+        leased.sort(key=lambda run: (-run[1], run[5]))
         connection = self.connection
         claimed = [
             ClaimedRun(
@@ -100,9 +100,10 @@ class PostgreSQLBackend(Backend):
                 worker_id,
                 claimed_at=self._aware(claimed_at),
                 fresh=fresh,
-                lease_expired=lease_expired,
+                lease_expired=held_by is not None,
+                taken_from=None if held_by is None else TakenFrom(held_by, self._aware(lease_ended_at)),
             )
-            for record, _, fresh, lease_expired, _, claimed_at in leased
+            for record, _, fresh, held_by, lease_ended_at, _, claimed_at in leased
         ]
         if len(claimed) < len(rows) and len(claimed) < limit:  # some rows were held back
             # Limits are in play: the portable claim admits (or sets aside) the rest.

@@ -52,12 +52,13 @@ def claim_sql(one_queue: bool, fair: bool = False) -> str:
                 blocked_at = NULL, debounce_key = NULL
             FROM due WHERE r.id = due.id AND NOT ({needs_admission})
             RETURNING {record}, due.priority, due.started_at IS NULL AS fresh,
-                due.worker_id IS NOT NULL AS lease_expired, due.{"fair_at" if fair else "available_at"} AS due_at,
+                due.worker_id AS held_by, due.available_at AT TIME ZONE 'UTC' AS lease_ended_at,
+                due.{"fair_at" if fair else "available_at"} AS due_at,
                 statement_timestamp() AT TIME ZONE 'UTC' AS claimed_at, false AS held_back
         )
         SELECT * FROM leased
         UNION ALL
-        SELECT due.id, {nulls}, NULL, NULL, NULL, NULL, NULL, true FROM due WHERE {needs_admission}
+        SELECT due.id, {nulls}, NULL, NULL, NULL, NULL, NULL, NULL, true FROM due WHERE {needs_admission}
     """
 
 

@@ -13,6 +13,7 @@ from ...states import RunStatus
 from ...store.records import (
     ClaimedRun,
     DispatchState,
+    TakenFrom,
 )
 
 if TYPE_CHECKING:
@@ -54,11 +55,21 @@ class QueueOps(MemoryCore):
     ) -> list[ClaimedRun]:
         claimed = []
         for run in self._admit(due, now, want):
-            fresh, lease_expired = run.started_at is None, run.worker_id is not None
+            fresh = run.started_at is None
+            taken_from = None if run.worker_id is None else TakenFrom(run.worker_id, run.available_at)
             run.status, run.worker_id, run.available_at = RunStatus.RUNNING, worker_id, now + lease
             run.started_at = run.started_at or now
             run.updated_at, run.blocked_at, run.debounce_key = now, None, None
-            claimed.append(ClaimedRun(self._record(run), worker_id, now, fresh=fresh, lease_expired=lease_expired))
+            claimed.append(
+                ClaimedRun(
+                    self._record(run),
+                    worker_id,
+                    now,
+                    fresh=fresh,
+                    lease_expired=taken_from is not None,
+                    taken_from=taken_from,
+                )
+            )
         return claimed
 
     @staticmethod
