@@ -36,8 +36,8 @@ CANDIDATE_FIELDS = (
 )  # fmt: skip
 
 
-def _aware(value: Any) -> datetime:
-    """A timestamp column as read: a datetime, or SQLite's text of a UTC time."""
+def _aware(value: Any) -> datetime | None:
+    """A timestamp column as read: a datetime, or SQLite's text of a UTC time (None if it is neither)."""
     if isinstance(value, str):
         value = parse_datetime(value)
     return value if value is None or timezone.is_aware(value) else value.replace(tzinfo=UTC)

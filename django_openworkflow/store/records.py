@@ -98,7 +98,7 @@ class TakenFrom:
     """The worker that held a run until its lease ran out, and when it ran out (the run was taken back)."""
 
     worker_id: str
-    lease_ended_at: datetime
+    lease_ended_at: datetime | None  # None where the store could not read it
 
 
 @dataclass

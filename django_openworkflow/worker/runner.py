@@ -141,12 +141,14 @@ class SliceRunner:
             hooks.send(hooks.run_started, run.workflow_name, run_id=run.id, queue=run.queue)
         elif claimed.taken_from is not None:
             taken = claimed.taken_from
+            ended = taken.lease_ended_at
+            ago = "" if ended is None else f" {(claimed.claimed_at - ended).total_seconds():.1f}s"
             self.logger.warning(
-                "run %s (%s) taken back from worker %s, whose lease had run out %.1fs before",
+                "run %s (%s) taken back from worker %s, whose lease had run out%s before",
                 run.id,
                 run.workflow_name,
                 taken.worker_id,
-                (claimed.claimed_at - taken.lease_ended_at).total_seconds(),
+                ago,
             )
         with tracing.slice_span(run, claimed.fresh) as traced:
             result = self._execute(claimed, lease_valid)
