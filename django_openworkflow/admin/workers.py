@@ -87,7 +87,7 @@ class WorkerProcessAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("Slots busy"))
     def slots(self, row: WorkerProcess) -> str:
-        return f"{row.slots_busy}/{row.slots_total}"
+        return workers.slots_label(row.slots_busy, row.slots_total, workers.state_of(row, _db_now(row)))
 
     @admin.display(description=pgettext_lazy("worker", "Started"), ordering="started_at")
     def started(self, row: WorkerProcess) -> SafeString:

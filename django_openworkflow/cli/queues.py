@@ -110,7 +110,7 @@ def workers_command(options: dict[str, Any], out: OutputWrapper) -> None:
             worker.pid,
             worker.version,
             ", ".join(worker.queues),
-            f"{worker.slots_busy}/{worker.slots_total}",
+            workers.slots_label(worker.slots_busy, worker.slots_total, worker.state),
             format_time(worker.started_at),
             f"{format_duration(now - worker.last_seen_at)} ago",
         )

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count
+from django.utils.translation import gettext
 
 from ..definitions.flow import DEFAULT_QUEUE, check_queue
 from ..models import QueueState, WorkerProcess, WorkflowRun
@@ -90,6 +91,17 @@ class QueueInfo:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.__dict__, "unserved": self.unserved}
+
+
+def slots_label(busy: int, total: int, state: str) -> str:
+    """The slots column of the admin and the CLI: ``3/8``; a dead worker's busy slots are lost, not busy.
+
+    A dead worker ran those runs when it last wrote its row; other workers take
+    them back once their leases run out (``2 lost of 8``).
+    """
+    if state == DEAD and busy:
+        return gettext("%(busy)d lost of %(total)d") % {"busy": busy, "total": total}
+    return f"{busy}/{total}"
 
 
 def state_of(row: WorkerProcess, now: datetime) -> str:

@@ -50,6 +50,15 @@ def test_the_page_lists_workers_and_queues_and_flags_the_unserved_one(admin_clie
         assert "<code>emails</code>: its 1 due run waits" in page and WORKERS_URL in page
 
 
+def test_a_dead_workers_busy_slots_read_as_lost(admin_client: Any) -> None:
+    _worker("web-1:42:live", ["default"])
+    _worker("web-1:41:dead", ["default"], seen_ago=timedelta(minutes=2))
+    WorkerProcess.objects.update(slots_busy=3)
+    html = admin_client.get(WORKERS_URL).content.decode()
+    cells = html.split('<td class="field-slots">')[1:]
+    assert sorted(cell.split("</td>")[0] for cell in cells) == ["3 lost of 8", "3/8"]
+
+
 def test_no_warning_while_every_queue_with_due_runs_is_served_or_paused(admin_client: Any) -> None:
     _worker("w", ["*"])
     three_steps.run({}, queue="emails")

@@ -76,3 +76,6 @@ def test_workers_lists_live_ones_first_and_hides_gone_ones_with_live():
     assert [w["worker_id"] for w in as_json("workers", "--live")] == ["w-new"]
     text = run("workers")
     assert "w-new" in text and "live" in text and "dead" in text
+    WorkerProcess.objects.update(slots_busy=2)  # the dead worker's two runs are lost, not being worked on
+    rows = {line.split()[0]: line for line in run("workers").splitlines()[1:] if line.strip()}
+    assert "2/4" in rows["w-new"].split() and "2 lost of 4" in rows["w-old"]
