@@ -73,23 +73,34 @@ def _state(run: WorkflowRun) -> run_states.RunState:
     return state if state is not None else run_states.state_of(run)
 
 
+TAKEN_BACK_LABEL = _("taken back")
+TAKEN_BACK_TITLE = _(
+    "A worker lost this run's lease mid-step (it died or stalled) and another took the run back: "
+    "the step was charged a failed attempt (LeaseExpired) and ran again. Its page shows which."
+)
+
+
 @admin.display(description=_("status"), ordering="status")
 def status_badge(run: WorkflowRun) -> str:
     """The display status, with why a run retries, what it waits for, or that it waits for a concurrency place."""
     state = _state(run)
-    badge = markup.badge(state.status)
+    shown = markup.badge(state.status)
     now = timezone.now()
     if state.status in (DisplayStatus.RETRYING, DisplayStatus.WAITING):
         hint = fmt.state_hint(state.status, run, state.error, state.wait, now)
-        return format_html('{} <span class="owf-hint owf-state-hint">{}</span>', badge, hint)
-    if not fmt.is_blocked(run):
-        return badge
-    return format_html(
-        '{} <span class="owf-hint owf-blocked" title="{}">{}</span>',
-        badge,
-        fmt.blocked_line(run, now),
-        str(fmt.WAITING_FOR_PLACE),
-    )
+        shown = format_html('{} <span class="owf-hint owf-state-hint">{}</span>', shown, hint)
+    elif fmt.is_blocked(run):
+        shown = format_html(
+            '{} <span class="owf-hint owf-blocked" title="{}">{}</span>',
+            shown,
+            fmt.blocked_line(run, now),
+            str(fmt.WAITING_FOR_PLACE),
+        )
+    if state.taken_back:
+        shown = format_html(
+            '{} <span class="owf-hint owf-taken-back" title="{}">{}</span>', shown, TAKEN_BACK_TITLE, TAKEN_BACK_LABEL
+        )
+    return shown
 
 
 @admin.display(description=_("error"))

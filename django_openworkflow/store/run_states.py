@@ -30,6 +30,11 @@ DISPLAY_STATUSES: tuple[str, ...] = tuple(DisplayStatus.values())
 
 HAS_NOTE = Q(error__isnull=False)
 
+TAKEN_BACK = Exists(
+    StepAttempt.objects.filter(workflow_run_id=OuterRef("pk"), status=StepStatus.FAILED, error__type="LeaseExpired")
+)
+"""A worker lost the run's lease mid-step and another took the run back (the step was charged ``LeaseExpired``)."""
+
 
 def _open_wait() -> Exists:
     """An open signal, event or child wait of the outer run."""
@@ -82,6 +87,7 @@ def with_error_summary(queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]
 
     A list defers the payloads (``error`` holds a traceback); these keys are
     what the status and error columns need. :func:`error_summary` reads them back.
+    Also ``owf_taken_back`` (:data:`TAKEN_BACK`), which the status column marks.
     """
     backend = get_backend()
     columns: dict[str, Any] = {f"owf_error_{name}": KT(f"error__{path}") for name, path in _NOTE_KEYS.items()}
@@ -89,6 +95,7 @@ def with_error_summary(queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]
         columns[f"owf_error_{name}"] = Left(KT(f"error__{_NOTE_KEYS[name]}"), MESSAGE_CHARS)
     columns = {name: backend.json_key_text(column) for name, column in columns.items()}
     columns["owf_has_note"] = ExpressionWrapper(HAS_NOTE, output_field=BooleanField())
+    columns["owf_taken_back"] = TAKEN_BACK
     return queryset.annotate(**columns)
 
 
@@ -141,6 +148,7 @@ class RunState:
     status: DisplayStatus
     error: dict[str, Any] | None = None  # the error or the retry note (see error_summary)
     wait: StepAttempt | None = field(default=None, compare=False)  # the open wait of a waiting run
+    taken_back: bool = False  # see TAKEN_BACK; known only for runs read with with_error_summary
 
 
 def states_of(runs: list[WorkflowRun]) -> dict[Any, RunState]:
@@ -152,7 +160,8 @@ def states_of(runs: list[WorkflowRun]) -> dict[Any, RunState]:
         error = error_summary(run)
         wait = waits.get(run.id)
         status = display_state(run.status, run.worker_id, has_note=error is not None, waiting=wait is not None)
-        states[run.id] = RunState(status, error, wait if status == DisplayStatus.WAITING else None)
+        waiting_on = wait if status == DisplayStatus.WAITING else None
+        states[run.id] = RunState(status, error, waiting_on, bool(getattr(run, "owf_taken_back", False)))
     return states
 
 

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_openworkflow.models import WorkflowRun
-from tests.admin.helpers import LIST_URL, XSS, blocked_run, make_run, one_of_each, run_url
+from tests.admin.helpers import LIST_URL, XSS, blocked_run, make_attempt, make_run, one_of_each, run_url
 
 
 @pytest.mark.django_db
@@ -42,6 +42,20 @@ def test_list_is_newest_first(admin_client: Any) -> None:
     new = make_run()
     ids = [run.id for run in admin_client.get(LIST_URL).context["cl"].result_list]
     assert ids == [new.id, old.id]
+
+
+@pytest.mark.django_db
+def test_a_run_taken_back_from_a_lost_lease_is_marked_in_the_list(admin_client: Any) -> None:
+    taken = make_run(status="running", worker_id="w2", idempotency_key="taken")
+    lost = {"type": "LeaseExpired", "message": "the worker running this step lost its lease", "step": "charge"}
+    make_attempt(taken, "charge", status="failed", error=lost)
+    make_attempt(taken, "charge", status="running", finished_at=None)
+    plain = make_run(status="running", worker_id="w1", idempotency_key="plain")
+    make_attempt(plain, "charge", status="failed", error={"type": "ValueError", "message": "no"})
+    table_rows = admin_client.get(LIST_URL).content.decode().split("<tr")
+    rows = {str(run.id): next(row for row in table_rows if str(run.id) in row) for run in (taken, plain)}
+    assert 'class="owf-hint owf-taken-back"' in rows[str(taken.id)] and ">taken back<" in rows[str(taken.id)]
+    assert "owf-taken-back" not in rows[str(plain.id)]
 
 
 def _list_queries(client: Any, url: str = LIST_URL) -> int:
