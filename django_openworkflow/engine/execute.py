@@ -78,12 +78,10 @@ class SliceResult:
     # The slice started runs that a parked or finished parent does not announce:
     # children (start_workflow), a successor (continue-as-new).
     spawned: bool = False
-    # Parked for a step's retry backoff (a RETRY outcome is the workflow's own retry).
-    step_retry: bool = False
+    step_retry: bool = False  # parked for a step's retry backoff (RETRY is the workflow's own retry)
 
     def log(self, logger: logging.Logger) -> None:
-        """One line: INFO when the run finished or will be retried (a step's or the workflow's), DEBUG when it
-        parked otherwise (a sleep, a wait), WARNING when the lease was lost or the run handed back.
+        """One line: INFO when the run finished or is retried, DEBUG when it parked, WARNING when it lost its lease.
 
         The time is this slice's (one replay, from claim to outcome), not the run's: a run that slept
         for hours finishes with a slice of milliseconds. The run's own duration is on its page.
@@ -140,16 +138,8 @@ def execute_slice(
         outcome, detail, wake_at = _engine_failure(store, claimed, exc, slices)
     spawned = bool(slices) and slices[0].spawned
     step_retry = outcome == Outcome.PARKED and bool(slices) and slices[0].backing_off
-    return SliceResult(
-        run.id,
-        run.workflow_name,
-        outcome,
-        time.monotonic() - started,
-        detail,
-        wake_at,
-        spawned=spawned,
-        step_retry=step_retry,
-    )
+    elapsed = time.monotonic() - started
+    return SliceResult(run.id, run.workflow_name, outcome, elapsed, detail, wake_at, None, spawned, step_retry)
 
 
 def _engine_failure(

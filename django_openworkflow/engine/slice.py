@@ -83,8 +83,7 @@ class Slice(RunningStepTracking):
         self.latest_new_step: str | None = None
         self.thread_id = threading.get_ident()
         self.active = True
-        self.spawned = False  # started children or a successor (see SliceResult.spawned)
-        self.backing_off = False  # parked for a step's retry (see SliceResult.step_retry)
+        self.spawned = self.backing_off = False  # started children/a successor; parked for a step's retry
         self.cancel_requested = self.run.cancel_requested_at is not None
         # Set once a write or ctx.lease_held(check=True) found the run held by no one or another
         # worker; never cleared. Read by step code on any thread: a bool's store is atomic.
@@ -267,8 +266,7 @@ class Slice(RunningStepTracking):
             note=suspend.note,
             starts=True,
         )
-        if suspend.insert is not None:
-            self.history.count += 1
+        self.history.count += int(suspend.insert is not None)
         self.backing_off = bool(suspend.note and "retry" in suspend.note)
 
     def complete(self, output: Any) -> None:
