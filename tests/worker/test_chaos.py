@@ -43,7 +43,16 @@ def test_nothing_is_lost_or_completed_twice_under_kills_and_stops(workers):
             victim.wait(10)
             kills += 1
         live.append(workers.start(*WORKER_ARGS))
-    wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == RUNS, timeout=90)
+
+    def all_completed() -> bool:
+        # A worker that could not renew its 1 s leases in time stops itself, as designed, on a busy machine;
+        # its process manager would start another: so does this loop, or the runs would wait for nobody.
+        for index, proc in enumerate(live):
+            if proc.poll() is not None:
+                live[index] = workers.start(*WORKER_ARGS)
+        return WorkflowRun.objects.filter(status="completed").count() == RUNS
+
+    wait_until(all_completed, timeout=90)
 
     assert kills + stops >= 5
     assert faults_on_runs_in_flight >= 3, "the faults must hit runs in flight"
