@@ -7,13 +7,12 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Count, Q, Value
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..definitions.flow import BLOCKED_UNTIL, DEFAULT_QUEUE, PROBE_INTERVAL
@@ -38,9 +37,8 @@ CANDIDATE_FIELDS = (
 
 def _aware(value: Any) -> datetime | None:
     """A timestamp column as read: a datetime, or SQLite's text of a UTC time (None if it is neither)."""
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    return value if value is None or timezone.is_aware(value) else value.replace(tzinfo=UTC)
+    parsed = parse_datetime(value) if isinstance(value, str) else value
+    return None if parsed is None else BackendCore._aware(parsed)
 
 
 @dataclass(frozen=True)

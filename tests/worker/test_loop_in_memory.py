@@ -245,3 +245,23 @@ def test_a_run_taken_back_after_a_lost_lease_is_logged_with_the_worker_that_lost
     assert taken.getMessage().startswith(
         f"run {run_id} (loop-mem-one-step) taken back from worker gone-worker, whose lease had run out "
     )
+
+
+def test_a_taken_back_run_whose_lease_end_cannot_be_read_is_still_claimed_and_logged(caplog) -> None:
+    """SQLite's claim reads the lease end as text: text that does not parse leaves out the 'how long ago'."""
+    from django_openworkflow.store.queue import Candidate
+    from django_openworkflow.store.records import TakenFrom
+    from django_openworkflow.worker.runner import SliceRunner
+
+    store = InMemoryBackend()
+    run_id = start(store, one_step)
+    (first,) = store.claim("gone-worker", 1, timedelta(0), ("default",))
+    claimed = Candidate(run_id, "2026-01-01", "gone-worker", "running", available_at="not a time").claimed(
+        "w2", first.run, store.now()
+    )
+    assert claimed.taken_from == TakenFrom("gone-worker", None) and claimed.lease_expired
+    with caplog.at_level(logging.WARNING, logger="test-runner"):
+        SliceRunner(store, logging.getLogger("test-runner")).run(claimed, lambda: True)
+    assert [r.getMessage() for r in caplog.records if "taken back" in r.getMessage()] == [
+        f"run {run_id} (loop-mem-one-step) taken back from worker gone-worker, whose lease had run out before"
+    ]
