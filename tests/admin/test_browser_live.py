@@ -47,14 +47,17 @@ def example_database(tmp_path: Path) -> str:
     """The example project's database: a SQLite file, or beside the suite's PostgreSQL or MariaDB one a fresh one.
 
     With DATABASE_URL naming PostgreSQL or MariaDB (as the suite's legs on
-    those databases set it), the project is served from ``<name>_browser_live``
-    on that server, dropped and created anew.
+    those databases set it), the project is served from ``<name>_browser_live_<worker>``
+    on that server, dropped and created anew. The name is the xdist worker's own:
+    test_browser_streams.py serves the same project from another worker at the
+    same time, and a shared name let one test's DROP ... WITH (FORCE) cut the
+    other's connections while it seeded.
     """
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith(("postgres", "mysql")):
         return f"sqlite:///{tmp_path / 'example.sqlite3'}"
     parts = urllib.parse.urlsplit(url)
-    name = parts.path.lstrip("/") + "_browser_live"
+    name = parts.path.lstrip("/") + "_browser_live_" + os.environ.get("PYTEST_XDIST_WORKER", "main")
     if url.startswith("postgres"):
         import psycopg
 
