@@ -26,10 +26,12 @@ in ``docs/`` are refreshed too. Skipped only when Playwright or
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -37,7 +39,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -165,21 +167,62 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def example_admin(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    """The example project on a fresh SQLite file, migrated, seeded and served; yields its base URL and logs."""
-    env = {
+def example_env(database_url: str) -> dict[str, str]:
+    """The environment of the example project's processes, on ``database_url``."""
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "example_project.settings",
-        # A test may serve it from another database (test_browser_live.py: PostgreSQL, MariaDB).
-        "DATABASE_URL": os.environ.get("OWF_EXAMPLE_DATABASE_URL") or f"sqlite:///{tmp_path / 'example.sqlite3'}",
+        "DATABASE_URL": database_url,
         "OPENWORKFLOW_LOG_LEVEL": "WARNING",
         "PYTHONPATH": str(ROOT),
     }
-    manage = [sys.executable, str(ROOT / "manage.py")]
-    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], env=env, cwd=ROOT, check=True, timeout=120)
+
+
+def migrate_and_seed(env: dict[str, str]) -> None:
+    subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "migrate", "--noinput", "-v", "0"],
+        env=env,
+        cwd=ROOT,
+        check=True,
+        timeout=120,
+    )
     seed = "from tests.admin.test_browser import seed_example_project as s; s()"
     subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
+
+
+def seeded_sqlite(tmp_path_factory: pytest.TempPathFactory, into: Path) -> None:
+    """A copy at ``into`` of the example project's SQLite file, migrated and seeded once per session.
+
+    Migrating and seeding cost about 2.5 s of CPU, and a dozen browser tests start from the
+    same seeded file; under pytest-xdist the processes share the session's temporary root,
+    and a lock lets one of them make it. The copy is SQLite's own backup, whole whatever
+    the journal mode.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's, shared by its xdist processes (another session has its own)
+    template = base / "example-seeded.sqlite3"
+    with open(base / "example-seeded.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        done = base / "example-seeded.done"
+        if not done.exists():
+            template.unlink(missing_ok=True)
+            migrate_and_seed(example_env(f"sqlite:///{template}"))
+            done.touch()
+    with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(into)) as target:
+        source.backup(target)
+
+
+@pytest.fixture
+def example_admin(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The example project on a fresh SQLite file, migrated, seeded and served; yields its base URL and logs."""
+    # A test may serve it from another database (test_browser_live.py: PostgreSQL, MariaDB).
+    other = os.environ.get("OWF_EXAMPLE_DATABASE_URL")
+    env = example_env(other or f"sqlite:///{tmp_path / 'example.sqlite3'}")
+    if other:
+        migrate_and_seed(env)
+    else:
+        seeded_sqlite(tmp_path_factory, tmp_path / "example.sqlite3")
 
     port = _free_port()
     stderr_path = tmp_path / "runserver.stderr"
