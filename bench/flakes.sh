@@ -27,9 +27,9 @@ done
 cores="$(nproc)"
 # As many pytest processes as make test runs (the Makefile's PYTEST_WORKERS: two per core, at most 8).
 workers="${PYTEST_WORKERS:-$(python3 -c 'import os; print(min(8, 2 * (os.cpu_count() or 1)))')}"
-# The suite's two processes per core keep the load near 4 per core on their own; the loops add the rest
-# of 8. (Six loops, the default while the suite ran one process per core, gave a load of 14.)
-hogs="${hogs:-$((2 * cores - 2))}"
+# The suite's two processes per core (and their subprocesses) make a load of about 5 on 2 cores; each
+# loop adds one. Two loops gave 6.6, six gave 14; three give about 8.
+hogs="${hogs:-$((2 * cores - 1))}"
 dir="${FLAKES_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/flakes.XXXXXX")}"
 mkdir -p "$dir"
 python=.venv/bin/python
