@@ -87,9 +87,9 @@ def assert_each_run_worked_once(run_ids: list[Any]) -> None:
 
 def test_concurrency_limit_holds_across_three_worker_processes(workers):
     """200 runs over 5 keys, Concurrency(2) per key, 3 processes of 4 slots (12 slots, 10 places)."""
-    # Each step works 0.2 s, so that two runs of a key overlap even on a busy machine
-    # (at 0.03 s a slow machine could run them one after another: the limit never reached).
-    run_ids = start_limited(200, 5, pause=0.2)
+    # The first run of each key waits for a second to start (meet), so that the limit is reached
+    # even on a busy machine, and each step works 0.2 s so that later ones overlap too.
+    run_ids = start_limited(200, 5, pause=0.2, meet=True)
     for _ in range(3):
         workers.start("--concurrency", "4", *FAST)
     wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
@@ -200,7 +200,7 @@ def test_concurrency_limit_holds_across_celery_workers(celery_processes):
     celery_processes([sys.executable, "-c", sweep])
     # Both workers listen before the runs start, so that both take part.
     wait_until(lambda: consumers(celery_processes.broker) >= 2, timeout=60, interval=0.1)
-    run_ids = start_limited(60, 3)
+    run_ids = start_limited(60, 3, meet=True)
     wait_until(lambda: completed("flow-limited") == 60, timeout=120, interval=0.1)
     peaks = in_flight_peaks()
     # Never more than the limit; and the limit was reached (else the check proves nothing).
