@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -411,3 +413,21 @@ def race(call: Callable[[], Any], n: int = 20) -> list[Any]:
     assert not errors, errors
     assert len(results) == n
     return results
+
+
+@contextmanager
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """Something built once per session: yields the session's shared directory and whether ``name`` is built.
+
+    Under pytest-xdist the processes share the session's temporary root (another session has its own),
+    and a lock lets one of them build while the others wait. The caller builds when it is not built yet;
+    it counts as built when the block ends without an error.
+    """
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    done = base / f"{name}.done"
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield base, done.exists()
+        done.touch()

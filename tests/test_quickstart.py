@@ -31,7 +31,6 @@ end, a status, a log line), with a generous ceiling.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -55,6 +54,7 @@ import pytest
 from django.db import connection
 
 import django_openworkflow
+from tests.conftest import built_once
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -204,18 +204,12 @@ def copy_clone(into: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def newcomer_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A virtualenv with the package installed from the clone as the docs say, made once per session.
-
-    Under pytest-xdist the processes share the session's temporary root, and a lock lets one of them build.
-    """
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the session's, shared by its xdist processes (another session has its own)
+    """A virtualenv with the package installed from the clone as the docs say, made once per session."""
     extra = EXTRAS[connection.vendor]
-    venv = base / f"newcomer-venv-{extra.strip('[]') or 'sqlite'}"
-    with open(base / "newcomer-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not (venv / "installed").exists():
+    name = f"newcomer-venv-{extra.strip('[]') or 'sqlite'}"
+    with built_once(tmp_path_factory, name) as (base, built):
+        venv = base / name
+        if not built:
             shutil.rmtree(venv, ignore_errors=True)
             work = base / f"newcomer-clone-{uuid.uuid4().hex[:8]}"
             work.mkdir()
@@ -229,7 +223,6 @@ def newcomer_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
             if extra:  # as the install page writes a database's extra
                 line = install.command(f'pip install "{re.escape(CLONE + extra)}"')
             sh(line.replace(CLONE, str(clone)), base, activated(venv))
-            (venv / "installed").touch()
     return venv
 
 

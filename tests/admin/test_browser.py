@@ -26,7 +26,6 @@ in ``docs/`` are refreshed too. Skipped only when Playwright or
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -47,6 +46,7 @@ import django
 import pytest
 
 from tests.admin.browser_checks import COLUMNS_JS, CONTRAST_JS, JOURNAL_JS
+from tests.conftest import built_once
 
 # CI sets this: there a missing browser or Playwright is a failure, not a skip.
 REQUIRE_BROWSER = bool(os.environ.get("OPENWORKFLOW_REQUIRE_BROWSER"))
@@ -194,21 +194,13 @@ def seeded_sqlite(tmp_path_factory: pytest.TempPathFactory, into: Path) -> None:
     """A copy at ``into`` of the example project's SQLite file, migrated and seeded once per session.
 
     Migrating and seeding cost about 2.5 s of CPU, and a dozen browser tests start from the
-    same seeded file; under pytest-xdist the processes share the session's temporary root,
-    and a lock lets one of them make it. The copy is SQLite's own backup, whole whatever
-    the journal mode.
+    same seeded file. The copy is SQLite's own backup, whole whatever the journal mode.
     """
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the session's, shared by its xdist processes (another session has its own)
-    template = base / "example-seeded.sqlite3"
-    with open(base / "example-seeded.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        done = base / "example-seeded.done"
-        if not done.exists():
+    with built_once(tmp_path_factory, "example-seeded") as (base, built):
+        template = base / "example-seeded.sqlite3"
+        if not built:
             template.unlink(missing_ok=True)
             migrate_and_seed(example_env(f"sqlite:///{template}"))
-            done.touch()
     with closing(sqlite3.connect(template)) as source, closing(sqlite3.connect(into)) as target:
         source.backup(target)
 
