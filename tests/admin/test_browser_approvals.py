@@ -25,8 +25,8 @@ from tests.admin.test_browser import (
     ROOT,
     WIDE,
     Watched,
-    _readme_picture,
     chromium,
+    docs_picture,
     example_admin,  # noqa: F401  (a fixture)
     log_in,
     pytestmark,  # noqa: F401  (skipped without the browser)
@@ -68,7 +68,6 @@ def test_a_manager_approves_from_the_inbox(example_admin: dict[str, Any], tmp_pa
         stderr=subprocess.DEVNULL,
     )
     base = example_admin["base"]
-    ARTIFACTS.mkdir(exist_ok=True)
     try:
         with chromium() as browser:
             context = browser.new_context(viewport=WIDE, color_scheme="light")
@@ -106,7 +105,7 @@ def _approve(page: Any, base: str) -> None:
     assert "Refund 120 EUR to Ada Lovelace (order 1042)" in row.inner_text()
     assert "refund-approval" in row.inner_text()
     row.locator("textarea[name=comment]").fill("Loyal customer, approved.")
-    _readme_picture(page, "readme-approvals.png")
+    docs_picture(page, "readme-approvals.png")
     row.locator("button[value=approve]").click()
     page.wait_for_load_state()
     assert "Approved." in page.locator(".messagelist").first.inner_text()

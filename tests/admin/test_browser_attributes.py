@@ -29,6 +29,7 @@ from tests.admin.test_browser import (
     pytestmark,  # noqa: F401  (skipped without Chromium)
     seed_runs,
     server_problems,
+    snapshot,
 )
 
 INVOICES = [  # customer, amount, due (ISO, various offsets), region
@@ -70,7 +71,6 @@ def test_the_run_list_filtered_by_attributes(example_admin: dict[str, Any]) -> N
     run_ids = seed_runs(example_admin, "tests.admin.test_browser_attributes:seed_invoices")
     assert len(run_ids) == len(INVOICES)
     by_customer = dict(zip((customer for customer, *_ in INVOICES), run_ids, strict=True))
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         context = browser.new_context(viewport=WIDE, color_scheme="light")
         watched = Watched(context.new_page())
@@ -113,7 +113,7 @@ def _visit(page: Any, base: str, by_customer: dict[int, str]) -> None:
     assert active.count() == 3
     if _sidebar_open(page):
         page.click("#toggle-nav-sidebar")
-    page.screenshot(path=str(ARTIFACTS / "docs-run-list-attributes.png"), full_page=False)
+    snapshot(page, "docs-run-list-attributes.png", full_page=False)
     # × drops one filter and keeps the others.
     active.filter(has_text="region=eu").locator("a").click()
     page.wait_for_load_state()

@@ -33,6 +33,7 @@ from tests.admin.test_browser import (
     log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium, and on a server database's leg of Django 5.2)
     server_problems,
+    snapshot,
 )
 
 FAILED, COMPLETED = 120, 10
@@ -74,7 +75,6 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
     seed = "from tests.admin.test_browser_filteract import seed_many_runs as s; s()"
     subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
     base = example_admin["base"]
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         for scheme in ("dark", "light"):  # light last: it also confirms
             for viewport in (PHONE, WIDE):  # wide last: it confirms
@@ -85,7 +85,7 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
                 _ask_for_every_matching_run(page, base)
                 _check_confirmation(page, viewport["width"])
                 name = f"select-all-confirm-{scheme}-{viewport['width']}.png"
-                page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+                snapshot(page, name, full_page=True)
                 if scheme == "light" and viewport == WIDE:
                     page.click("input[type=submit][value^='Yes']")
                     page.wait_for_load_state()

@@ -32,12 +32,13 @@ from tests.admin.test_browser import (  # noqa: F401 (example_admin: a fixture, 
     WIDE,
     Watched,
     _open_run,
-    _readme_picture,
     chromium,
+    docs_picture,
     example_admin,
     log_in,
     pytestmark,
     server_problems,
+    snapshot,
 )
 
 STEP = "send-tips-email"
@@ -73,7 +74,6 @@ def wait_for_badge(page: Any, status: str, timeout: float = 60.0) -> None:
 
 def test_rerun_from_a_step_in_a_real_browser(example_admin: dict[str, Any], tmp_path: Path) -> None:  # noqa: F811
     base = example_admin["base"]
-    ARTIFACTS.mkdir(exist_ok=True)
     runs: dict[str, str] = {}  # the source run's page and the re-run's, once the light pass made it
     with chromium() as browser:
         for scheme in ("light", "dark"):
@@ -128,11 +128,11 @@ def _look_and_rerun(page: Any, base: str, scheme: str, tmp_path: Path, runs: dic
     ]
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"rerun-confirm-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"rerun-confirm-{scheme}-{viewport['width']}.png", full_page=True)
         width = page.evaluate("() => document.documentElement.scrollWidth")
         assert width <= viewport["width"], f"{scheme}, {viewport['width']} px: the confirmation is {width} px wide"
     page.set_viewport_size(WIDE)
-    _readme_picture(page, f"readme-rerun-confirm-{scheme}.png")
+    docs_picture(page, f"readme-rerun-confirm-{scheme}.png")
     if "rerun" in runs:
         page.goto(runs["rerun"])
     else:
@@ -148,11 +148,11 @@ def _look_and_rerun(page: Any, base: str, scheme: str, tmp_path: Path, runs: dic
     assert page.locator(".owf-copied a").first.get_attribute("href").startswith(f"{source_path}#attempt-")
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"rerun-new-run-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"rerun-new-run-{scheme}-{viewport['width']}.png", full_page=True)
         problems = page.evaluate(JOURNAL_JS)
         assert problems == [], f"{scheme}, {viewport['width']} px, the re-run's journal:\n" + "\n".join(problems)
     page.set_viewport_size(WIDE)
-    _readme_picture(page, f"readme-rerun-new-run-{scheme}.png")
+    docs_picture(page, f"readme-rerun-new-run-{scheme}.png")
     # The source run lists its re-runs.
     page.goto(source_url)
     assert page.locator(".owf-reruns a").count() >= 1

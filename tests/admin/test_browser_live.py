@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 
 from tests.admin.test_browser import (
-    ARTIFACTS,
     NEEDS_CHROMIUM,
     PHONE,
     ROOT,
@@ -36,6 +35,7 @@ from tests.admin.test_browser import (
     example_admin,  # noqa: F401  # the fixture live_admin builds on
     log_in,
     server_problems,
+    snapshot,
 )
 
 # On every leg: it serves the suite's own kind of database (from a subprocess: marked so).
@@ -142,7 +142,6 @@ def live_text(page: Any) -> str:
 
 def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
     base, database = live_admin["base"], live_admin["database"]
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         # The behaviour once, in light at 1400 px: it does not depend on the theme or the width. Each
         # change comes from another process (about a second each), so four passes would cost a minute.
@@ -168,7 +167,7 @@ def test_pages_change_without_a_reload(live_admin: dict[str, Any]) -> None:
             ):
                 watched.page.goto(base + path)
                 _indicator(watched.page, f"{where} {name}")
-                watched.page.screenshot(path=str(ARTIFACTS / f"live-{name}-{where}.png"), full_page=True)
+                snapshot(watched.page, f"live-{name}-{where}.png", full_page=True)
             context.close()
             assert watched.errors == [], f"{where}: errors in the browser:\n" + "\n".join(watched.errors)
         # Without JavaScript the pages are as served: the indicator stays hidden, nothing refreshes.
@@ -230,7 +229,7 @@ def _run_page(page: Any, base: str, database: str, where: str) -> None:
     assert not_reloaded(page)
     assert page.locator(".owf-live").get_attribute("data-owf-live-state") == "finished"
     assert live_text(page) == "the run has finished: no more updates"
-    page.screenshot(path=str(ARTIFACTS / f"live-run-{where}.png"), full_page=True)
+    snapshot(page, f"live-run-{where}.png", full_page=True)
 
 
 def _run_list(page: Any, base: str, database: str, where: str) -> None:
@@ -256,7 +255,7 @@ def _run_list(page: Any, base: str, database: str, where: str) -> None:
     page.wait_for_function("() => document.querySelector('.owf-live-text').textContent.includes('held where')")
     assert rows.count() == before + 1, "a ticked row holds the rows"
     assert page.locator(f"#result_list input.action-select[value='{ticked}']").is_checked()
-    page.screenshot(path=str(ARTIFACTS / f"live-list-held-{where}.png"), full_page=True)
+    snapshot(page, f"live-list-held-{where}.png", full_page=True)
 
     checkbox.uncheck()
     blur(page)  # the user moves on: the rows are free to change
@@ -285,4 +284,4 @@ def _dashboard(page: Any, base: str, database: str, where: str) -> None:
         timeout=WAIT_MS,
     )
     assert not_reloaded(page)
-    page.screenshot(path=str(ARTIFACTS / f"live-dashboard-{where}.png"), full_page=True)
+    snapshot(page, f"live-dashboard-{where}.png", full_page=True)

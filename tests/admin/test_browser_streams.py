@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, WIDE, Watched, chromium, log_in
+from tests.admin.test_browser import ARTIFACTS, DOCS, NEEDS_CHROMIUM, WIDE, Watched, chromium, log_in, snapshot
 from tests.admin.test_browser_live import example_admin, in_example_project, live_admin  # noqa: F401 (fixtures)
 
 pytestmark = [NEEDS_CHROMIUM, pytest.mark.database]  # the suite's database, from a subprocess
@@ -45,7 +45,6 @@ print(run.id)
 def test_the_progress_box_in_a_real_browser(live_admin: dict[str, Any]) -> None:  # noqa: F811
     base = live_admin["base"]
     run_id = in_example_project(live_admin["database"], REPORT).splitlines()[-1]
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         for scheme in ("light", "dark"):
             context = browser.new_context(viewport=WIDE, color_scheme=scheme)
@@ -56,7 +55,7 @@ def test_the_progress_box_in_a_real_browser(live_admin: dict[str, Any]) -> None:
             assert box.is_visible()
             text = box.inner_text()
             assert "pages" in text and "stream, 12 chunks" in text and '11: "read page 12 of 12"' in text
-            box.screenshot(path=str(ARTIFACTS / f"run-page-progress-{scheme}.png"))
+            snapshot(box, f"run-page-progress-{scheme}.png")
             context.close()
             assert watched.errors == [], f"{scheme}: errors in the browser:\n" + "\n".join(watched.errors)
     if os.environ.get("OPENWORKFLOW_SCREENSHOTS") == "docs":

@@ -23,6 +23,7 @@ from tests.admin.test_browser import (
     ARTIFACTS,
     DOCS,
     PHONE,
+    SCREENSHOTS,
     WIDE,
     Watched,
     _sidebar_open,
@@ -32,6 +33,7 @@ from tests.admin.test_browser import (
     pytestmark,  # noqa: F401  (skipped without Chromium)
     seed_runs,
     server_problems,
+    snapshot,
 )
 
 
@@ -78,7 +80,6 @@ def test_a_users_runs_on_the_users_page(example_admin: dict[str, Any]) -> None: 
     base = example_admin["base"]
     ada_runs = set(seed_runs(example_admin, "tests.admin.test_browser_subjects:seed_subject_runs"))
     assert len(ada_runs) == 4
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         for scheme in ("dark", "light"):
             context = browser.new_context(viewport=WIDE, color_scheme=scheme)
@@ -105,7 +106,7 @@ def _visit(page: Any, base: str, scheme: str, ada_runs: set[str]) -> None:
     assert section.locator(".owf-subject-action", has_text="Cancel").count() == 2  # the unfinished runs
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"subject-runs-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"subject-runs-{scheme}-{viewport['width']}.png", full_page=True)
     page.set_viewport_size(WIDE)
     if scheme == "light":
         _docs_picture(page, section)
@@ -122,7 +123,9 @@ def _visit(page: Any, base: str, scheme: str, ada_runs: set[str]) -> None:
 
 
 def _docs_picture(page: Any, section: Any) -> None:
-    """The docs' picture: the section and the end of the form above it, 1280 px wide, without the sidebar."""
+    """The docs' picture (when OPENWORKFLOW_SCREENSHOTS asks): the section and the form's end above it, 1280 px wide."""
+    if not SCREENSHOTS:
+        return
     if _sidebar_open(page):
         page.click("#toggle-nav-sidebar")
     # The whole page in the window: the form's sticky buttons then sit at its end, not over the section.
@@ -132,6 +135,6 @@ def _docs_picture(page: Any, section: Any) -> None:
     box = section.bounding_box()
     top = max(0, box["y"] - 260)
     clip = {"x": 0, "y": top, "width": 1280, "height": box["y"] + box["height"] - top + 10}
-    page.screenshot(path=str(ARTIFACTS / "docs-subject-runs.png"), clip=clip)
+    snapshot(page, "docs-subject-runs.png", clip=clip)
     page.set_viewport_size(WIDE)
     page.click("#toggle-nav-sidebar")

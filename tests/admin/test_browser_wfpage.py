@@ -28,10 +28,12 @@ from tests.admin.test_browser import (
     _contrast_problems,
     _sidebar_open,
     chromium,
+    docs_picture,
     example_admin,  # noqa: F401  (the fixture)
     log_in,
     pytestmark,  # noqa: F401  (skipped without Chromium)
     server_problems,
+    snapshot,
 )
 
 MIN_TEXT_PX = 11
@@ -73,7 +75,6 @@ def _check(page: Any, what: str) -> None:
 
 def test_the_workflow_page_and_the_dashboard_in_a_real_browser(example_admin: dict[str, Any]) -> None:  # noqa: F811
     base = example_admin["base"]
-    ARTIFACTS.mkdir(exist_ok=True)
     with chromium() as browser:
         for scheme in ("dark", "light"):
             context = browser.new_context(viewport=WIDE, color_scheme=scheme)
@@ -104,12 +105,12 @@ def _visit(page: Any, base: str, scheme: str) -> None:
     assert page.locator("#owf-start-form").count() == 0
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"workflow-page-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"workflow-page-{scheme}-{viewport['width']}.png", full_page=True)
         _check(page, f"workflow page, {scheme}, {viewport['width']} px")
     page.set_viewport_size(WIDE)
     assert not _contrast_problems(page, ".owf-card-number") and not _contrast_problems(page, ".owf-card-label")
     if scheme == "light":
-        _docs_picture(page, "docs-workflow-page.png", {"width": 1280, "height": 800})
+        docs_picture(page, "docs-workflow-page.png", {"width": 1280, "height": 800})
     # Its failures' card leads to the failed run in the list.
     page.click(".owf-card-failed")
     page.wait_for_load_state()
@@ -121,7 +122,7 @@ def _visit(page: Any, base: str, scheme: str) -> None:
     assert page.locator("#owf-start-form select[name=workflow] option").count() == 1
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"workflow-start-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"workflow-start-{scheme}-{viewport['width']}.png", full_page=True)
         _check(page, f"workflow page with its start form, {scheme}, {viewport['width']} px")
     page.set_viewport_size(WIDE)
 
@@ -133,11 +134,11 @@ def _visit(page: Any, base: str, scheme: str) -> None:
     assert page.locator(".owf-range-shown").inner_text().startswith("Runs that finished in the last 2 days")
     for viewport in (WIDE, PHONE):
         page.set_viewport_size(viewport)
-        page.screenshot(path=str(ARTIFACTS / f"dashboard-range-{scheme}-{viewport['width']}.png"), full_page=True)
+        snapshot(page, f"dashboard-range-{scheme}-{viewport['width']}.png", full_page=True)
         _check(page, f"dashboard, {scheme}, {viewport['width']} px")
     page.set_viewport_size(WIDE)
     if scheme == "light":
-        _docs_picture(page, "docs-dashboard-phone.png", PHONE)
+        docs_picture(page, "docs-dashboard-phone.png", PHONE)
     retrying = page.locator(".owf-card-retrying .owf-card-number").inner_text().strip()
     page.click(".owf-card-retrying")
     page.wait_for_load_state()
@@ -154,15 +155,3 @@ def _visit(page: Any, base: str, scheme: str) -> None:
     # A bad range is said, not a failure.
     page.goto(f"{base}/admin/django_openworkflow/workflowrun/dashboard/?from=yesterday")
     assert "is not a date and time" in page.locator(".owf-range-error").inner_text()
-
-
-def _docs_picture(page: Any, name: str, viewport: dict[str, int]) -> None:
-    """A picture for the docs, without the app sidebar."""
-    was_open = _sidebar_open(page)
-    if was_open:
-        page.click("#toggle-nav-sidebar")
-    page.set_viewport_size(viewport)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
-    page.set_viewport_size(WIDE)
-    if was_open:
-        page.click("#toggle-nav-sidebar")

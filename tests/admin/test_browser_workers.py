@@ -30,13 +30,14 @@ from tests.admin.test_browser import (
     WIDE,
     Watched,
     _contrast_problems,
-    _readme_picture,
     _sidebar_open,
     chromium,
+    docs_picture,
     example_admin,  # noqa: F401  (a fixture)
     log_in,
     pytestmark,  # noqa: F401  (skipped without the browser)
     server_problems,
+    snapshot,
 )
 
 WORKERS_PATH = "/admin/django_openworkflow/workerprocess/"
@@ -79,7 +80,6 @@ def test_the_workers_page_in_a_real_browser(example_admin: dict[str, Any], tmp_p
         stderr=subprocess.DEVNULL,
     )
     base = example_admin["base"]
-    ARTIFACTS.mkdir(exist_ok=True)
     try:
         with chromium() as browser:
             for scheme in ("dark", "light"):
@@ -122,12 +122,12 @@ def _look(page: Any, base: str, scheme: str) -> None:
     _fits(page, f"{scheme}, {WIDE['width']} px with the sidebar open")
     problems = _contrast_problems(page, ".owf-queue-states button") + _contrast_problems(page, ".owf-badge")
     assert problems == [], f"{scheme}: text under {WCAG_AA}:1 contrast:\n" + "\n".join(problems)
-    page.screenshot(path=str(ARTIFACTS / f"workers-{scheme}.png"), full_page=True)
+    snapshot(page, f"workers-{scheme}.png", full_page=True)
     if scheme == "light":
-        _readme_picture(page, "readme-workers.png")
+        docs_picture(page, "readme-workers.png")
     page.set_viewport_size(PHONE)
     _fits(page, f"{scheme}, {PHONE['width']} px")
-    page.screenshot(path=str(ARTIFACTS / f"workers-{scheme}-{PHONE['width']}.png"), full_page=True)
+    snapshot(page, f"workers-{scheme}-{PHONE['width']}.png", full_page=True)
     page.set_viewport_size(WIDE)
     # The run list and the dashboard say it too, and link here.
     for path in ("/admin/django_openworkflow/workflowrun/", "/admin/django_openworkflow/workflowrun/dashboard/"):
