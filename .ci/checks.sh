@@ -8,7 +8,7 @@ section() { printf '\n===== %s =====\n' "$*"; }
 # Each is killed (with everything it started) after CI_STEP_TIMEOUT seconds, so a
 # hung check fails the build instead of stalling it (a hung test fails sooner, by
 # name: pytest-timeout). make test runs three legs (SQLite, PostgreSQL, MariaDB):
-# about 15 minutes on a quiet 2-core machine, 36 at load 8.
+# about 12 minutes on a quiet 2-core machine, 30 at load 8.
 CI_STEP_TIMEOUT="${CI_STEP_TIMEOUT:-2700}"
 # A failed check's output is kept and its failure lines and tail printed again in the summary:
 # whoever reads only the end of the log still learns why it failed.
