@@ -11,13 +11,13 @@ with ``fullmatch`` (Python's ``$`` also matches before a final newline).
 
 What a JSON Schema cannot state is checked on the server only, and refused
 with a code of its own, so that a client can tell it apart:
-``out_of_range`` (a time outside what the databases store, a deadline
-already past, a duration over 1,000 years), ``bad_subject`` (a subject
-whose model is not installed, whose key is not one of its primary keys,
-or, to start a run, that does not exist), ``bad_payload`` (a NUL
-character or a lone surrogate in text, JSON nested too deep, an input
-search a database cannot compare) and ``bad_cursor`` (a string that no
-page gave as its ``next_cursor``).
+``out_of_range`` (a time outside what the databases store, a day its
+month lacks, a deadline already past, a duration over 1,000 years),
+``bad_subject`` (a subject whose model is not installed, whose key is not
+one of its primary keys, or, to start a run, that does not exist),
+``bad_payload`` (a NUL character or a lone surrogate in text, JSON nested
+too deep, an input search a database cannot compare) and ``bad_cursor``
+(a string that no page gave as its ``next_cursor``).
 """
 
 from __future__ import annotations
@@ -100,10 +100,18 @@ DURATION_LENGTH = 64
 DURATION_PATTERN = f"^ *(?:[0-9]+(?:\\.[0-9]+)? *|(?:{_NUMBER} *{_UNIT} *)+)$"
 _DURATION = re.compile(DURATION_PATTERN.strip("^$"))
 
+_DATE = "[1-9][0-9]{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+_CLOCK = "(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:[.][0-9]{1,6})?)?"
+_ZONE = "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+MOMENT_PATTERN = f"^{_DATE}(?:[T ]{_CLOCK}{_ZONE}?)?$"
+MOMENT = re.compile(MOMENT_PATTERN.strip("^$"))
+# Not "format": "date-time": RFC 3339 demands an offset and seconds, which a moment here may leave out.
 MOMENT_SCHEMA: dict[str, Any] = {
     "type": "string",
-    "format": "date-time",
-    "description": "ISO 8601 (RFC 3339), from the year 1000 to 9999 in UTC; without an offset it is UTC",
+    "pattern": MOMENT_PATTERN,
+    "description": "ISO 8601: a date (its midnight), or a date and time, with seconds and up to 6 decimals or "
+    "without, with an offset (Z, +01:00) or without (UTC): 2026-11-25, 2026-11-25T09:30:00Z; the years 1000 to "
+    "9999 in UTC (400 out_of_range for a day its month lacks, or an offset that takes it past those years)",
 }
 WHEN_SCHEMA: dict[str, Any] = {
     "anyOf": [
@@ -204,16 +212,23 @@ def statuses(values: list[str]) -> list[str]:
 
 
 def moment(value: Any, field: str) -> datetime:
-    """An aware datetime from ISO 8601 text, within the years every supported database stores."""
+    """An aware datetime from ISO 8601 text of the shape ``MOMENT_PATTERN``, within the years every database stores.
+
+    The shape first: ``parse_datetime`` alone reads far more than the schema
+    can state (week dates, digits without dashes, any separator, non-ASCII
+    digits, surrounding spaces).
+    """
     if not isinstance(value, str):
         raise invalid(field, f"{field} must be a string, not {_kind(value)}")
-    try:
-        parsed = parse_datetime(value.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
+    if not MOMENT.fullmatch(value):
         example = "2026-11-25T09:30:00Z"
         raise invalid(field, f"{field} must be an ISO 8601 date and time such as {example}, got {value!r:.80}")
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
+    if parsed is None:  # the shape is right, so the day is past its month's end (2026-02-30)
+        raise ApiError(400, "out_of_range", f"{field} names a day its month does not have: {value!r:.80}", field)
     try:
         utc = parsed.astimezone(UTC) if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
     except OverflowError:
