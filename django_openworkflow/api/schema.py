@@ -17,6 +17,7 @@ from .fields import (
     LIMIT_SCHEMA,
     MOMENT_SCHEMA,
     NAME_SCHEMA,
+    NO_NUL,
     PRIORITY_SCHEMA,
     QUEUE_SCHEMA,
     STATUS_PATTERN,
@@ -45,7 +46,7 @@ from .schema_blocks import (
 )
 from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
 
-ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}="
+ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}=[^\\u0000]*$"
 """``NAME[__LOOKUP]=VALUE``: the shape of an attribute filter (the declarations say which names and values)."""
 
 
@@ -174,8 +175,8 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         "name": "input",
                         "in": "query",
                         "description": 'a JSON object the run\'s input contains, e.g. {"customer": 42}: at most '
-                        "16 levels and 64 values, keys without quotes or backslashes, integers within 64 bits "
-                        "(400 bad_payload otherwise)",
+                        "16 levels and 64 values, keys without quotes or backslashes, text without NUL characters or "
+                        "lone surrogates, integers within 64 bits (400 bad_payload otherwise)",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
                     _query("subject", "the runs linked to this object (started with subject=obj)", SUBJECT_SCHEMA),
@@ -232,7 +233,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         },
                         "attributes": {
                             "type": ["object", "null"],
-                            "additionalProperties": {"type": ["integer", "string"]},
+                            "additionalProperties": {"type": ["integer", "string"], "pattern": NO_NUL},
                             "description": "values of the workflow's declared typed attributes: an int as a number, "
                             "a str, a Decimal or a datetime as a string (10.25, 2026-12-01T09:00:00Z); 400 "
                             "bad_attribute for an undeclared attribute or a value not of its type",

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from tests.api.test_views import API, JSON, error_of, make_user
+from django_openworkflow.models import Approval, Signal
+from tests.api.test_views import API, JSON, error_of, make_user, written
+from tests.conftest import is_parked
+from tests.fixtures.progress_workflows import progress_steps
+from tests.fixtures.testapp.workflows import refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -107,3 +112,98 @@ def test_what_a_pattern_cannot_state_of_a_moment_is_out_of_range(document, staff
     assert stated(parameter["schema"], value)
     error = error_of(staff.get(f"{API}/runs", {"created_after": value}))
     assert (error["code"], error["field"]) == ("out_of_range", "created_after") and words in error["message"]
+
+
+# -- NUL characters, and every other string a request carries ----------------------------------
+
+
+def request_strings(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every string schema of a parameter or a request body field: (where, its schema)."""
+
+    def walk(where: str, schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        kinds = schema.get("type")
+        if kinds == "string" or (isinstance(kinds, list) and "string" in kinds):
+            yield where, schema
+        for key in ("anyOf", "oneOf", "allOf"):
+            for i, alternative in enumerate(schema.get(key, [])):
+                yield from walk(f"{where}/{key}{i}", alternative)
+        for name, field in schema.get("properties", {}).items():
+            yield from walk(f"{where}.{name}", field)
+        for key in ("items", "additionalProperties"):
+            if isinstance(schema.get(key), dict):
+                yield from walk(f"{where}[{key}]", schema[key])
+
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            for parameter in operation.get("parameters", []):
+                yield from walk(f"{method} {path} {parameter['name']}", parameter.get("schema", {}))
+            body = operation.get("requestBody", {}).get("content", {}).get(JSON, {}).get("schema", {})
+            yield from walk(f"{method} {path} body", body)
+
+
+def test_no_string_a_request_carries_may_hold_a_nul_by_the_document(document):
+    # PostgreSQL stores no NUL in text: the server refuses one in every field, and the document must say so.
+    loose = [
+        where
+        for where, schema in request_strings(document)
+        if "enum" not in schema and schema.get("format") != "uuid" and stated(schema, "a\x00b")
+    ]
+    assert loose == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data", "code", "field"),
+    [
+        ("post", "/runs", {"workflow": "three-steps", "idempotency_key": "a\x00b"}, "bad_payload", "idempotency_key"),
+        ("post", "/runs", {"workflow": "three-steps", "queue": "a\x00b"}, "invalid", "queue"),
+        ("post", "/runs", {"workflow": "three-steps", "subject": "auth.user:1\x00"}, "invalid", "subject"),
+        ("post", "/runs", {"workflow": "three-steps", "available_at": "1h\x00"}, "invalid", "available_at"),
+        ("post", "/runs/{run}/signals", {"name": "go\x00"}, "bad_payload", "name"),
+        ("post", "/events", {"event": "paid\x00"}, "bad_payload", "event"),
+        ("post", "/runs/actions/cancel", {"workflow": "three-\x00steps"}, "bad_payload", "workflow"),
+        ("post", "/runs/actions/cancel", {"created_after": "2026-01-01\x00"}, "invalid", "created_after"),
+        ("get", "/runs", {"cursor": "a\x00b"}, "bad_cursor", "cursor"),
+        # An input search reaches PostgreSQL's jsonb, which reads no NUL: it was a 500 there.
+        ("get", "/runs", {"input": '{"a\\u0000b": 1}'}, "bad_payload", "input"),
+        ("get", "/runs", {"input": '{"a": ["b\\u0000"]}'}, "bad_payload", "input"),
+        ("post", "/runs/actions/cancel", {"input": {"a": "b\x00"}}, "bad_payload", "input"),
+        ("post", "/runs/actions/rerun", {"input": {"\ud800": True}}, "bad_payload", "input"),
+        ("get", "/runs", {"created_before": "2026-01-01\x00"}, "invalid", "created_before"),
+        ("get", "/runs/{run}/events", {"stream": "log\x00"}, "bad_payload", "stream"),
+        ("post", "/approvals/1/decide", {"approved": True, "comment": "no\x00"}, "bad_payload", "comment"),
+    ],
+)
+def test_a_nul_is_refused_naming_its_field_on_every_database(staff, method, path, data, code, field):
+    run = progress_steps.run()
+    before = written()
+    url = f"{API}{path.format(run=run.id)}"
+    response = staff.get(url, data) if method == "get" else staff.post(url, json.dumps(data), content_type=JSON)
+    assert response.status_code == 400, response.content
+    assert (error_of(response)["code"], error_of(response)["field"]) == (code, field)
+    assert written() == before
+
+
+@pytest.fixture
+def opened(run_worker: Any, django_user_model: Any) -> tuple[Client, Approval]:
+    """An approval waiting for the decision of the client's user."""
+    handle = refund.run({"amount": 5, "assignees": ["user:ada"]})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    client = Client()
+    client.force_login(django_user_model.objects.create_user("ada", password="pw"))
+    return client, Approval.objects.get(workflow_run_id=handle.id)
+
+
+def test_a_decisions_comment_is_refused_as_the_document_says_and_null_is_none(document, opened):
+    client, approval = opened
+    url = f"{API}/approvals/{approval.id}/decide"
+    body = document["paths"]["/approvals/{approval_id}/decide"]["post"]["requestBody"]["content"][JSON]["schema"]
+    comment = body["properties"]["comment"]
+    assert not stated(comment, "no\x00") and not stated(comment, "x" * 2001) and stated(comment, "x" * 2000)
+    for bad, code in (("no\x00", "bad_payload"), ("x" * 2001, "invalid"), (False, "invalid"), (0, "invalid")):
+        refused = client.post(url, json.dumps({"approved": True, "comment": bad}), content_type=JSON)
+        assert refused.status_code == 400, bad
+        assert (error_of(refused)["code"], error_of(refused)["field"]) == (code, "comment")
+    assert not Signal.objects.exists()
+    assert comment["type"] == ["string", "null"]
+    decided = client.post(url, json.dumps({"approved": True, "comment": None}), content_type=JSON)
+    assert decided.status_code == 200 and decided.json()["decision"]["comment"] == ""
