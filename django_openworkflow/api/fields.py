@@ -86,6 +86,10 @@ QUEUE_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{QUEUE_CHARACTER
 PRIORITY_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]}
 LIMIT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
 _DIGITS = re.compile("[0-9]{1,10}")
+MAX_OFFSET = 2**53 - 1
+"""The largest chunk offset a request may name (a stream's ``offset``, ``Last-Event-ID``): exact as a JSON number."""
+OFFSET_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}
+_OFFSET = re.compile("[0-9]{1,16}")
 
 _ONE_STATUS = f"(?:{'|'.join(DISPLAY_STATUSES)})"
 STATUS_PATTERN = f"^(?: *{_ONE_STATUS} *(?:, *{_ONE_STATUS} *)*)?$"
@@ -197,6 +201,15 @@ def limit(text: str) -> int:
     """A page size from 1 to 500, from a query string."""
     if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_PAGE:
         raise invalid("limit", f"limit must be a whole number from 1 to {MAX_PAGE}, got {text!r:.40}")
+    return int(text)
+
+
+def offset(text: str, field: str) -> int:
+    """A chunk offset from 0 to :data:`MAX_OFFSET`, from a query string or a header: decimal digits and nothing else."""
+    if not _OFFSET.fullmatch(text) or int(text) > MAX_OFFSET:
+        raise invalid(
+            field, f"{field} must be a chunk's offset, a whole number from 0 to {MAX_OFFSET}, got {text!r:.40}"
+        )
     return int(text)
 
 

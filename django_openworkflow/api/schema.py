@@ -18,6 +18,7 @@ from .fields import (
     MOMENT_SCHEMA,
     NAME_SCHEMA,
     NO_NUL,
+    OFFSET_SCHEMA,
     PRIORITY_SCHEMA,
     QUEUE_SCHEMA,
     STATUS_PATTERN,
@@ -148,7 +149,9 @@ def _security_schemes() -> dict[str, Any]:
             "scheme": "bearer",
             "description": "an API token, created in the admin (API tokens) or with `manage.py workflows token "
             "create`: the request acts as the token's user, needs no CSRF token and ignores the session; a "
-            "malformed, unknown, revoked or expired token is a 401",
+            "malformed, unknown, revoked or expired token is a 401. An Authorization header of another scheme "
+            "(Basic, from a proxy in front of the site) or of no scheme is not the API's and is ignored on every "
+            "operation: the session decides, and without one it is a 401",
         },
     }
 
@@ -465,12 +468,13 @@ def _events_path() -> dict[str, Any]:
             "parameters": [
                 RUN_ID,
                 _query("stream", "the stream to send; none: only the published values", NAME_SCHEMA),
-                _query("offset", "the first chunk's offset (Last-Event-ID wins)", {"type": "integer", "minimum": 0}),
+                _query("offset", "the first chunk's offset (Last-Event-ID wins)", OFFSET_SCHEMA),
                 {
                     "name": "Last-Event-ID",
                     "in": "header",
-                    "description": "the offset of the last chunk received",
-                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "the offset of the last chunk received: decimal digits only, never empty (400 "
+                    "otherwise); leave the header out on a first connection",
+                    "schema": OFFSET_SCHEMA,
                 },
             ],
             "responses": {

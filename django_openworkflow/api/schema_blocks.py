@@ -153,8 +153,9 @@ def _errors(*statuses: int) -> dict[str, Any]:
     why = {
         400: "bad input: malformed JSON, an unknown or missing field or parameter, a value of the wrong type, "
         "length, range or pattern; the error's field names it",
-        401: "not logged in and no token, or a Bearer token that is malformed, unknown, revoked or expired, "
-        "or whose user is inactive (the code says which)",
+        401: "not logged in and no token (an Authorization header of another scheme than Bearer is ignored), "
+        "or a Bearer token that is malformed, unknown, revoked or expired, or whose user is inactive (the code "
+        "says which)",
         403: "no permission, or the CSRF check failed",
         404: "no such run or workflow",
         409: "the operation cannot apply to the run (the message says why); on runs/actions: count_changed, the "

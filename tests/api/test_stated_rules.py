@@ -207,3 +207,79 @@ def test_a_decisions_comment_is_refused_as_the_document_says_and_null_is_none(do
     assert comment["type"] == ["string", "null"]
     decided = client.post(url, json.dumps({"approved": True, "comment": None}), content_type=JSON)
     assert decided.status_code == 200 and decided.json()["decision"]["comment"] == ""
+
+
+# -- the events' Last-Event-ID and offset ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "offset"),
+    [
+        ("", None),  # an empty array, as a header: not "no header"
+        ("1,2", None),  # an array of two
+        (" 3", None),
+        ("3 ", None),
+        ("+3", None),
+        ("9007199254740992", None),  # past 2**53 - 1
+        ("9" * 5000, None),  # past what int() reads: never a 500
+        (None, "9007199254740992"),
+        (None, "9" * 5000),
+        (None, ""),
+    ],
+)
+def test_the_events_refuse_an_offset_the_document_does_not_allow(document, staff, header, offset):
+    parameters = {p["name"]: p["schema"] for p in document["paths"]["/runs/{run_id}/events"]["get"]["parameters"]}
+    assert (
+        parameters["Last-Event-ID"] == parameters["offset"] == {"type": "integer", "minimum": 0, "maximum": 2**53 - 1}
+    )
+    run = progress_steps.run()
+    headers = {} if header is None else {"Last-Event-ID": header}
+    query = {} if offset is None else {"offset": offset}
+    response = staff.get(f"{API}/runs/{run.id}/events", query, headers=headers)
+    assert response.status_code == 400 and not response.streaming
+    assert (error_of(response)["code"], error_of(response)["field"]) == (
+        "invalid",
+        "offset" if header is None else "Last-Event-ID",
+    )
+
+
+def test_an_unknown_parameter_of_the_events_is_named_as_everywhere(staff):
+    run = progress_steps.run()
+    error = error_of(staff.get(f"{API}/runs/{run.id}/events", {"strem": "log"}))
+    assert (error["code"], error["field"]) == ("unknown_parameter", "strem")
+
+
+# -- the Authorization header ------------------------------------------------------------------
+
+AUTHORIZATIONS = [
+    "Basic dXNlcjpwdw==",  # a proxy's credentials in front of the site: not the API's
+    "^t3WG51m",  # no scheme at all
+    "Token owf_0123456789_x",
+    "Bearer",  # the API's scheme, malformed: always a 401
+    "Bearer SCHEMATHESIS-INVALID-VALUE",
+    "bearer owf_0123456789_" + "x" * 43,
+]
+
+
+@pytest.mark.parametrize("authorization", AUTHORIZATIONS)
+@pytest.mark.parametrize("logged_in", [True, False], ids=["session", "no-session"])
+def test_the_events_treat_an_authorization_header_as_every_endpoint_does(
+    django_user_model, document, authorization, logged_in
+):
+    run = progress_steps.run()
+    client = Client()
+    if logged_in:
+        client.force_login(make_user(django_user_model, "view"))
+    headers = {"Authorization": authorization}
+    answers = {
+        path: client.get(f"{API}{path}", headers=headers)
+        for path in ("/runs", f"/runs/{run.id}", "/workflows", f"/runs/{run.id}/events")
+    }
+    bearer = authorization.lower().startswith("bearer")
+    expected = 401 if bearer or not logged_in else 200
+    assert {path: answer.status_code for path, answer in answers.items()} == dict.fromkeys(answers, expected)
+    if expected == 401:
+        codes = {error_of(answer)["code"] for answer in answers.values()}
+        assert len(codes) == 1 and answers[f"/runs/{run.id}/events"]["WWW-Authenticate"].startswith("Bearer")
+    # What the server does, the document says: a header of another scheme is ignored, the session decides.
+    assert "Basic" in document["components"]["securitySchemes"]["token"]["description"]
