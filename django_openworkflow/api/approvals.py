@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from ..client.approvals import approvals_for, decide_approval
 from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
 from ..models import Approval
-from .fields import ApiError, json_response
+from .fields import ApiError, _kind, json_response
 from .views import _body, endpoint
 
 
@@ -56,9 +56,11 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     approved = data["approved"]
     if not isinstance(approved, bool):
         raise ApiError(400, "invalid", "approved must be true or false", "approved")
-    comment = data.get("comment") or ""
+    comment = data.get("comment")
+    if comment is None:  # null is the same as no comment; false, 0, [] or {} are mistakes, not empty comments
+        comment = ""
     if not isinstance(comment, str):
-        raise ApiError(400, "invalid", "comment must be a string", "comment")
+        raise ApiError(400, "invalid", f"comment must be a string, not {_kind(comment)}", "comment")
     try:
         decision = decide_approval(number, request.user, approved=approved, comment=comment)
     except ApprovalNotFound as exc:

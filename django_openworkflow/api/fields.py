@@ -11,13 +11,13 @@ with ``fullmatch`` (Python's ``$`` also matches before a final newline).
 
 What a JSON Schema cannot state is checked on the server only, and refused
 with a code of its own, so that a client can tell it apart:
-``out_of_range`` (a time outside what the databases store, a deadline
-already past, a duration over 1,000 years), ``bad_subject`` (a subject
-whose model is not installed, whose key is not one of its primary keys,
-or, to start a run, that does not exist), ``bad_payload`` (a NUL
-character or a lone surrogate in text, JSON nested too deep, an input
-search a database cannot compare) and ``bad_cursor`` (a string that no
-page gave as its ``next_cursor``).
+``out_of_range`` (a time outside what the databases store, a day its
+month lacks, a deadline already past, a duration over 1,000 years),
+``bad_subject`` (a subject whose model is not installed, whose key is not
+one of its primary keys, or, to start a run, that does not exist),
+``bad_payload`` (a NUL character or a lone surrogate in text, JSON nested
+too deep, an input search a database cannot compare) and ``bad_cursor``
+(a string that no page gave as its ``next_cursor``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ QUEUE_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{QUEUE_CHARACTER
 PRIORITY_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]}
 LIMIT_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50}
 _DIGITS = re.compile("[0-9]{1,10}")
+MAX_OFFSET = 2**53 - 1
+"""The largest chunk offset a request may name (a stream's ``offset``, ``Last-Event-ID``): exact as a JSON number."""
+OFFSET_SCHEMA: dict[str, Any] = {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET}
+_OFFSET = re.compile("[0-9]{1,16}")
 
 _ONE_STATUS = f"(?:{'|'.join(DISPLAY_STATUSES)})"
 STATUS_PATTERN = f"^(?: *{_ONE_STATUS} *(?:, *{_ONE_STATUS} *)*)?$"
@@ -100,10 +104,18 @@ DURATION_LENGTH = 64
 DURATION_PATTERN = f"^ *(?:[0-9]+(?:\\.[0-9]+)? *|(?:{_NUMBER} *{_UNIT} *)+)$"
 _DURATION = re.compile(DURATION_PATTERN.strip("^$"))
 
+_DATE = "[1-9][0-9]{3}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"
+_CLOCK = "(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:[.][0-9]{1,6})?)?"
+_ZONE = "(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+MOMENT_PATTERN = f"^{_DATE}(?:[T ]{_CLOCK}{_ZONE}?)?$"
+MOMENT = re.compile(MOMENT_PATTERN.strip("^$"))
+# Not "format": "date-time": RFC 3339 demands an offset and seconds, which a moment here may leave out.
 MOMENT_SCHEMA: dict[str, Any] = {
     "type": "string",
-    "format": "date-time",
-    "description": "ISO 8601 (RFC 3339), from the year 1000 to 9999 in UTC; without an offset it is UTC",
+    "pattern": MOMENT_PATTERN,
+    "description": "ISO 8601: a date (its midnight), or a date and time, with seconds and up to 6 decimals or "
+    "without, with an offset (Z, +01:00) or without (UTC): 2026-11-25, 2026-11-25T09:30:00Z; the years 1000 to "
+    "9999 in UTC (400 out_of_range for a day its month lacks, or an offset that takes it past those years)",
 }
 WHEN_SCHEMA: dict[str, Any] = {
     "anyOf": [
@@ -192,6 +204,15 @@ def limit(text: str) -> int:
     return int(text)
 
 
+def offset(text: str, field: str) -> int:
+    """A chunk offset from 0 to :data:`MAX_OFFSET`, from a query string or a header: decimal digits and nothing else."""
+    if not _OFFSET.fullmatch(text) or int(text) > MAX_OFFSET:
+        raise invalid(
+            field, f"{field} must be a chunk's offset, a whole number from 0 to {MAX_OFFSET}, got {text!r:.40}"
+        )
+    return int(text)
+
+
 def statuses(values: list[str]) -> list[str]:
     """The display statuses of ``status`` parameters, each one or several separated by commas."""
     found = []
@@ -204,16 +225,23 @@ def statuses(values: list[str]) -> list[str]:
 
 
 def moment(value: Any, field: str) -> datetime:
-    """An aware datetime from ISO 8601 text, within the years every supported database stores."""
+    """An aware datetime from ISO 8601 text of the shape ``MOMENT_PATTERN``, within the years every database stores.
+
+    The shape first: ``parse_datetime`` alone reads far more than the schema
+    can state (week dates, digits without dashes, any separator, non-ASCII
+    digits, surrounding spaces).
+    """
     if not isinstance(value, str):
         raise invalid(field, f"{field} must be a string, not {_kind(value)}")
-    try:
-        parsed = parse_datetime(value.strip())
-    except ValueError:
-        parsed = None
-    if parsed is None:
+    if not MOMENT.fullmatch(value):
         example = "2026-11-25T09:30:00Z"
         raise invalid(field, f"{field} must be an ISO 8601 date and time such as {example}, got {value!r:.80}")
+    try:
+        parsed = parse_datetime(value)
+    except ValueError:
+        parsed = None
+    if parsed is None:  # the shape is right, so the day is past its month's end (2026-02-30)
+        raise ApiError(400, "out_of_range", f"{field} names a day its month does not have: {value!r:.80}", field)
     try:
         utc = parsed.astimezone(UTC) if timezone.is_aware(parsed) else parsed.replace(tzinfo=UTC)
     except OverflowError:

@@ -14,6 +14,7 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from ..client.schedules import backfill_schedule, declared_schedules, schedule_states, trigger_schedule
+from . import fields
 from .fields import ApiError, json_response
 from .views import _body, _run, endpoint
 
@@ -49,7 +50,12 @@ def schedule_backfill(request: HttpRequest, name: str) -> HttpResponse:
     """POST ``{"start": ..., "end": ...}``: start the runs of the past ticks in [start, end) that have none."""
     data = _body(request, {"start": True, "end": True})
     for field in ("start", "end"):
-        if not isinstance(data[field], str):
-            raise ApiError(400, "invalid", f"{field} must be an ISO 8601 date and time, as a string", field)
+        if not (isinstance(data[field], str) and fields.MOMENT.fullmatch(data[field])):
+            raise ApiError(
+                400,
+                "invalid",
+                f"{field} must be an ISO 8601 date and time such as 2026-11-25T09:30:00, got {data[field]!r:.80}",
+                field,
+            )
     done = backfill_schedule(_declared(name), data["start"], data["end"])
     return json_response(done.as_dict(), 201 if done.created else 200)

@@ -17,6 +17,8 @@ from .fields import (
     LIMIT_SCHEMA,
     MOMENT_SCHEMA,
     NAME_SCHEMA,
+    NO_NUL,
+    OFFSET_SCHEMA,
     PRIORITY_SCHEMA,
     QUEUE_SCHEMA,
     STATUS_PATTERN,
@@ -45,7 +47,7 @@ from .schema_blocks import (
 )
 from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
 
-ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}="
+ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}=[^\\u0000]*$"
 """``NAME[__LOOKUP]=VALUE``: the shape of an attribute filter (the declarations say which names and values)."""
 
 
@@ -147,7 +149,9 @@ def _security_schemes() -> dict[str, Any]:
             "scheme": "bearer",
             "description": "an API token, created in the admin (API tokens) or with `manage.py workflows token "
             "create`: the request acts as the token's user, needs no CSRF token and ignores the session; a "
-            "malformed, unknown, revoked or expired token is a 401",
+            "malformed, unknown, revoked or expired token is a 401. An Authorization header of another scheme "
+            "(Basic, from a proxy in front of the site) or of no scheme is not the API's and is ignored on every "
+            "operation: the session decides, and without one it is a 401",
         },
     }
 
@@ -174,8 +178,8 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         "name": "input",
                         "in": "query",
                         "description": 'a JSON object the run\'s input contains, e.g. {"customer": 42}: at most '
-                        "16 levels and 64 values, keys without quotes or backslashes, integers within 64 bits "
-                        "(400 bad_payload otherwise)",
+                        "16 levels and 64 values, keys without quotes or backslashes, text without NUL characters or "
+                        "lone surrogates, integers within 64 bits (400 bad_payload otherwise)",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
                     _query("subject", "the runs linked to this object (started with subject=obj)", SUBJECT_SCHEMA),
@@ -232,7 +236,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                         },
                         "attributes": {
                             "type": ["object", "null"],
-                            "additionalProperties": {"type": ["integer", "string"]},
+                            "additionalProperties": {"type": ["integer", "string"], "pattern": NO_NUL},
                             "description": "values of the workflow's declared typed attributes: an int as a number, "
                             "a str, a Decimal or a datetime as a string (10.25, 2026-12-01T09:00:00Z); 400 "
                             "bad_attribute for an undeclared attribute or a value not of its type",
@@ -464,12 +468,13 @@ def _events_path() -> dict[str, Any]:
             "parameters": [
                 RUN_ID,
                 _query("stream", "the stream to send; none: only the published values", NAME_SCHEMA),
-                _query("offset", "the first chunk's offset (Last-Event-ID wins)", {"type": "integer", "minimum": 0}),
+                _query("offset", "the first chunk's offset (Last-Event-ID wins)", OFFSET_SCHEMA),
                 {
                     "name": "Last-Event-ID",
                     "in": "header",
-                    "description": "the offset of the last chunk received",
-                    "schema": {"type": "integer", "minimum": 0},
+                    "description": "the offset of the last chunk received: decimal digits only, never empty (400 "
+                    "otherwise); leave the header out on a first connection",
+                    "schema": OFFSET_SCHEMA,
                 },
             ],
             "responses": {

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..client.approvals import COMMENT_LIMIT
 from ..definitions.children import ParentClosePolicy
 from ..store.queries import DISPLAY_STATUSES, STATUS_FIELD_VALUES
+from .fields import NO_NUL
 
 TIME = {"type": ["string", "null"], "format": "date-time"}
 TEXT = {"type": "string"}
@@ -151,8 +153,9 @@ def _errors(*statuses: int) -> dict[str, Any]:
     why = {
         400: "bad input: malformed JSON, an unknown or missing field or parameter, a value of the wrong type, "
         "length, range or pattern; the error's field names it",
-        401: "not logged in and no token, or a Bearer token that is malformed, unknown, revoked or expired, "
-        "or whose user is inactive (the code says which)",
+        401: "not logged in and no token (an Authorization header of another scheme than Bearer is ignored), "
+        "or a Bearer token that is malformed, unknown, revoked or expired, or whose user is inactive (the code "
+        "says which)",
         403: "no permission, or the CSRF check failed",
         404: "no such run or workflow",
         409: "the operation cannot apply to the run (the message says why); on runs/actions: count_changed, the "
@@ -228,6 +231,15 @@ APPROVAL = _object(
 )
 
 
+COMMENT = {
+    "type": ["string", "null"],
+    "maxLength": COMMENT_LIMIT,
+    "pattern": NO_NUL,
+    "description": f"at most {COMMENT_LIMIT} characters, without NUL characters or lone surrogates (400 "
+    "bad_payload for those); null or absent: none",
+}
+
+
 def approval_paths() -> dict[str, Any]:
     """``/approvals`` and deciding one (``approvals.py``)."""
     approval_id = {"name": "approval_id", "in": "path", "required": True, "schema": {"type": "integer"}}
@@ -251,7 +263,7 @@ def approval_paths() -> dict[str, Any]:
                 "names who decided first, and delivers nothing; so is a decision on an approval that timed out "
                 "or whose run has ended.",
                 "parameters": [approval_id],
-                "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": TEXT}),
+                "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": COMMENT}),
                 "responses": {
                     "200": _answer(
                         "the decision delivered", _object({"approval_id": {"type": "integer"}, "decision": DECISION})

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..client.schedules import BACKFILL_LIMIT
 from ..definitions.cron import OVERLAPS
+from .fields import MOMENT_PATTERN, NAME_SCHEMA
 from .schema_blocks import RUN_ANSWER, TEXT, TIME, _answer, _body, _errors, _nullable, _object, _ref
 
 SCHEDULE_SCHEMAS = {
@@ -40,8 +41,13 @@ SCHEDULE_SCHEMAS = {
 
 def schedule_paths() -> dict[str, Any]:
     """``/schedules``, ``/schedules/{name}/trigger`` and ``/schedules/{name}/backfill``."""
-    name = {"name": "name", "in": "path", "required": True, "schema": TEXT, "description": "the workflow's name"}
-    moment = {"type": "string", "description": "ISO 8601; without an offset, in the schedule's time zone"}
+    name = {"name": "name", "in": "path", "required": True, "schema": NAME_SCHEMA, "description": "the workflow's name"}
+    moment = {
+        "type": "string",
+        "pattern": MOMENT_PATTERN,
+        "description": "ISO 8601, as created_after takes it, but without an offset in the schedule's time zone; "
+        "from the year 1900 to 9998 (400 invalid otherwise, and for an empty range or one of too many ticks)",
+    }
     return {
         "/schedules": {
             "get": {

@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..definitions.payload import check_text
+
 MAX_DEPTH = 16
 MAX_LEAVES = 64
 
@@ -47,6 +49,8 @@ def check_pattern(pattern: Any) -> dict[str, Any]:
                     raise ValueError(f"the input search has a key that is not a string at {where}: {key!r}")
                 if '"' in key or "\\" in key:
                     raise ValueError(f"the input search's keys cannot contain quotes or backslashes: {key!r}")
+                # PostgreSQL reads no NUL in jsonb, and no driver sends a lone surrogate: an error, not a 500.
+                check_text(key, f"the input search's key at {where}")
                 walk(item, depth + 1, f"{where}.{key}")
         elif isinstance(value, list):
             for index, item in enumerate(value):
@@ -59,6 +63,8 @@ def check_pattern(pattern: Any) -> dict[str, Any]:
                 raise ValueError(f"the input search has a number JSON cannot hold at {where}: {value!r}")
             if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
                 raise ValueError(f"the input search has an integer too large to compare at {where}: {value!r}")
+            if isinstance(value, str):
+                check_text(value, f"the input search's value at {where}")
             if value is not None and not isinstance(value, str | int | float | bool):
                 raise ValueError(f"the input search has a {type(value).__name__} at {where}, not a JSON value")
 

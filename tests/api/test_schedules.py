@@ -77,6 +77,9 @@ def test_trigger_and_backfill_with_a_token(scheduled, django_user_model):
         (PARIS, {**RANGE, "overlap": "skip"}, 400, "unknown_field", "overlap"),
         (PARIS, {**RANGE, "start": 42}, 400, "invalid", "start"),
         (PARIS, {**RANGE, "start": "soon"}, 400, "invalid", "start"),
+        # Read by fromisoformat, which takes week dates and digits without dashes: not the document's shape.
+        (PARIS, {**RANGE, "start": "2026-W02-1"}, 400, "invalid", "start"),
+        (PARIS, {**RANGE, "end": "20260201T000000"}, 400, "invalid", "end"),
         (PARIS, {**RANGE, "end": RANGE["start"]}, 400, "invalid", "end"),
         (EVERY_MINUTE, {"start": "2000-01-01T00:00:00Z", "end": "2026-01-01T00:00:00Z"}, 400, "invalid", "end"),
     ],

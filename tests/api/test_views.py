@@ -290,7 +290,7 @@ BAD_REQUESTS: list[tuple[str, str, Any, int, str, str]] = [
     (
         "post",
         "/runs",
-        {"workflow": "three-steps", "available_at": "0001-01-01T00:00:00+01:00"},
+        {"workflow": "three-steps", "available_at": "1000-01-01T00:00:00+01:00"},  # 999 in UTC
         400,
         "out_of_range",
         "from the year 1000 to 9999",
