@@ -224,18 +224,24 @@ def statuses(values: list[str]) -> list[str]:
     return found
 
 
-def moment(value: Any, field: str) -> datetime:
-    """An aware datetime from ISO 8601 text of the shape ``MOMENT_PATTERN``, within the years every database stores.
+def moment_text(value: Any, field: str) -> str:
+    """``value`` if it is text of the shape ``MOMENT_PATTERN``, else a 400 naming ``field``.
 
-    The shape first: ``parse_datetime`` alone reads far more than the schema
-    can state (week dates, digits without dashes, any separator, non-ASCII
-    digits, surrounding spaces).
+    The shape before any parser: ``parse_datetime`` and ``fromisoformat`` read
+    far more than the schema can state (week dates, digits without dashes, any
+    separator, non-ASCII digits, surrounding spaces).
     """
     if not isinstance(value, str):
         raise invalid(field, f"{field} must be a string, not {_kind(value)}")
     if not MOMENT.fullmatch(value):
         example = "2026-11-25T09:30:00Z"
         raise invalid(field, f"{field} must be an ISO 8601 date and time such as {example}, got {value!r:.80}")
+    return value
+
+
+def moment(value: Any, field: str) -> datetime:
+    """An aware datetime from ISO 8601 text of the shape ``MOMENT_PATTERN``, within the years every database stores."""
+    value = moment_text(value, field)
     try:
         parsed = parse_datetime(value)
     except ValueError:
