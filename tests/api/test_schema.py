@@ -31,7 +31,8 @@ from schemathesis.core.failures import Failure
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from django_openworkflow.api import stream
-from django_openworkflow.models import ApiToken, Event, Signal, StepAttempt, WorkflowRun
+from django_openworkflow.models import ApiToken, WorkflowRun
+from tests.api.test_views import written
 from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,11 +141,6 @@ def positive_data_accepted(ctx: Any, response: Any, case: Any) -> bool | None:
         if response.status_code == 400 and response.json()["error"]["code"] in UNSTATABLE:
             return None
         raise
-
-
-def written() -> tuple[int, int, int, int]:
-    """What the database holds: runs, step attempts, signals, events."""
-    return (WorkflowRun.objects.count(), StepAttempt.objects.count(), Signal.objects.count(), Event.objects.count())
 
 
 @pytest.fixture(autouse=True)

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connections
 from django.test import Client
 from django.urls import URLPattern
 
 from django_openworkflow.api import urls as api_urls
 from django_openworkflow.client.listing import run_json
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.models import Event, Signal, StepAttempt, WorkflowRun
 from tests.fixtures.testapp.workflows import three_steps
 
@@ -56,9 +58,18 @@ def error_of(response: Any) -> dict[str, Any]:
     return response.json()["error"]
 
 
-def written() -> tuple[int, int, int, int]:
-    """What the database holds: runs, step attempts, signals, events (a refused request changes none)."""
-    return (WorkflowRun.objects.count(), StepAttempt.objects.count(), Signal.objects.count(), Event.objects.count())
+def written() -> tuple[int, ...]:
+    """What the database holds: runs, step attempts, signals, events (a refused request changes none).
+
+    One statement: test_schema.py asks before and after each of some 5,000 requests, and
+    four ``count()`` queries each time were a fifth of that module's CPU.
+    """
+    connection = connections[owf_settings.database]
+    tables = (model._meta.db_table for model in (WorkflowRun, StepAttempt, Signal, Event))
+    counts = ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(table)})" for table in tables)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {counts}")
+        return tuple(cursor.fetchone())
 
 
 # -- permissions: every endpoint, anonymous, without and with the permission --------------
