@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import inspect
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,10 +49,15 @@ def sections(text: str) -> dict[str, str]:
     return found
 
 
-def package_trees() -> Iterator[tuple[Path, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "migrations" not in path.parts:
-            yield path, ast.parse(path.read_text(), str(path))
+@functools.cache
+def package_trees() -> tuple[tuple[Path, ast.Module], ...]:
+    """Every module of the package but its migrations, parsed: once per process (collection reads them
+    twice, for the check ids and the engine's error types, in every pytest process of every leg)."""
+    return tuple(
+        (path, ast.parse(path.read_text(), str(path)))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "migrations" not in path.parts
+    )
 
 
 # -- settings ---------------------------------------------------------------------------------
