@@ -43,6 +43,35 @@ def wait_while_busy(why: str) -> None:
         time.sleep(15)
 
 
+def wait_while_shared(admin_url: str, database: str, why: str, limit_s: float = 600.0) -> str:
+    """Wait (at most ``limit_s``) while other databases than ours have client sessions; what was left, if any.
+
+    For the faults that reach beyond our database (a server outage, a full
+    connection table): someone else's tests on the server would fail.
+    """
+    started, announced = time.monotonic(), False
+    while True:
+        wait_while_busy(why)
+        with connect(admin_url, autocommit=True) as conn:
+            others = sessions_elsewhere(conn, database)
+        if not others or time.monotonic() - started > limit_s:
+            return others
+        if not announced:
+            print(f"[chaos] other databases in use ({others}): waiting before {why}", file=sys.stderr, flush=True)
+            announced = True
+        time.sleep(15)
+
+
+def sessions_elsewhere(conn: psycopg.Connection[Any], database: str) -> str:
+    """Client sessions on databases other than ``database`` and ``postgres``: a server someone else uses now."""
+    rows = conn.execute(
+        "SELECT datname, count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        " AND datname IS NOT NULL AND datname NOT IN (%s, 'postgres') GROUP BY datname",
+        [database],
+    ).fetchall()
+    return ", ".join(f"{name} {count}" for name, count in rows)
+
+
 def connect(url: str, **kwargs: Any) -> psycopg.Connection[Any]:
     return psycopg.connect(url, application_name=DRIVER_APP, connect_timeout=5, **kwargs)
 
@@ -422,6 +451,11 @@ def enter_postgres_restart(ctx: FaultContext, params: dict[str, str]) -> None:
         try:
             if BUSY_FILE.exists():  # checked immediately before the stop: never while another user's run needs it
                 result["skipped"] = "the machine's busy flag appeared"
+                return
+            with connect(ctx.admin_url, autocommit=True) as conn:
+                others = sessions_elsewhere(conn, ctx.db_name)
+            if others:
+                result["skipped"] = f"other databases had sessions ({others}): someone else is using the server"
                 return
             pg_ctlcluster(ctx, "stop")
             stopped = True

@@ -239,6 +239,9 @@ def run_cell(
     url = base_url.rsplit("/", 1)[0] + "/" + database
     admin = base_url.rsplit("/", 1)[0] + "/postgres"
     faults.wait_while_busy(f"{scenario.name} for {system}")
+    shared = ""
+    if any(p.kind in ("postgres-restart", "pool-exhaustion") for p in scenario.phases):
+        shared = faults.wait_while_shared(admin, database, f"{scenario.name} for {system}")
     with faults.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{database}"')
@@ -318,7 +321,7 @@ def run_cell(
         result.exits = stop_all(replicas, result.grace_s)
         if args.own_server:
             faults.ensure_server_started(ctx)
-        result.notes = ctx.notes
+        result.notes = ctx.notes + ([f"other databases were in use all the same: {shared}"] if shared else [])
         result.stdin_dropped = {r.instance: r.stdin_dropped for r in replicas}
         result.completion = samples.summed("completion_rate")
         result.enqueue = samples.summed("enqueue_rate")
