@@ -326,6 +326,8 @@ def run_cell(
         result.completion = samples.summed("completion_rate")
         result.enqueue = samples.summed("enqueue_rate")
     if system == "openworkflow":
+        # The figures first: the drain may have to wait a long while for the machine's busy flag.
+        print(report([result]), file=sys.stderr, flush=True)
         result.accounting = account(url, ledger, cell_env, log)
     return result
 
