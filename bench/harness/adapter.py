@@ -21,7 +21,7 @@ workflow run of one step (workflows.py), whose worker reports the job's
 pickup latency on its stdout.
 
 Threads: the main thread samples and emits (and its signal handlers mark a list); "producer" inserts; "depth"
-counts the queue; one "reader" per worker process reads its reports. What
+counts the queue; "stdin" drops the harness's pacing lines; one "reader" per worker process reads its reports. What
 more than one touches is guarded by ``Stats.lock`` or is an Event.
 """
 
@@ -71,6 +71,7 @@ class Stats:
         self.completed = 0  # guarded by lock
         self.pickups: collections.deque[tuple[float, float]] = collections.deque(maxlen=65536)  # guarded by lock
         self.depth = 0  # written under lock (the "depth" thread's count, the producer's inserts since); read whole
+        self.target_rate = 0.0  # written by the producer alone; read whole
 
     def percentiles(self, now: float) -> tuple[float, float, float]:
         with self.lock:
@@ -122,7 +123,8 @@ def produce(stats: Stats, stopping: threading.Event) -> None:
     from bench.harness.workflows import harness_job
 
     mode = os.environ.get("PRODUCER_MODE", "fixed")
-    rate = float(env_int("PRODUCER_RATE", 800))
+    base_rate = float(env_int("PRODUCER_RATE", 800))
+    control = os.environ.get("PRODUCER_RATE_CONTROL_FILE", "")
     target_depth = env_int("TARGET_DEPTH", 1000)
     batch_max = max(1, env_int("PRODUCER_BATCH_MAX", 128))
     period_s = max(1, env_int("PRODUCER_BATCH_MS", 10)) / 1000.0
@@ -137,6 +139,7 @@ def produce(stats: Stats, stopping: threading.Event) -> None:
                     continue
             else:
                 stopping.wait(max(0.0, period_s - (time.monotonic() - last)))
+                rate = stats.target_rate = controlled_rate(control, base_rate)
                 now = time.monotonic()
                 credit += rate * (now - last)  # real elapsed time, not the nominal period
                 last = now
@@ -156,6 +159,31 @@ def produce(stats: Stats, stopping: threading.Event) -> None:
                     stats.depth += count  # until the next count: the producer must not overshoot meanwhile
     finally:
         connection.close()
+
+
+def controlled_rate(control: str, base_rate: float) -> float:
+    """The rate the harness asks for now: its control file's number (its high-load phase), else PRODUCER_RATE."""
+    if not control:
+        return base_rate
+    try:
+        return max(0.0, float(Path(control).read_text().strip()))
+    except (OSError, ValueError):  # not written yet, or caught mid-write: the last word stands
+        return base_rate
+
+
+def drain_stdin() -> None:
+    """Read and drop what the harness writes on stdin (its pacer's ``ENQUEUE n`` lines).
+
+    The producer paces itself on the wall clock and the control file, as
+    pg-boss's and procrastinate's adapters do. Reading keeps the pipe from
+    filling: a harness that writes to a full pipe, or closes it before its
+    SIGTERM, would otherwise block on us.
+    """
+    try:
+        while sys.stdin.buffer.read1(65536):
+            pass
+    except (OSError, ValueError):
+        pass
 
 
 def count_depth(stats: Stats, stopping: threading.Event) -> None:
@@ -193,7 +221,7 @@ def sample(stats: Stats, signalled: list[int], every_s: int) -> None:
         return
     last_enqueued = last_completed = 0
     last = time.monotonic()
-    rate = float(env_int("PRODUCER_RATE", 800)) if os.environ.get("PRODUCER_MODE", "fixed") == "fixed" else 0.0
+    fixed = os.environ.get("PRODUCER_MODE", "fixed") == "fixed"
     while sleep_to_tick(every_s, signalled):
         now = time.monotonic()
         elapsed = max(0.001, now - last)
@@ -208,7 +236,7 @@ def sample(stats: Stats, signalled: list[int], every_s: int) -> None:
             ("enqueue_rate", (enqueued - last_enqueued) / elapsed, float(every_s)),
             ("completion_rate", (completed - last_completed) / elapsed, float(every_s)),
             ("queue_depth", float(stats.depth), 0.0),
-            ("producer_target_rate", rate, 0.0),
+            ("producer_target_rate", stats.target_rate if fixed else 0.0, 0.0),
         ]
         last_enqueued, last_completed = enqueued, completed
         at = now_iso()
@@ -241,9 +269,9 @@ def main() -> int:
     import django_openworkflow
 
     django.setup()
-    call_command("migrate", verbosity=0)  # the package's own install path
-    with connection.cursor() as cursor:  # a clean queue, as the other adapters start with
-        cursor.execute("TRUNCATE openworkflow_run CASCADE")
+    # The package's own install path. The queue is not emptied here: the harness hands each cell a
+    # new database, and a replica relaunched after a kill must leave the other replicas' runs alone.
+    call_command("migrate", verbosity=0)
     connection.close()
     emit(
         {
@@ -269,6 +297,7 @@ def main() -> int:
         threading.Thread(target=produce, args=(stats, stopping), name="producer", daemon=True),
         threading.Thread(target=count_depth, args=(stats, stopping), name="depth", daemon=True),
     ]
+    threads.append(threading.Thread(target=drain_stdin, name="stdin", daemon=True))
     for thread in threads:
         thread.start()
     try:

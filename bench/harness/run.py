@@ -49,6 +49,9 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from bench.harness import faults, phases  # noqa: E402  (this file runs as a script)
+
 HARNESS_REPO = "https://github.com/hardbyte/postgresql-job-queue-benchmarking"
 HARNESS_SHA = "93677cab92dad89ee9eccb0d6e113893de43cbe6"  # 2026-05: "Refresh README benchmark headline (#29)"
 NODE_VERSION = "22.23.3"  # pg-boss 12.18.2 needs Node.js >= 22.12
@@ -494,7 +497,23 @@ def main() -> int:
         action="store_true",
         help="leave the server's settings alone (by default the harness's postgres.conf is applied for the run)",
     )
+    chaos = parser.add_argument_group("the harness's chaos (B) and pressure (C) scenarios: phases.py")
+    chaos.add_argument("--phase", default="", help="B, C or B,C: every scenario of those phases")
+    chaos.add_argument("--scenario", default="", help=f"comma-separated, of: {', '.join(phases.SCENARIOS)}")
+    chaos.add_argument("--time-scale", type=float, default=1.0, help="every phase's length times this (0.5: halves)")
+    chaos.add_argument("--rate", type=float, default=0.0, help="jobs/s per replica (default: the harness's per cell)")
+    chaos.add_argument("--workers", type=int, default=0, help="WORKER_COUNT (default: the harness's per cell)")
+    chaos.add_argument(
+        "--idle-conns", type=int, help="pool-exhaustion's idle sessions (default: 3/4 of max_connections)"
+    )
+    chaos.add_argument(
+        "--own-server",
+        action="store_true",
+        help="the server is this script's own: postgres-restart may stop and start it (pg_ctlcluster 15 main)",
+    )
     args = parser.parse_args()
+    if args.phase or args.scenario:
+        return run_phases(args)
     if args.quick:
         args.rounds, args.seconds, args.warmup = 1, 20.0, 5.0
     systems = [s for s in args.systems.split(",") if s]
@@ -534,6 +553,54 @@ def main() -> int:
         missing = sorted(REQUIRED_METRICS - r.samples.keys())
         print(f"{r.system}, {r.cell}: exit code {r.exit_code}, metrics missing {missing}", file=sys.stderr)
     return 1 if broken else 0
+
+
+def run_phases(args: argparse.Namespace) -> int:
+    """The chaos and pressure cells: each scenario, each system in an order that turns per scenario."""
+    todo = phases.chosen(args.scenario, args.phase)
+    restarts = [s.name for s in todo if any(p.kind == "postgres-restart" for p in s.phases)]
+    if restarts and not args.own_server:
+        raise SystemExit(
+            f"{', '.join(restarts)} stops and starts the PostgreSQL server: pass --own-server only where the server"
+            " is this script's to restart (as on CI), or leave those scenarios out (--scenario)"
+        )
+    systems = [s for s in args.systems.split(",") if s]
+    harness = install(args.work, args.harness_source, systems)
+    logs = args.work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    env = dict(
+        os.environ,
+        SCENARIO="long_horizon",
+        SAMPLE_EVERY_S=str(SAMPLE_EVERY_S),
+        JOB_WORK_MS="1",
+        JOB_PAYLOAD_BYTES="256",
+        PRODUCER_BATCH_MAX="128",
+        PRODUCER_BATCH_MS="10",
+        PYTHONPATH=str(ROOT),
+    )
+    conf = harness / "postgres.conf"
+    server = ServerSettings(args.database_url, {} if args.server_as_is or not conf.exists() else harness_settings(conf))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    results: list[phases.CellResult] = []
+    try:
+        faults.wait_while_busy("changing the server's settings")
+        if server.wanted:
+            server.apply()
+        for n, scenario in enumerate(todo):
+            scenario = scenario.scaled(args.time_scale, 30.0)
+            for system in systems[n % len(systems) :] + systems[: n % len(systems)]:
+                launch = launch_spec(system, args.work, harness)
+                results.append(phases.run_cell(system, scenario, launch, args.database_url, logs, args, env))
+                phases.save(results, args.json)
+                print(phases.report(results[-1:]), file=sys.stderr, flush=True)
+    finally:
+        server.restore()
+    print(f"\nlogs in {logs}; machine: {os.cpu_count()} cores")
+    for note in server.notes or ["the server's settings as they were (no harness postgres.conf applied)"]:
+        print(f"server: {note}")
+    print()
+    print(phases.report(results))
+    return 1 if any(r.aborted or not r.clean_shutdown() for r in results) else 0
 
 
 if __name__ == "__main__":
