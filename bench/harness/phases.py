@@ -447,8 +447,9 @@ def account(url: str, ledger: Path, env: dict[str, str], log: Path, timeout_s: f
 # -- the report ------------------------------------------------------------------------------------
 
 
-def fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.0f}"
+def fmt(value: float | None, digits: int = 0) -> str:
+    """A figure for the reports (run.py's too): thousands separated, ``-`` for none."""
+    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def report(results: list[CellResult]) -> str:

@@ -51,6 +51,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from bench.harness import faults, phases  # noqa: E402  (this file runs as a script)
+from bench.harness.phases import fmt  # noqa: E402
 
 HARNESS_REPO = "https://github.com/hardbyte/postgresql-job-queue-benchmarking"
 HARNESS_SHA = "93677cab92dad89ee9eccb0d6e113893de43cbe6"  # 2026-05: "Refresh README benchmark headline (#29)"
@@ -329,15 +330,10 @@ def sample_server(
             result.cpu.append((time.monotonic() - started, *meter.read([pid for (pid,) in backends])))
 
 
-def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path) -> Result:
-    command, cwd, manifest_path = launch_spec(system, work, harness)
-    manifest = json.loads(manifest_path.read_text())
-    database = manifest["db_name"]
-    recreate_database(base, database)
-    url = server_url(database, base)
-    env = dict(
+def harness_env() -> dict[str, str]:
+    """The environment the harness gives every adapter (its job: 1 ms of work, 256 bytes), on this one's."""
+    return dict(
         os.environ,
-        DATABASE_URL=url,
         SCENARIO="long_horizon",
         SAMPLE_EVERY_S=str(SAMPLE_EVERY_S),
         JOB_WORK_MS="1",
@@ -345,8 +341,16 @@ def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harnes
         PRODUCER_BATCH_MAX="128",
         PRODUCER_BATCH_MS="10",
         PYTHONPATH=str(ROOT),
-        **cell.env,
     )
+
+
+def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path) -> Result:
+    command, cwd, manifest_path = launch_spec(system, work, harness)
+    manifest = json.loads(manifest_path.read_text())
+    database = manifest["db_name"]
+    recreate_database(base, database)
+    url = server_url(database, base)
+    env = {**harness_env(), "DATABASE_URL": url, **cell.env}
     result = Result(system, cell.name, round_, warmup=cell.warmup)
     slug = "".join(c if c.isalnum() else "_" for c in cell.name)
     with open(logs / f"{system}-{slug}-{round_}.log", "wb") as log:
@@ -411,10 +415,6 @@ def run_adapter(
 
 
 # -- the report ----------------------------------------------------------------
-
-
-def fmt(value: float | None, digits: int = 0) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
 
 
 def report(results: list[Result]) -> str:
@@ -568,16 +568,7 @@ def run_phases(args: argparse.Namespace) -> int:
     harness = install(args.work, args.harness_source, systems)
     logs = args.work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = dict(
-        os.environ,
-        SCENARIO="long_horizon",
-        SAMPLE_EVERY_S=str(SAMPLE_EVERY_S),
-        JOB_WORK_MS="1",
-        JOB_PAYLOAD_BYTES="256",
-        PRODUCER_BATCH_MAX="128",
-        PRODUCER_BATCH_MS="10",
-        PYTHONPATH=str(ROOT),
-    )
+    env = harness_env()
     conf = harness / "postgres.conf"
     server = ServerSettings(args.database_url, {} if args.server_as_is or not conf.exists() else harness_settings(conf))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
