@@ -8,7 +8,8 @@
 #   make screenshots       refresh the docs' pictures (docs/*.png) from the browser test's themed admin
 #   make test              pytest on SQLite, then on PostgreSQL if DATABASE_URL is set,
 #                          then on MariaDB if MARIADB_URL is set (installs the [mysql] extra);
-#                          each in PYTEST_WORKERS processes (default: two per core, at most 8; 0: one process)
+#                          each in PYTEST_WORKERS processes (default: two per core, at most 8; 0: one process);
+#                          PG_BIN and PG_ENV run the PostgreSQL leg in another environment and mode (as CI does)
 #   make test-second-db    pytest with the workflow tables on a database alias of their own
 #                          ("other", with the shipped router): SQLite, then PostgreSQL if DATABASE_URL is set
 #   make lint              ruff, mypy and the import contracts (.importlinter)
@@ -33,7 +34,8 @@ PYTEST_ARGS ?=
 # conftest.py gives each its own test databases and Redis database.
 PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print(min(8, 2 * (os.cpu_count() or 1)))')
 # --durations=5: each leg names its slowest tests (CI's summary repeats them).
-PYTEST := $(BIN)/pytest -n $(PYTEST_WORKERS) --dist worksteal --durations=5
+PYTEST_OPTIONS := -n $(PYTEST_WORKERS) --dist worksteal --durations=5
+PYTEST := $(BIN)/pytest $(PYTEST_OPTIONS)
 TOX_ARGS ?=
 
 # A leg's start and its end line ("==> the SQLite leg took 95 s"), which CI's summary repeats.
@@ -42,6 +44,12 @@ LEG_END = echo "==> the $(1) leg took $$(( $$(date +%s) - started )) s"
 # A database's second and later legs (OWF_TEST_SCOPE=database) run only the tests that reach the
 # database: the others ran on the SQLite leg, the same on every database (tests/conftest.py).
 SCOPED = OWF_TEST_SCOPE=database
+# The PostgreSQL leg: the environment whose pytest runs it (PG_BIN) and its mode (PG_ENV). By default
+# .venv's (Django 5.2) and the tests that reach the database. .ci/run gives it the Django 6 tox env
+# and the workflow tables on an alias of their own, every test: one leg also tests Django 6 and the
+# second alias, where a leg of their own cost CI a quarter of its time.
+PG_BIN ?= $(BIN)
+PG_ENV ?= $(SCOPED)
 
 # $(call require,FLAG,URL,example): fail when the environment requires a database (FLAG) but names none (URL).
 require = @if [ -n "$$$(1)" ] && [ -z "$$$(2)" ]; then \
@@ -102,9 +110,9 @@ test: $(STAMP)
 		$(PYTEST) $(PYTEST_ARGS) || status=1; \
 	$(call LEG_END,SQLite); \
 	if [ -n "$$DATABASE_URL" ]; then \
-		echo "==> pytest on PostgreSQL, the tests that reach the database:" \
+		echo "==> pytest on PostgreSQL, Django $$($(PG_BIN)/python -m django --version), $(PG_ENV):" \
 		     "$$(printf '%s' "$$DATABASE_URL" | $(MASK_PASSWORD))"; $(LEG_START); \
-		env -u OPENWORKFLOW_REQUIRE_MARIADB $(SCOPED) $(PYTEST) $(PYTEST_ARGS) || status=1; \
+		env -u OPENWORKFLOW_REQUIRE_MARIADB $(PG_ENV) $(PG_BIN)/pytest $(PYTEST_OPTIONS) $(PYTEST_ARGS) || status=1; \
 		$(call LEG_END,PostgreSQL); \
 	else \
 		echo "==> DATABASE_URL is not set: skipping the PostgreSQL run"; \
