@@ -68,6 +68,11 @@ DEFAULTS: dict[str, Any] = {
     "SITE_URL": None,
     # Called when a run opens an approval (alerts.py); the default mails the assignees. None: nothing.
     "APPROVAL_NOTIFY": "django_openworkflow.alerts.mail_assignees",
+    # -- Payload encryption (docs/howto/encryption.md, encryption.py) --
+    # Fernet keys (the `encryption` extra): the first encrypts new payloads, every one decrypts. None: off.
+    "PAYLOAD_ENCRYPTION": None,
+    # With PAYLOAD_ENCRYPTION: whether errors' messages and tracebacks are encrypted too (their type stays in clear).
+    "ENCRYPT_ERRORS": True,
     # -- Telemetry (docs/operations-telemetry.md) --
     # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
     "METRICS": False,

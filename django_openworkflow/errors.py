@@ -172,6 +172,18 @@ class WorkflowFailed(OpenWorkflowError):
         super().__init__(f"workflow run {run_id} failed: {self.error.get('type')}: {self.error.get('message')}")
 
 
+class PayloadUndecryptable(OpenWorkflowError):
+    """A stored payload cannot be decrypted with the keys of ``OPENWORKFLOW["PAYLOAD_ENCRYPTION"]``.
+
+    ``handle.result()`` raises it for a completed run whose output none of the
+    configured keys opens; ``key_id`` names the key that encrypted it.
+    """
+
+    def __init__(self, message: str, key_id: str = "") -> None:
+        super().__init__(message)
+        self.key_id = key_id
+
+
 class WorkflowCanceled(OpenWorkflowError):
     """``handle.result()`` on a run that was canceled."""
 

@@ -20,6 +20,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .. import formatting as fmt
+from ..encryption import refuse_input_search
 from ..models import StepAttempt, WorkflowRun
 from ..states import DisplayStatus
 from ..store import get_backend, queries, run_states
@@ -214,7 +215,9 @@ def input_pattern(term: str) -> dict[str, Any] | None:
         pattern = json.loads(term)
     except ValueError as exc:
         raise ValueError(gettext("The search is not valid JSON: %(error)s") % {"error": exc}) from None
-    return check_pattern(pattern)
+    pattern = check_pattern(pattern)
+    refuse_input_search()  # an InvalidArgument, a ValueError: inputs stored encrypted cannot be searched
+    return pattern
 
 
 def search(queryset: QuerySet[WorkflowRun], term: str) -> QuerySet[WorkflowRun]:

@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hooks
 from ..definitions.payload import check_text, to_json_value
+from ..encryption import is_undecryptable
 from ..errors import (
     InvalidArgument,
     OperationRefused,
+    PayloadUndecryptable,
     ResultTimeout,
     RunNotFound,
     WorkflowCanceled,
@@ -112,6 +114,13 @@ class RunHandle:
                         handle, pause, finished, may_listen = successor, 0.005, None, True
                         continue
                 if run.status == RunStatus.COMPLETED:
+                    if is_undecryptable(run.output):
+                        key_id = run.output.key_id
+                        raise PayloadUndecryptable(
+                            f"the output of workflow run {run.id} cannot be decrypted with the keys of "
+                            f"OPENWORKFLOW['PAYLOAD_ENCRYPTION'] (it was encrypted with the key of id {key_id})",
+                            key_id,
+                        )
                     return run.output
                 if run.status == RunStatus.FAILED:
                     raise WorkflowFailed(run.id, run.error)

@@ -24,6 +24,7 @@ from ..definitions.flow import BLOCKED_UNTIL
 from ..definitions.payload import check_text
 from ..definitions.registry import registry
 from ..definitions.retention import expires_at
+from ..encryption import refuse_input_search
 from ..errors import InvalidArgument, RunNotFound
 from ..formatting import numbered
 from ..models import StepAttempt, WorkflowRun
@@ -165,6 +166,7 @@ def run_filter(
             check_pattern(input_contains)
         except ValueError as exc:
             raise InvalidArgument(str(exc), "input_contains") from None
+        refuse_input_search()  # inputs stored encrypted cannot be searched: the error points to attributes
     linked = None if subject is None else as_subject(subject)
     conditions = registry.attribute_conditions(attributes, workflow, text=attributes_as_text)
     return queries.RunFilter(

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .fields import PayloadTextField
 from .runs import StepAttempt, WorkflowDatabaseManager, WorkflowRun
 
 
@@ -33,14 +34,14 @@ class Approval(models.Model):
     attempt = models.ForeignKey(StepAttempt, on_delete=models.CASCADE, related_name="+")
     step_key = models.CharField(max_length=255)
     name = models.CharField(max_length=255)
-    details = models.TextField(blank=True, default="")
+    details = PayloadTextField(blank=True, default="")
     assignees = models.JSONField(default=dict)
     status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.OPEN)
     created_at = models.DateTimeField()
     timeout_at = models.DateTimeField()
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
-    comment = models.TextField(blank=True, default="")
+    comment = PayloadTextField(blank=True, default="")
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 

@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from .fields import PayloadField
 from .runs import StepAttempt, WorkflowDatabaseManager, WorkflowRun
 
 
@@ -18,7 +19,7 @@ class Signal(models.Model):
     id = models.BigAutoField(primary_key=True)
     workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="signals")
     name = models.CharField(max_length=255)
-    data = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    data = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     consumed_by = models.ForeignKey(StepAttempt, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
@@ -49,7 +50,7 @@ class Event(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     event_type = models.CharField(max_length=255)
-    payload = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    payload = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     woke = models.PositiveIntegerField(default=0, help_text="How many waiting runs it woke.")
     created_at = models.DateTimeField(auto_now_add=True)

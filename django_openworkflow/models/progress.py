@@ -8,6 +8,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .fields import PayloadField
 from .runs import WorkflowDatabaseManager, WorkflowRun
 
 
@@ -17,7 +18,7 @@ class PublishedValue(models.Model):
     id = models.BigAutoField(primary_key=True)
     workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="published_values")
     key = models.CharField(max_length=255)
-    value = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    value = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
     position = models.PositiveIntegerField(
         help_text="Where the publish stands in the run's execution; a replay's earlier position replaces nothing."
     )
@@ -43,7 +44,7 @@ class StreamChunk(models.Model):
     workflow_run = models.ForeignKey(WorkflowRun, on_delete=models.CASCADE, related_name="stream_chunks")
     stream = models.CharField(max_length=255)
     offset = models.PositiveIntegerField(help_text="The chunk's place in its stream, from 0.")
-    data = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    data = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
     created_at = models.DateTimeField()
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()

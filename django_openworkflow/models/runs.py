@@ -15,6 +15,7 @@ from ..conf import owf_settings
 from ..definitions.children import ParentClosePolicy
 from ..definitions.flow import DEFAULT_QUEUE
 from ..states import CLAIMABLE_STATUSES, FINISHED_STATUSES, RunStatus, StepKind, StepStatus
+from .fields import ErrorField, PayloadField
 
 _M = TypeVar("_M", bound=models.Model)
 
@@ -81,9 +82,10 @@ class WorkflowRun(models.Model):
     workflow_name = models.CharField(max_length=255)
     version = models.CharField(max_length=255, null=True, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices(), default=RunStatus.PENDING)
-    input = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
-    output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
-    error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    # Payloads: encrypted at rest when OPENWORKFLOW["PAYLOAD_ENCRYPTION"] is set (fields.py).
+    input = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    output = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    error = ErrorField(encoder=DjangoJSONEncoder, null=True, blank=True)
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     worker_id = models.CharField(max_length=64, null=True, blank=True)
     attempts = models.PositiveIntegerField(
@@ -278,8 +280,9 @@ class StepAttempt(models.Model):
     step_name = models.CharField(max_length=255, help_text="The durable key, e.g. 'send:1'.")
     kind = models.CharField(max_length=16, choices=StepKind.choices())
     status = models.CharField(max_length=16, choices=StepStatus.choices())
-    output = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
-    error = models.JSONField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    output = PayloadField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    error = ErrorField(encoder=DjangoJSONEncoder, null=True, blank=True)
+    # In clear: sleep times, child ids, the names and match patterns of waits (matched in SQL).
     context = models.JSONField(
         encoder=DjangoJSONEncoder,
         null=True,

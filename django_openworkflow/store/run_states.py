@@ -21,6 +21,7 @@ from django.db.models import BooleanField, Exists, ExpressionWrapper, OuterRef, 
 from django.db.models.fields.json import KT
 from django.db.models.functions import Left
 
+from ..encryption import open_text_value, reading_keyring
 from ..models import IS_HELD, IS_PARKED, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepStatus, display_state
 from . import get_backend
@@ -91,8 +92,10 @@ def with_error_summary(queryset: QuerySet[WorkflowRun]) -> QuerySet[WorkflowRun]
     """
     backend = get_backend()
     columns: dict[str, Any] = {f"owf_error_{name}": KT(f"error__{path}") for name, path in _NOTE_KEYS.items()}
-    for name in ("message", "child_message"):
-        columns[f"owf_error_{name}"] = Left(KT(f"error__{_NOTE_KEYS[name]}"), MESSAGE_CHARS)
+    if reading_keyring() is None:
+        # A sealed message (encryption.py) is read whole, opened, then cut (error_summary): a cut one opens nothing.
+        for name in ("message", "child_message"):
+            columns[f"owf_error_{name}"] = Left(KT(f"error__{_NOTE_KEYS[name]}"), MESSAGE_CHARS)
     columns = {name: backend.json_key_text(column) for name, column in columns.items()}
     columns["owf_has_note"] = ExpressionWrapper(HAS_NOTE, output_field=BooleanField())
     columns["owf_taken_back"] = TAKEN_BACK
@@ -121,6 +124,9 @@ def error_summary(run: WorkflowRun) -> dict[str, Any] | None:
         # Loaded, or deferred without the summary's annotations: then reading it costs a query.
         return run.error if isinstance(run.error, dict) or run.error is None else {"message": str(run.error)}
     values = {name: _text(getattr(run, f"owf_error_{name}", None)) for name in _NOTE_KEYS}
+    for name in ("message", "child_message"):
+        text = open_text_value(values[name])
+        values[name] = text[:MESSAGE_CHARS] if text.__class__ is str else text
     if not any(values.values()):
         # A note with none of these keys is still a note: a deferred error is read only to say so.
         return {} if getattr(run, "owf_has_note", False) else None

@@ -1,0 +1,104 @@
+"""The payload columns' fields: JSON and text stored encrypted when ``OPENWORKFLOW["PAYLOAD_ENCRYPTION"]`` is set.
+
+Each is Django's own field with two hooks more: ``get_db_prep_save`` seals
+the value on its way to the database (every INSERT and UPDATE, the ORM's and
+the store's own statements alike, prepares its values with it), and
+``from_db_value`` opens a sealed value on its way back (every read that
+loads the column, ``values_list`` and the store's own cursors included).
+Lookups do not go through ``get_db_prep_save``: a filter on a key of an
+error (``error__type``) compares the clear part as before.
+
+With encryption off, a save costs one settings read and a read one type
+check (``encryption.is_sealed``), so plain values stay as cheap as before;
+sealed values are still opened (or read as ``Undecryptable`` when no key
+is configured). The fields deconstruct as Django's own: switching to them
+needs no migration, and the stored form is an ordinary JSON string or text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from ..encryption import (
+    PREFIX,
+    Undecryptable,
+    keyring,
+    reading_keyring,
+    seal,
+    seal_error,
+    seal_text,
+    unseal,
+    unseal_error,
+    unseal_text,
+)
+
+
+def _refuse_undecryptable(value: Any) -> None:
+    if value.__class__ is Undecryptable:
+        raise ValueError("a value that cannot be decrypted with the configured keys cannot be stored again")
+
+
+class PayloadField(models.JSONField):  # type: ignore[type-arg]
+    """A JSON payload column (an input, an output, a step result, a message's data), sealed whole."""
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        ring = keyring()
+        if ring is None:
+            _refuse_undecryptable(value)
+        elif value is not None and not hasattr(value, "as_sql"):
+            value = seal(value, ring, self.encoder)
+        return super().get_db_prep_save(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        loaded = super().from_db_value(value, expression, connection)
+        if loaded.__class__ is str and loaded.startswith(PREFIX):
+            return unseal(loaded, reading_keyring())
+        return loaded
+
+
+class ErrorField(models.JSONField):  # type: ignore[type-arg]
+    """An error dict: its ``message`` and ``traceback`` (and its child error's) sealed, unless ``ENCRYPT_ERRORS``
+    is False; its ``type``, ``step`` and retry note stay in clear, for the filters and the engine's rules."""
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.JSONField", args, kwargs
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        ring = keyring()
+        if ring is not None and value.__class__ is dict:
+            value = seal_error(value, ring)
+        return super().get_db_prep_save(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        loaded = super().from_db_value(value, expression, connection)
+        if loaded.__class__ is dict and value.__class__ is str and PREFIX in value:
+            return unseal_error(loaded, reading_keyring())
+        return loaded
+
+
+class PayloadTextField(models.TextField):  # type: ignore[type-arg]
+    """A text column people write (an approval's details, a decision's comment), sealed when not empty."""
+
+    def deconstruct(self) -> Any:
+        name, _, args, kwargs = super().deconstruct()
+        return name, "django.db.models.TextField", args, kwargs
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        ring = keyring()
+        if ring is None:
+            _refuse_undecryptable(value)
+        elif value.__class__ is str and value:
+            value = seal_text(value, ring)
+        return super().get_db_prep_save(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if value.__class__ is str and value.startswith(PREFIX):
+            return unseal_text(value, reading_keyring())
+        return value
