@@ -121,6 +121,34 @@ def check_priority_aging() -> list[checks.CheckMessage]:
     ]
 
 
+def check_encryption() -> list[checks.CheckMessage]:
+    """PAYLOAD_ENCRYPTION (the keys, and cryptography installed) and ENCRYPT_ERRORS (encryption.py)."""
+    from . import encryption
+
+    messages: list[checks.CheckMessage] = []
+    keys = owf_settings.raw(encryption.SETTING)
+    if keys is not None:
+        try:
+            encryption.parse_keys(keys)
+        except encryption.EncryptionNotAvailable as exc:
+            messages.append(
+                checks.Error(
+                    str(exc),
+                    hint="Payloads cannot be encrypted or decrypted until this is fixed; see docs/howto/encryption.md.",
+                    id="openworkflow.E050",
+                )
+            )
+    errors = owf_settings.raw(encryption.ERRORS_SETTING)
+    if not isinstance(errors, bool):
+        messages.append(
+            checks.Error(
+                f"OPENWORKFLOW[{encryption.ERRORS_SETTING!r}] must be True or False, got {errors!r:.60}",
+                id="openworkflow.E051",
+            )
+        )
+    return messages
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -158,6 +186,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages.extend(check_fairness())
     messages.extend(check_attributes())
     messages.extend(check_priority_aging())
+    messages.extend(check_encryption())
     try:
         mail_period()
     except ValueError as exc:

@@ -42,6 +42,7 @@ from ..models import RunStatus, WorkflowRun
 from ..store import queries
 from .common import command_error, print_json, read_json_option, resolve_run
 from .input_index import add_input_index_parser, input_index_command
+from .keys import add_rotate_keys_parser, rotate_keys_command
 from .matching import add_filter_options, add_matching_options, matching_command, wants_matching
 from .prune import add_prune_parser, prune_command
 from .queues import add_queue_parsers, queue_command, queues_command, workers_command
@@ -157,6 +158,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_stats_parser,
         add_prune_parser,
         add_input_index_parser,
+        add_rotate_keys_parser,
         add_token_parser,
         add_check_replay_parser,
         add_queue_parsers,
@@ -335,6 +337,7 @@ SUBCOMMANDS: dict[str, Handler] = {
     "check-replay": check_replay_command,
     "prune": prune_command,
     "input-index": input_index_command,
+    "rotate-keys": rotate_keys_command,
     "token": token_command,
     "queues": queues_command,
     "queue": queue_command,

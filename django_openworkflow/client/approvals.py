@@ -14,6 +14,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Q, QuerySet
 
 from ..definitions.payload import check_text
+from ..encryption import is_on
 from ..errors import ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
 from ..models import FINISHED_STATUSES, Approval, ApprovalStatus, WorkflowRun
 from ..store import get_backend
@@ -88,6 +89,9 @@ def decide_approval(approval_id: int, user: Any, *, approved: bool, comment: str
         user_id=user.pk,
         queryset=list(WorkflowRun.objects.filter(id=run_id)),
         action_flag=CHANGE,
-        change_message=f"{verb} {approval.name!r}" + (f": {comment}" if comment else "") + " (django-openworkflow)",
+        # The admin's log is not a payload column: with encryption on, the comment stays in the approval alone.
+        change_message=f"{verb} {approval.name!r}"
+        + (f": {comment}" if comment and not is_on() else "")
+        + " (django-openworkflow)",
     )
     return decision

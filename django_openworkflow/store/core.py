@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.core import checks
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import BooleanField, Expression, QuerySet
+from django.db.models import BooleanField, Expression, QuerySet, TextField
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Now
+from django.db.models.functions import Cast, Now
 from django.utils import timezone
 
 if TYPE_CHECKING:
@@ -189,6 +189,13 @@ class BackendCore:
         containment in SQL narrow the query first.
         """
         return [attempt for attempt in queryset if contains(payload, (attempt.context or {}).get("match"))]
+
+    def stored_form(self, column: str) -> Any:
+        """A column's value as stored, as an expression that compares byte for byte (``store/rotation.py``).
+
+        Its text here; MySQL and MariaDB compare text without regard to case, so they read bytes.
+        """
+        return Cast(column, TextField())
 
     # -- wake-ups --
 

@@ -14,7 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
-from django.db.models import DateTimeField, Func, QuerySet
+from django.db.models import BinaryField, DateTimeField, Func, QuerySet
+from django.db.models.functions import Cast
 
 from ...models import Gate
 from ..containment import ContainmentCompiler
@@ -153,6 +154,10 @@ class MySQLBackend(Backend):
         narrowed = queryset if payload is None else queryset.filter(context__match__contained_by=payload)
         candidates = narrowed.select_for_update()
         return [attempt for attempt in candidates if contains(payload, (attempt.context or {}).get("match"))]
+
+    def stored_form(self, column: str) -> Any:
+        # The connection's collation compares text without regard to case: compare the bytes.
+        return Cast(column, BinaryField())
 
     def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:
         # JSON_CONTAINS finds a scalar inside an array ({"tags": "vip"} in ["vip"]): not the rules of the others.
