@@ -14,8 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
-from django.db.models import BinaryField, DateTimeField, Func, QuerySet
-from django.db.models.functions import Cast
+from django.db.models import BinaryField, DateTimeField, F, Func, QuerySet
 
 from ...models import Gate
 from ..containment import ContainmentCompiler
@@ -157,7 +156,7 @@ class MySQLBackend(Backend):
 
     def stored_form(self, column: str) -> Any:
         # The connection's collation compares text without regard to case: compare the bytes.
-        return Cast(column, BinaryField())
+        return Func(F(column), template="CAST(%(expressions)s AS BINARY)", output_field=BinaryField())
 
     def input_containing(self, queryset: QuerySet[Any], pattern: dict[str, Any]) -> QuerySet[Any]:
         # JSON_CONTAINS finds a scalar inside an array ({"tags": "vip"} in ["vip"]): not the rules of the others.
