@@ -43,7 +43,7 @@ step "pip install $(basename "${wheels[0]}")"
 import importlib.util, sys
 extra = [
     m
-    for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry")
+    for m in ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry", "cryptography")
     if importlib.util.find_spec(m)
 ]
 sys.exit(f"installed without being asked for: {', '.join(extra)}" if extra else 0)
@@ -134,7 +134,7 @@ response = metrics_view(RequestFactory().get("/metrics"))
 if response.status_code != 501 or b"django-openworkflow[prometheus]" not in response.content:
     sys.exit(f"/metrics without prometheus-client: status {response.status_code}, {response.content[:200]!r}")
 
-optional = ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry")
+optional = ("psycopg", "psycopg2", "celery", "MySQLdb", "croniter", "prometheus_client", "opentelemetry", "cryptography")
 leaked = [m for m in optional if m in sys.modules]
 if leaked:
     sys.exit(f"imported optional packages: {', '.join(leaked)}")

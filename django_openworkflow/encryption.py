@@ -300,6 +300,31 @@ def stored_key_ids(value: Any) -> set[str]:
     return found
 
 
+def unreadable_payload(run_input: Any, completed: dict[str, Any]) -> str | None:
+    """What a worker cannot read of a run it claimed (its input, or a completed step's result), said; or None.
+
+    ``completed`` maps step keys to their journal records (``output``). The
+    engine fails such a run (``PayloadUndecryptable``) with this message.
+    """
+    found: tuple[str, Any] | None = None
+    if is_undecryptable(run_input):
+        found = ("the run's input", run_input)
+    else:
+        for key, attempt in completed.items():
+            if is_undecryptable(attempt.output):
+                found = (f"the result of step {key!r}", attempt.output)
+                break
+    if found is None:
+        return None
+    what, value = found
+    sealed_by = f" (encrypted with the key of id {value.key_id})" if value.key_id else ""
+    return (
+        f"{what} cannot be decrypted with the keys of OPENWORKFLOW['PAYLOAD_ENCRYPTION']{sealed_by}: "
+        "the run is failed instead of running on a value it cannot read; add the key to the setting, "
+        "then retry the run"
+    )
+
+
 def refuse_input_search() -> None:
     """Raise when runs' inputs are stored encrypted: a search by their content cannot be answered.
 

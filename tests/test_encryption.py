@@ -22,12 +22,12 @@ from django.db import connections
 from django.test import Client
 from django.test.utils import override_settings
 
-from django_openworkflow import PayloadUndecryptable, RetryPolicy, send_event, send_signal, workflow
+from django_openworkflow import RetryPolicy, send_event, send_signal, workflow
 from django_openworkflow.client.approvals import decide_approval
 from django_openworkflow.client.listing import list_runs
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.encryption import PREFIX, UNDECRYPTABLE_TEXT, key_id
-from django_openworkflow.errors import InvalidArgument
+from django_openworkflow.errors import InvalidArgument, PayloadUndecryptable
 from django_openworkflow.models import Approval, StepAttempt, WorkflowRun
 from tests.cli.helpers import as_json, workflows
 from tests.conftest import is_parked

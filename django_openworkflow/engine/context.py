@@ -8,13 +8,14 @@ from typing import Any, NoReturn
 from ..definitions.cron import scheduled_time
 from ..definitions.payload import to_json_value
 from ..durations import Duration
+from ..encryption import unreadable_payload
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
 from .approvals import ApprovalDecision, wait_for_approval
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
-from .interrupts import ContinueAsNew
+from .interrupts import ContinueAsNew, FailRun, engine_error
 from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
@@ -35,6 +36,9 @@ class WorkflowContext:
     """
 
     def __init__(self, slice_: Slice) -> None:
+        unreadable = unreadable_payload(slice_.run.input, slice_.history.completed)
+        if unreadable is not None:  # not a value it cannot read, nor claimed again and again: the run fails
+            raise FailRun(engine_error("PayloadUndecryptable", unreadable))
         self._slice = slice_
         self.input: Any = slice_.run.input
         self.version: str | None = slice_.run.version

@@ -17,7 +17,6 @@ from ..definitions.alerts import RunFailure
 from ..definitions.payload import to_json_value
 from ..definitions.registry import registry
 from ..definitions.retry import DEFAULT_STEP_RETRY_POLICY, UNKNOWN_WORKFLOW_BACKOFF
-from ..encryption import is_undecryptable
 from ..errors import PayloadError, StepFailed
 from ..store.records import ClaimedRun, EngineInterrupt, Fence, LeaseLapsed, LeaseLost, StoreUnavailable
 from .context import WorkflowContext
@@ -196,11 +195,6 @@ def _execute(
         return _reschedule_unknown(store, claimed)
     slice_ = Slice(store, claimed, spec, lease_valid)
     slices.append(slice_)
-    unreadable = _undecryptable_payload(slice_)
-    if unreadable is not None:
-        # Never run the workflow's code on a value it cannot read, nor hand the run back to be claimed
-        # again and again: it fails, saying which key is missing. Once the key is back, retry it.
-        return _fail(slice_, engine_error(PAYLOAD_UNDECRYPTABLE, unreadable))
     watchdog.watch(slice_)
     try:
         # Overdue with an on_failure: it runs (its one step may pass the deadline), then the run fails.
@@ -212,31 +206,6 @@ def _execute(
     finally:
         slice_.active = False
         watchdog.forget(slice_)
-
-
-PAYLOAD_UNDECRYPTABLE = "PayloadUndecryptable"
-"""The ``type`` of a run's error when its input or a step's result cannot be decrypted with the configured keys."""
-
-
-def _undecryptable_payload(slice_: Slice) -> str | None:
-    """What the run cannot read (its input, or a completed step's result) with the configured keys, or None."""
-    found: tuple[str, Any] | None = None
-    if is_undecryptable(slice_.run.input):
-        found = ("the run's input", slice_.run.input)
-    else:
-        for key, attempt in slice_.history.completed.items():
-            if is_undecryptable(attempt.output):
-                found = (f"the result of step {key!r}", attempt.output)
-                break
-    if found is None:
-        return None
-    what, value = found
-    key = f" (encrypted with the key of id {value.key_id})" if value.key_id else ""
-    return (
-        f"{what} cannot be decrypted with the keys of OPENWORKFLOW['PAYLOAD_ENCRYPTION']{key}: "
-        "the run is failed instead of running on a value it cannot read; add the key to the setting, "
-        "then retry the run"
-    )
 
 
 def _deadline_error(deadline: Any) -> dict[str, Any]:
