@@ -79,6 +79,20 @@ def is_undecryptable(value: Any) -> bool:
     return value.__class__ is Undecryptable
 
 
+def refuse_to_store(value: Any) -> None:
+    """Raise :class:`~django_openworkflow.errors.PayloadError` (a ``ValueError``) for an :class:`Undecryptable`.
+
+    Its text is not the value: storing it (a re-run's input, a copied result) would lose the value for good.
+    """
+    if value.__class__ is Undecryptable:
+        from .errors import PayloadError
+
+        raise PayloadError(
+            "a value that cannot be decrypted with the configured keys cannot be stored again: "
+            "add its key to OPENWORKFLOW['PAYLOAD_ENCRYPTION'] first"
+        )
+
+
 class EncryptionNotAvailable(Exception):
     """``PAYLOAD_ENCRYPTION`` is set but cannot be used: ``cryptography`` is missing or a key is malformed."""
 
@@ -205,8 +219,7 @@ def is_sealed(value: Any) -> bool:
 
 def seal(value: Any, ring: Keyring, encoder: type[json.JSONEncoder] | None = DjangoJSONEncoder) -> str:
     """A JSON value encrypted whole: its JSON text (as the JSON field would store it), sealed."""
-    if value.__class__ is Undecryptable:
-        raise ValueError(f"a value that cannot be decrypted cannot be stored again ({UNDECRYPTABLE_TEXT})")
+    refuse_to_store(value)
     return ring.seal_text(json.dumps(value, cls=encoder))
 
 
@@ -222,8 +235,7 @@ def unseal(stored: str, ring: Keyring | None) -> Any:
 
 def seal_text(value: str, ring: Keyring) -> str:
     """A text column's value sealed (the text itself, not its JSON)."""
-    if value.__class__ is Undecryptable:
-        raise ValueError(f"a value that cannot be decrypted cannot be stored again ({UNDECRYPTABLE_TEXT})")
+    refuse_to_store(value)
     return ring.seal_text(value)
 
 

@@ -23,11 +23,12 @@ from django.test import Client
 from django.test.utils import override_settings
 
 from django_openworkflow import RetryPolicy, send_event, send_signal, workflow
+from django_openworkflow.client import operations
 from django_openworkflow.client.approvals import decide_approval
 from django_openworkflow.client.listing import list_runs
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.encryption import PREFIX, UNDECRYPTABLE_TEXT, key_id
-from django_openworkflow.errors import InvalidArgument, PayloadUndecryptable
+from django_openworkflow.errors import InvalidArgument, OperationRefused, PayloadUndecryptable
 from django_openworkflow.models import Approval, StepAttempt, WorkflowRun
 from tests.cli.helpers import as_json, workflows
 from tests.conftest import is_parked
@@ -230,6 +231,11 @@ def test_a_value_no_configured_key_opens_is_shown_as_such_and_its_run_fails_once
         assert run.attempts == 1 and not StepAttempt.objects.filter(workflow_run_id=waiting.id).exists()
         with pytest.raises(ValueError, match="cannot be stored again"):
             WorkflowRun.objects.filter(id=done.id).update(output=run.input)
+        # A re-run would start with the placeholder's text: refused, by the admin and the API too.
+        with pytest.raises(OperationRefused, match="cannot be decrypted"):
+            operations.rerun(done.id)
+        answer = api.post(f"{API}/runs/{done.id}/rerun", content_type="application/json")
+        assert answer.status_code == 409 and "cannot be decrypted" in answer.json()["error"]["message"]
 
 
 def test_a_search_by_input_is_refused_and_points_to_attributes(admin_client: Client, api: Client) -> None:

@@ -21,6 +21,7 @@ from django.utils import timezone
 from .. import hooks
 from ..definitions.flow import FLOW_COLUMNS
 from ..definitions.registry import registry
+from ..encryption import is_undecryptable
 from ..errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
 from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus
@@ -95,6 +96,8 @@ def retry_failed_refusal(run: WorkflowRun, shown: str = "") -> str:
 def rerun_refusal(run: WorkflowRun) -> str:
     if registry.get(run.workflow_name, run.version) is None:
         return f"this process has no workflow {run.workflow_name!r} version {run.version!r} to start"
+    if "input" not in run.get_deferred_fields() and is_undecryptable(run.input):
+        return "its input cannot be decrypted with the keys of OPENWORKFLOW['PAYLOAD_ENCRYPTION']"
     return ""
 
 

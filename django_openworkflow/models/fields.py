@@ -23,9 +23,9 @@ from django.db import models
 
 from ..encryption import (
     PREFIX,
-    Undecryptable,
     keyring,
     reading_keyring,
+    refuse_to_store,
     seal,
     seal_error,
     seal_text,
@@ -33,11 +33,6 @@ from ..encryption import (
     unseal_error,
     unseal_text,
 )
-
-
-def _refuse_undecryptable(value: Any) -> None:
-    if value.__class__ is Undecryptable:
-        raise ValueError("a value that cannot be decrypted with the configured keys cannot be stored again")
 
 
 class PayloadField(models.JSONField):  # type: ignore[type-arg]
@@ -50,7 +45,7 @@ class PayloadField(models.JSONField):  # type: ignore[type-arg]
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         ring = keyring()
         if ring is None:
-            _refuse_undecryptable(value)
+            refuse_to_store(value)
         elif value is not None and not hasattr(value, "as_sql"):
             value = seal(value, ring, self.encoder)
         return super().get_db_prep_save(value, connection)
@@ -93,7 +88,7 @@ class PayloadTextField(models.TextField):  # type: ignore[type-arg]
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         ring = keyring()
         if ring is None:
-            _refuse_undecryptable(value)
+            refuse_to_store(value)
         elif value.__class__ is str and value:
             value = seal_text(value, ring)
         return super().get_db_prep_save(value, connection)
