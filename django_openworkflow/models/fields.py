@@ -35,7 +35,7 @@ from ..encryption import (
 )
 
 
-class PayloadField(models.JSONField):  # type: ignore[type-arg]
+class PayloadField(models.JSONField):
     """A JSON payload column (an input, an output, a step result, a message's data), sealed whole."""
 
     def deconstruct(self) -> Any:
@@ -57,7 +57,7 @@ class PayloadField(models.JSONField):  # type: ignore[type-arg]
         return loaded
 
 
-class ErrorField(models.JSONField):  # type: ignore[type-arg]
+class ErrorField(models.JSONField):
     """An error dict: its ``message`` and ``traceback`` (and its child error's) sealed, unless ``ENCRYPT_ERRORS``
     is False; its ``type``, ``step`` and retry note stay in clear, for the filters and the engine's rules."""
 
@@ -78,7 +78,7 @@ class ErrorField(models.JSONField):  # type: ignore[type-arg]
         return loaded
 
 
-class PayloadTextField(models.TextField):  # type: ignore[type-arg]
+class PayloadTextField(models.TextField):
     """A text column people write (an approval's details, a decision's comment), sealed when not empty."""
 
     def deconstruct(self) -> Any:

@@ -76,7 +76,7 @@ class ColumnProgress:
 def _pending(model: type[models.Model], name: str, ring: encryption.Keyring) -> models.QuerySet[Any]:
     """The rows of ``model`` whose ``name`` is not in the form the settings give now (SQL's part of the test)."""
     field = model._meta.get_field(name)
-    queryset = model.objects.all()
+    queryset = model._default_manager.all()
     current = f"{encryption.PREFIX}{ring.current_id}:"
     if isinstance(field, ErrorField):
         condition = Q()
@@ -93,6 +93,12 @@ def _pending(model: type[models.Model], name: str, ring: encryption.Keyring) -> 
         return queryset.exclude(**{name: ""}).exclude(**{f"{name}__startswith": current})
     # A JSON string's stored form starts with its opening quote.
     return queryset.alias(owf_stored=Cast(name, TextField())).exclude(owf_stored__startswith=f'"{current}')
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    assert isinstance(field, models.Field) and field.column, name
+    return field.column
 
 
 def _needs_writing(value: Any, ring: encryption.Keyring, is_error: bool) -> bool | None:
@@ -121,7 +127,7 @@ def rotate_column(
     backend = get_backend()
     field = model._meta.get_field(name)
     is_error = isinstance(field, ErrorField)
-    progress = ColumnProgress(model._meta.db_table, field.column)
+    progress = ColumnProgress(model._meta.db_table, _column(model, name))
     for batch in _batches(model, name, ring, batch_size):
         writes = []
         for pk, stored, value in batch:
@@ -136,7 +142,7 @@ def rotate_column(
             with backend.write_lock(), transaction.atomic(using=backend.alias):
                 for pk, stored, value in writes:
                     unchanged = Exact(backend.stored_form(name), stored)
-                    if model.objects.filter(unchanged, pk=pk).update(**{name: value}):
+                    if model._default_manager.filter(unchanged, pk=pk).update(**{name: value}):
                         rewritten += 1
                     else:
                         changed += 1
@@ -177,6 +183,6 @@ def pending_counts() -> list[tuple[str, int]]:
     if ring is None:
         raise ValueError("OPENWORKFLOW['PAYLOAD_ENCRYPTION'] is not set: there is no key to encrypt with")
     return [
-        (f"{model._meta.db_table}.{model._meta.get_field(name).column}", _pending(model, name, ring).count())
+        (f"{model._meta.db_table}.{_column(model, name)}", _pending(model, name, ring).count())
         for model, name in PAYLOAD_COLUMNS
     ]
