@@ -20,8 +20,8 @@ is decrypted only when it has that form.
 A value no configured key opens is read as :class:`Undecryptable`, a
 ``str`` whose text says so: every page, answer and command shows that text
 instead of failing, storing it again is refused, and a worker fails the run
-whose input or step results are undecryptable (``engine/execute.py``)
-instead of running its code on them.
+whose input or step results are undecryptable
+instead of running its code on them (``engine/context.py``).
 
 ``cryptography`` (the ``encryption`` extra) is imported only when keys are
 set: a project without them never imports it.
