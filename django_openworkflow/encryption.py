@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.core.serializers.json import DjangoJSONEncoder
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 if TYPE_CHECKING:
     from cryptography.fernet import Fernet
@@ -131,9 +132,18 @@ class Keyring:
             return Undecryptable(kid)
 
 
-_cache_lock = threading.Lock()
-# (the settings' key list as given, ENCRYPT_ERRORS, the Keyring): replaced whole, read without the lock.
-_cached: tuple[Any, Any, Keyring] | None = None
+_UNREAD: Any = object()
+# The Keyring of the settings in force, None when encryption is off, or _UNREAD: replaced whole, read
+# without a lock (a race only builds it twice). Read once, forgotten when OPENWORKFLOW changes
+# (override_settings, the settings fixture): the hot path of every payload costs one global read.
+_current: Any = _UNREAD
+
+
+@receiver(setting_changed)
+def _forget_keys(setting: str, **kwargs: Any) -> None:
+    global _current
+    if setting == "OPENWORKFLOW":
+        _current = _UNREAD
 
 
 def parse_keys(keys: Any) -> list[str]:
@@ -175,32 +185,28 @@ def parse_keys(keys: Any) -> list[str]:
 
 
 def keyring() -> Keyring | None:
-    """The configured :class:`Keyring`, or None when encryption is off (one settings read when it is).
+    """The configured :class:`Keyring`, or None when encryption is off.
 
-    Built once per setting value: ``override_settings`` gives a new one.
-    Raises :class:`EncryptionNotAvailable` when the setting cannot be used
-    (the system check ``openworkflow.E050`` says so at start-up).
+    Built once per value of the setting. Raises :class:`EncryptionNotAvailable`
+    when the setting cannot be used (the system check ``openworkflow.E050``
+    says so at start-up).
     """
+    ring = _current
+    return _load() if ring is _UNREAD else ring
+
+
+def _load() -> Keyring | None:
+    global _current
     user = getattr(django_settings, "OPENWORKFLOW", None) or {}
     keys = user.get(SETTING)
-    if not keys:
-        return None
-    errors = user.get(ERRORS_SETTING, True)
-    cached = _cached
-    if cached is not None and cached[1] == errors and (cached[0] is keys or cached[0] == keys):
-        return cached[2]
-    return _build(keys, errors)
+    ring = None
+    if keys:
+        texts = parse_keys(keys)  # imports cryptography, or says it is missing
+        from cryptography.fernet import Fernet
 
-
-def _build(keys: Any, errors: Any) -> Keyring:
-    global _cached
-    from cryptography.fernet import Fernet
-
-    texts = parse_keys(keys)
-    fernets = {key_id(text): Fernet(text) for text in texts}
-    ring = Keyring(key_id(texts[0]), tuple(fernets), fernets, bool(errors))
-    with _cache_lock:
-        _cached = (list(keys), errors, ring)
+        fernets = {key_id(text): Fernet(text) for text in texts}
+        ring = Keyring(key_id(texts[0]), tuple(fernets), fernets, bool(user.get(ERRORS_SETTING, True)))
+    _current = ring
     return ring
 
 
