@@ -23,6 +23,7 @@ from django.db import models
 
 from ..encryption import (
     PREFIX,
+    Undecryptable,
     keyring,
     reading_keyring,
     refuse_to_store,
@@ -45,7 +46,8 @@ class PayloadField(models.JSONField):
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         ring = keyring()
         if ring is None:
-            refuse_to_store(value)
+            if value.__class__ is Undecryptable:
+                refuse_to_store(value)
         elif value is not None and not hasattr(value, "as_sql"):
             value = seal(value, ring, self.encoder)
         return super().get_db_prep_save(value, connection)
@@ -88,7 +90,8 @@ class PayloadTextField(models.TextField):
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         ring = keyring()
         if ring is None:
-            refuse_to_store(value)
+            if value.__class__ is Undecryptable:
+                refuse_to_store(value)
         elif value.__class__ is str and value:
             value = seal_text(value, ring)
         return super().get_db_prep_save(value, connection)
