@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..definitions.cron import scheduled_time
 from ..definitions.payload import to_json_value
@@ -11,7 +11,7 @@ from ..durations import Duration
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
-from .approvals import ApprovalDecision, wait_for_approval
+from .approvals import ApprovalDecision, TaskSubmission, wait_for_approval, wait_for_input
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew
@@ -19,7 +19,10 @@ from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
 
-__all__ = ["ApprovalDecision", "ChildRun", "RunStream", "WorkflowContext"]
+if TYPE_CHECKING:
+    from django import forms
+
+__all__ = ["ApprovalDecision", "ChildRun", "RunStream", "TaskSubmission", "WorkflowContext"]
 
 _UNREAD = object()
 
@@ -130,6 +133,34 @@ class WorkflowContext:
         inbox. A replay returns the journaled decision.
         """
         return wait_for_approval(self.step, name, assignees, timeout, details)
+
+    def wait_for_input(
+        self,
+        name: str,
+        *,
+        form: type[forms.BaseForm] | str,
+        assignees: str | list[str],
+        initial: dict[str, Any] | None = None,
+        details: str = "",
+        timeout: Duration = "7d",
+        due: Duration | datetime | None = None,
+    ) -> TaskSubmission | None:
+        """Park until someone among ``assignees`` fills in and submits ``form``; return the :class:`TaskSubmission`.
+
+        ``form`` is a Django ``Form`` or ``ModelForm`` class, or its dotted
+        path (a class is stored by its path: it must import by it, from the
+        web server's process too); it may have no file field. The Inbox
+        renders it with its widgets, the API publishes its fields as JSON
+        Schema, and a submission is validated by the form itself (its
+        ``clean()`` included) before anything is delivered.
+        ``initial``: the form's initial values (JSON; a model instance as
+        its primary key). ``assignees``, ``details`` and ``timeout`` are
+        :meth:`wait_for_approval`'s. ``due``: when the task is due (a
+        duration from now, or an aware datetime, before the timeout),
+        shown in the Inbox and the API; it closes nothing. Returns ``None``
+        on timeout. A replay returns the journaled submission.
+        """
+        return wait_for_input(self.step, name, form, assignees, initial, details, timeout, due)
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change called ``name``.

@@ -1,4 +1,5 @@
-"""Approvals: a run waiting for a person's decision (``ctx.wait_for_approval``), listed in the admin's inbox."""
+"""Human tasks: a run waiting for a person's decision (``ctx.wait_for_approval``) or a form
+(``ctx.wait_for_input``), listed in the admin's inbox."""
 
 from __future__ import annotations
 
@@ -14,11 +15,18 @@ class ApprovalStatus(models.TextChoices):
     OPEN = "open", _("open")
     APPROVED = "approved", _("approved")
     REJECTED = "rejected", _("rejected")
+    SUBMITTED = "submitted", _("submitted")
     TIMED_OUT = "timed_out", _("timed out")
 
 
 class Approval(models.Model):
-    """One approval a run waits for: who may decide it, and the decision once taken.
+    """One human task a run waits for: who may decide it, and the decision once taken.
+
+    A yes/no approval, or, when ``form`` names a Django form, a task that
+    asks for that form's data (``ctx.wait_for_input``): ``form_fields``
+    holds the class of each field when the task opened (a submission
+    against a form changed since is refused), ``initial`` the form's
+    initial data, ``due_at`` when it is due (shown; it closes nothing).
 
     Written with the run's signal wait, in the same fenced transaction; one
     per (run, step key). The assignees are data (usernames or user ids, group
@@ -41,6 +49,10 @@ class Approval(models.Model):
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = models.TextField(blank=True, default="")
+    form = models.CharField(max_length=255, blank=True, default="")
+    form_fields = models.JSONField(default=dict, blank=True)
+    initial = models.JSONField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
@@ -55,4 +67,4 @@ class Approval(models.Model):
         indexes = [models.Index(fields=["status", "id"], name="owf_approval_status_idx")]
 
     def __str__(self) -> str:
-        return f"approval {self.name} of {self.workflow_run_id}"
+        return f"{'task' if self.form else 'approval'} {self.name} of {self.workflow_run_id}"

@@ -1,4 +1,5 @@
-"""Approvals: the row a ``ctx.wait_for_approval`` writes with its wait, and deciding it.
+"""Approvals and tasks: the row a ``ctx.wait_for_approval`` or ``ctx.wait_for_input`` writes with its wait,
+and deciding or submitting it.
 
 The wait is a signal wait (kind ``signal``, context ``{"approval": name}``)
 that only a decision completes: ``send_signal`` does not reach it. The
@@ -7,11 +8,13 @@ approval row is written in the same fenced transaction as the wait
 ``timed_out`` in the transaction that journals the timeout
 (``WaitOps.expire_wait``).
 
-Deciding (:meth:`ApprovalOps.decide_approval`) locks the run row, as a
-signal's sender and the worker's fence do, then moves the row from ``open``
-with a conditional ``UPDATE ... WHERE status = 'open'``: of two concurrent
+Deciding (:meth:`ApprovalOps.decide_approval`) or submitting a task's form
+(:meth:`ApprovalOps.submit_task`) locks the run row, as a signal's sender
+and the worker's fence do, then moves the row from ``open`` with a
+conditional ``UPDATE ... WHERE status = 'open'``: of two concurrent
 decisions, the one whose update counts wins; the other is told who won.
-The decision is delivered as the wait's signal in the same transaction.
+The decision (or the form's data) is delivered as the wait's signal in the
+same transaction.
 Who may decide is resolved against ``django.contrib.auth`` when someone
 decides (:func:`may_decide`): the assignees are stored as data.
 """
@@ -28,7 +31,7 @@ from ..errors import ApprovalClosed, ApprovalNotFound
 from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES
 from .journal import JournalOps
-from .records import NewApproval
+from .records import ApprovalRecord, NewApproval
 
 
 def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
@@ -72,7 +75,7 @@ class Decider:
 
 
 class ApprovalOps(JournalOps):
-    """Writing an approval with its wait, and deciding it, in the sender's transaction."""
+    """Writing an approval with its wait, reading it, and deciding it, in the sender's transaction."""
 
     if TYPE_CHECKING:  # from MessageOps, next to this class in the backend
         _deliver: Callable[[StepAttempt, dict[str, Any], Any], bool]
@@ -88,8 +91,21 @@ class ApprovalOps(JournalOps):
             assignees=approval.assignees,
             created_at=now,
             timeout_at=approval.timeout_at,
+            form=approval.form,
+            form_fields=approval.form_fields,
+            initial=approval.initial,
+            due_at=approval.due_at,
         )
         return int(row.id)
+
+    def approval(self, approval_id: int) -> ApprovalRecord | None:
+        """The approval or task with this id, or None."""
+        row = Approval.objects.filter(id=approval_id).first()
+        return None if row is None else _record(row)
+
+    def run_approvals(self, run_id: Any) -> list[ApprovalRecord]:
+        """The approvals and tasks a run opened, oldest first."""
+        return [_record(row) for row in Approval.objects.filter(workflow_run_id=run_id).order_by("id")]
 
     def decide_approval(self, approval_id: int, approved: bool, by: str, comment: str) -> dict[str, Any]:
         """Decide an open approval and deliver the decision to its run's wait; returns the decision.
@@ -99,51 +115,93 @@ class ApprovalOps(JournalOps):
         :class:`ApprovalClosed` (decided before, timed out, or the run ended)
         having written nothing. Permissions are the caller's to check.
         """
+        status = ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED
+        return self._close(approval_id, status, by, {"approved": bool(approved), "comment": comment})
+
+    def submit_task(self, approval_id: int, by: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Close an open task with its form's data (JSON, validated by the caller) and deliver it; returns it.
+
+        The submission is ``{"data", "by", "at"}``; the errors are
+        :meth:`decide_approval`'s.
+        """
+        return self._close(approval_id, ApprovalStatus.SUBMITTED, by, {"data": data})
+
+    def _close(self, approval_id: int, status: str, by: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Move an open approval to ``status`` and deliver ``fields`` with who and when, in one transaction."""
         with self.write_lock(), transaction.atomic(using=self.alias):
             found = (
                 Approval.objects.filter(id=approval_id)
-                .values_list("workflow_run_id", "attempt_id", "timeout_at")
+                .values_list("workflow_run_id", "attempt_id", "timeout_at", "form")
                 .first()
             )
             if found is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
-            run_id, attempt_id, timeout_at = found
-            status = WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            run_id, attempt_id, timeout_at, form = found
+            what = _noun(form, approval_id)
+            run_status = (
+                WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            )
             now = self.now()
             if timeout_at is not None and timeout_at <= now:
                 # Timed out, though no worker has journaled the timeout yet (workers down or behind).
-                raise ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
-            decision = {"approved": bool(approved), "by": by, "at": now.isoformat(), "comment": comment}
+                raise ApprovalClosed(f"{what} timed out; it can no longer be decided")
+            delivered = {**fields, "by": by, "at": now.isoformat()}
             won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
-                status=ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED,
-                decided_by=by,
-                decided_at=now,
-                comment=comment,
+                status=status, decided_by=by, decided_at=now, comment=fields.get("comment", "")
             )
             if not won:
                 raise _closed(approval_id)
-            if status is None or status in FINISHED_STATUSES:
-                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its run is {status or 'deleted'}")
+            if run_status is None or run_status in FINISHED_STATUSES:
+                raise ApprovalClosed(f"{what} cannot be decided: its run is {run_status or 'deleted'}")
             signal = Signal.objects.create(
                 workflow_run_id=run_id,
                 name=f"approval:{approval_id}",
-                data=decision,
+                data=delivered,
                 idempotency_key=f"approval:{approval_id}",
                 consumed_by_id=attempt_id,
                 consumed_at=now,
             )
             wait = StepAttempt.objects.get(id=attempt_id)
-            if not self._deliver(wait, {"signal_id": signal.id, "data": decision}, now):
-                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its wait has ended")
-            return decision
+            if not self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now):
+                raise ApprovalClosed(f"{what} cannot be decided: its wait has ended")
+            return delivered
+
+
+def _record(row: Approval) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=row.id,
+        run_id=row.workflow_run_id,
+        step_key=row.step_key,
+        name=row.name,
+        details=row.details,
+        assignees=row.assignees,
+        status=row.status,
+        created_at=row.created_at,
+        timeout_at=row.timeout_at,
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        form=row.form,
+        form_fields=row.form_fields,
+        initial=row.initial,
+        due_at=row.due_at,
+    )
+
+
+def _noun(form: str, approval_id: int) -> str:
+    return f"task {approval_id}" if form else f"approval {approval_id}"
 
 
 def _closed(approval_id: int) -> ApprovalClosed:
     """Why an approval is no longer open, naming who decided it first."""
-    row = Approval.objects.filter(id=approval_id).values_list("status", "decided_by", "decided_at").first()
+    row = Approval.objects.filter(id=approval_id).values_list("status", "decided_by", "decided_at", "form").first()
     assert row is not None
-    status, by, at = row
+    return closed_error(approval_id, *row)
+
+
+def closed_error(approval_id: int, status: str, by: str, at: datetime | None, form: str) -> ApprovalClosed:
+    """The error for a decision on an approval or task that is ``status`` already (every backend's words)."""
+    what = _noun(form, approval_id)
     if status == ApprovalStatus.TIMED_OUT:
-        return ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
+        return ApprovalClosed(f"{what} timed out; it can no longer be decided")
     when = f" at {at.isoformat()}" if at is not None else ""
-    return ApprovalClosed(f"approval {approval_id} was already {status} by {by or 'someone'}{when}", decided_by=by)
+    return ApprovalClosed(f"{what} was already {status} by {by or 'someone'}{when}", decided_by=by)
