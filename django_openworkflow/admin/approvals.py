@@ -23,7 +23,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from .. import formatting as fmt
 from ..client.approvals import approvals_for, decide_approval
@@ -94,6 +94,7 @@ class ApprovalAdmin(admin.ModelAdmin):
                 "timeout": fmt.format_time(approval.timeout_at),
                 "opened": fmt.format_time(approval.created_at),
                 "due": fmt.format_time(approval.due_at) if approval.due_at else "",
+                "approved_by": ", ".join(signoff["by"] for signoff in approval.signoffs),
                 # The model instance the run belongs to, if any (a link to its admin page; not read).
                 "subject": subject_link(approval.workflow_run.subject_type, approval.workflow_run.subject_id or "")
                 if approval.workflow_run.subject_type
@@ -121,7 +122,7 @@ class ApprovalAdmin(admin.ModelAdmin):
         if decision not in ("approve", "reject"):
             raise Http404("No such decision.")
         try:
-            decide_approval(
+            decided = decide_approval(
                 approval_id, request.user, approved=decision == "approve", comment=request.POST.get("comment", "")
             )
         except ApprovalNotAssigned:
@@ -134,6 +135,12 @@ class ApprovalAdmin(admin.ModelAdmin):
             self.message_user(request, str(exc), messages.ERROR)
         else:
             said = gettext("Approved.") if decision == "approve" else gettext("Rejected.")
+            if decided["remaining"]:
+                said = ngettext(
+                    "Approved: %(n)s more approval is needed before the run goes on.",
+                    "Approved: %(n)s more approvals are needed before the run goes on.",
+                    decided["remaining"],
+                ) % {"n": decided["remaining"]}
             self.message_user(request, said)
         return HttpResponseRedirect(reverse(INBOX))
 

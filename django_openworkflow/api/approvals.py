@@ -49,6 +49,8 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "created_at": approval.created_at,
         "timeout_at": approval.timeout_at,
         "due_at": approval.due_at,
+        "approvals_required": approval.required,
+        "approved_by": [signoff["by"] for signoff in approval.signoffs],
         **_task_form(approval),
     }
 

@@ -212,6 +212,17 @@ DECISION = _object(
         "by": {**TEXT, "description": "the username of who decided"},
         "at": {"type": "string", "format": "date-time"},
         "comment": TEXT,
+        "approvers": {
+            "type": "array",
+            "items": TEXT,
+            "description": "the usernames of everyone who approved so far, in order",
+        },
+        "remaining": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "how many more approvals the approval needs (approvals_required): the decision is "
+            "delivered to the run once it is 0, or with a rejection",
+        },
     }
 )
 APPROVAL = _object(
@@ -234,6 +245,12 @@ APPROVAL = _object(
         "created_at": TIME,
         "timeout_at": TIME,
         "due_at": {**TIME, "description": "when a task is due (it closes nothing); null when not set"},
+        "approvals_required": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "how many distinct people must approve (a rejection by one rejects)",
+        },
+        "approved_by": {"type": "array", "items": TEXT, "description": "who approved so far, in order"},
         "kind": {"enum": ["decision", "input"], "description": "a yes/no decision, or a task that asks for a form"},
         "form": {
             "type": ["object", "null"],
@@ -284,9 +301,11 @@ def approval_paths() -> dict[str, Any]:
             "post": {
                 "summary": "Approve or reject an approval; the decision is delivered to its run",
                 "description": "Any authenticated user among the approval's assignees (403 not_assigned "
-                "otherwise). The first decision wins: a later one is answered 409 already_decided, whose message "
-                "names who decided first, and delivers nothing; so is a decision on an approval that timed out "
-                "or whose run has ended.",
+                "otherwise, and for a user the approval excludes or who approved it already). The first decision "
+                "wins: a later one is answered 409 already_decided, whose message names who decided first, and "
+                "delivers nothing; so is a decision on an approval that timed out or whose run has ended. An "
+                "approval that needs several approvals records each one and answers with remaining > 0 until the "
+                "last one needed, which is delivered with the list of approvers.",
                 "parameters": [approval_id],
                 "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": COMMENT}),
                 "responses": {

@@ -42,13 +42,18 @@ def open_approvals() -> QuerySet[Approval]:
 
 
 def approvals_for(user: Any, limit: int = INBOX_LIMIT) -> list[Approval]:
-    """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`)."""
+    """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`).
+
+    Not those that exclude the user, nor those the user approved already and that wait for others' approvals.
+    """
     found: list[Approval] = []
     decider = Decider(user)
+    username = user.get_username() if decider.active else ""
     # The scan reads no run payload: the inputs of the approvals found are read after, in one query.
     scan = open_approvals().defer("workflow_run__input", "workflow_run__output", "workflow_run__error")
     for approval in scan.iterator(chunk_size=500):
-        if decider.may(approval.assignees):
+        decided = username in approval.excluded or any(s["by"] == username for s in approval.signoffs)
+        if not decided and decider.may(approval.assignees):
             found.append(approval)
             if len(found) >= limit:
                 break
@@ -65,11 +70,16 @@ def decide_approval(
 ) -> dict[str, Any]:
     """Approve or reject approval ``approval_id`` as ``user``; returns the decision delivered to the run.
 
-    The decision, ``{"approved", "by", "at", "comment"}``, is what the run's
-    ``ctx.wait_for_approval`` returns (as an ``ApprovalDecision``), and is
-    recorded in the run's journal and in Django's admin log. Raises
+    The decision, ``{"approved", "by", "at", "comment", "approvers",
+    "remaining"}``, is what the run's ``ctx.wait_for_approval`` returns (as
+    an ``ApprovalDecision``), and is recorded in the run's journal and in
+    Django's admin log. An approval that needs several people's approvals
+    (``approvals_required``) records this one and delivers nothing until the
+    last one needed: ``remaining`` says how many more are needed (0 once
+    delivered); one rejection is delivered at once. Raises
     :class:`~django_openworkflow.errors.ApprovalNotAssigned` when ``user`` is
-    not an assignee (nor a superuser),
+    not an assignee (nor a superuser), is excluded from the approval, or
+    approved it already,
     :class:`~django_openworkflow.errors.ApprovalClosed` when it was decided
     first by someone else (``decided_by`` names them), timed out or its run
     ended, :class:`~django_openworkflow.errors.WrongTaskKind` for a task
@@ -87,8 +97,10 @@ def decide_approval(
     backend: ApprovalStore = store or get_backend()
     record = assigned(backend, approval_id, user, "decision")
     decision = backend.decide_approval(approval_id, approved, user.get_username(), comment)
-    verb = "Approved" if approved else "Rejected"
-    log_decision(backend, user, record, f"{verb} {record.name!r}" + (f": {comment}" if comment else ""))
+    said = f"{'Approved' if approved else 'Rejected'} {record.name!r}"
+    if record.required > 1 and approved:
+        said += f" ({record.required - decision['remaining']} of {record.required})"
+    log_decision(backend, user, record, said + (f": {comment}" if comment else ""))
     return decision
 
 

@@ -22,7 +22,7 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -269,11 +269,20 @@ class AsyncWorkflowContext(WorkflowContext):
             return super().scheduled_at
 
     def wait_for_approval(  # type: ignore[override]  # awaitable, as every wait of an async workflow
-        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+        self,
+        name: str,
+        *,
+        assignees: str | list[str],
+        timeout: Duration = "7d",
+        details: str = "",
+        approvals_required: int = 1,
+        exclude: str | Sequence[str] = (),
     ) -> Awaitable[ApprovalDecision | None]:
         """``await ctx.wait_for_approval(...)``: :meth:`WorkflowContext.wait_for_approval` in an async workflow."""
         self.step._wait_alone("wait_for_approval")
-        return self.step._now(wait_for_approval, self.step._sync, name, assignees, timeout, details)
+        return self.step._now(
+            wait_for_approval, self.step._sync, name, assignees, timeout, details, approvals_required, exclude
+        )
 
     def wait_for_input(  # type: ignore[override]  # awaitable, as every wait of an async workflow
         self,

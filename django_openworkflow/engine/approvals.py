@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .steps import StepApi
 
 KINDS = {"user": "users", "group": "groups", "perm": "permissions"}
+MAX_APPROVALS = 100
+"""The most approvals one approval may require (``approvals_required``)."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,17 @@ class ApprovalDecision:
     """What ``ctx.wait_for_approval`` returns once someone decided.
 
     ``approved``: approved (True) or rejected (False); ``by``: the username
-    of who decided; ``at``: when (the database clock, aware UTC);
-    ``comment``: the decider's comment ("" when none).
+    of who decided (with several approvals required: the last approver, or
+    who rejected); ``at``: when (the database clock, aware UTC);
+    ``comment``: the decider's comment ("" when none); ``approvers``: the
+    usernames of everyone who approved, in order.
     """
 
     approved: bool
     by: str
     at: datetime
     comment: str
+    approvers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,21 +105,51 @@ def _at(delivered: dict[str, Any]) -> datetime:
     return at
 
 
+def parse_excluded(exclude: str | Iterable[str]) -> list[str]:
+    """``["user:ada"]`` as stored: the usernames. Only users are excluded; :class:`StepUsageError` names a bad entry."""
+    entries = [exclude] if isinstance(exclude, str) else list(exclude)
+    users = []
+    for entry in entries:
+        kind, _, value = entry.partition(":") if isinstance(entry, str) else ("", "", "")
+        if kind != "user" or not value.strip():
+            raise StepUsageError(f"exclude {entry!r} is not 'user:<username>': an approval excludes users")
+        check_text(value, "excluded user")
+        users.append(value.strip())
+    return users
+
+
 def wait_for_approval(
-    step: StepApi, name: str, assignees: str | Iterable[str], timeout: Duration, details: str
+    step: StepApi,
+    name: str,
+    assignees: str | Iterable[str],
+    timeout: Duration,
+    details: str,
+    approvals_required: int = 1,
+    exclude: str | Iterable[str] = (),
 ) -> ApprovalDecision | None:
     """``ctx.wait_for_approval``'s work (see :meth:`WorkflowContext.wait_for_approval`)."""
     _checked(name, details, "approval")
     parsed = parse_assignees(assignees)
+    excluded = parse_excluded(exclude)
+    if (
+        isinstance(approvals_required, bool)
+        or not isinstance(approvals_required, int)
+        or not 1 <= approvals_required <= MAX_APPROVALS
+    ):
+        raise StepUsageError(
+            f"approvals_required must be a whole number from 1 to {MAX_APPROVALS}, got {approvals_required!r}"
+        )
 
     def opens(now: datetime, timeout_at: datetime) -> NewApproval:
-        return NewApproval(name, details, parsed, timeout_at)
+        return NewApproval(name, details, parsed, timeout_at, required=approvals_required, excluded=excluded)
 
     output = step._wait(StepKind.SIGNAL, "wait_for_approval", name, timeout, {"approval": name}, approval=opens)
     if output is None:
         return None
     data = output["data"]
-    return ApprovalDecision(bool(data["approved"]), data["by"], _at(data), data["comment"])
+    # Decisions journaled before sign-offs existed name no approvers: the one decider, if they approved.
+    approvers = data.get("approvers", [data["by"]] if data["approved"] else [])
+    return ApprovalDecision(bool(data["approved"]), data["by"], _at(data), data["comment"], tuple(approvers))
 
 
 def wait_for_input(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -120,7 +121,14 @@ class WorkflowContext:
         return current_attempt()
 
     def wait_for_approval(
-        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+        self,
+        name: str,
+        *,
+        assignees: str | list[str],
+        timeout: Duration = "7d",
+        details: str = "",
+        approvals_required: int = 1,
+        exclude: str | Sequence[str] = (),
     ) -> ApprovalDecision | None:
         """Park until someone among ``assignees`` approves or rejects; return the :class:`ApprovalDecision`.
 
@@ -131,8 +139,15 @@ class WorkflowContext:
         what is being approved, in the inbox. Returns ``None`` on timeout,
         like ``ctx.step.wait_for_signal``; the approval then leaves the
         inbox. A replay returns the journaled decision.
+
+        Sign-off by several people: with ``approvals_required=N`` the run
+        goes on once N distinct assignees approved, or as soon as one
+        rejects. ``exclude``: users (``"user:<username>"``) who may not
+        decide it whatever their groups or permissions, superusers
+        included — the person who asked for it, say (segregation of
+        duties, enforced by the server).
         """
-        return wait_for_approval(self.step, name, assignees, timeout, details)
+        return wait_for_approval(self.step, name, assignees, timeout, details, approvals_required, exclude)
 
     def wait_for_input(
         self,

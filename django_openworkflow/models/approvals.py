@@ -28,6 +28,13 @@ class Approval(models.Model):
     against a form changed since is refused), ``initial`` the form's
     initial data, ``due_at`` when it is due (shown; it closes nothing).
 
+    A yes/no approval may need ``required`` approvals from distinct people
+    (sign-off by several): ``signoffs`` holds those given so far
+    (``{"by", "at", "comment"}``), and the decision is delivered with the
+    last one needed, or with the first rejection. ``excluded`` names the
+    users who may not decide it whatever their groups or permissions
+    (segregation of duties).
+
     Written with the run's signal wait, in the same fenced transaction; one
     per (run, step key). The assignees are data (usernames or user ids, group
     names, permissions ``"app_label.codename"``), resolved against
@@ -53,6 +60,9 @@ class Approval(models.Model):
     form_fields = models.JSONField(default=dict, blank=True)
     initial = models.JSONField(null=True, blank=True)
     due_at = models.DateTimeField(null=True, blank=True)
+    required = models.PositiveSmallIntegerField(default=1)
+    excluded = models.JSONField(default=list, blank=True)
+    signoffs = models.JSONField(default=list, blank=True)
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 

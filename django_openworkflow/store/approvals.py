@@ -10,11 +10,15 @@ approval row is written in the same fenced transaction as the wait
 
 Deciding (:meth:`ApprovalOps.decide_approval`) or submitting a task's form
 (:meth:`ApprovalOps.submit_task`) locks the run row, as a signal's sender
-and the worker's fence do, then moves the row from ``open`` with a
-conditional ``UPDATE ... WHERE status = 'open'``: of two concurrent
-decisions, the one whose update counts wins; the other is told who won.
-The decision (or the form's data) is delivered as the wait's signal in the
-same transaction.
+and the worker's fence do, then the approval row, then moves the row from
+``open`` with a conditional ``UPDATE ... WHERE status = 'open'``: of two
+concurrent decisions, the one whose update counts wins; the other is told
+who won. The decision (or the form's data) is delivered as the wait's
+signal in the same transaction. An approval that needs several people's
+approvals records each as a sign-off under the same locks, so two
+approvers at once are counted one after the other, and the decision is
+delivered with the last one needed (or the first rejection). The users it
+excludes are refused here, whoever calls.
 Who may decide is resolved against ``django.contrib.auth`` when someone
 decides (:func:`may_decide`): the assignees are stored as data.
 """
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from ..errors import ApprovalClosed, ApprovalNotFound
+from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
 from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES
 from .journal import JournalOps
@@ -95,6 +99,8 @@ class ApprovalOps(JournalOps):
             form_fields=approval.form_fields,
             initial=approval.initial,
             due_at=approval.due_at,
+            required=approval.required,
+            excluded=approval.excluded,
         )
         return int(row.id)
 
@@ -111,9 +117,15 @@ class ApprovalOps(JournalOps):
         """Decide an open approval and deliver the decision to its run's wait; returns the decision.
 
         The decision is ``{"approved", "by", "at" (ISO 8601, the database
-        clock), "comment"}``. Raises :class:`ApprovalNotFound`, or
-        :class:`ApprovalClosed` (decided before, timed out, or the run ended)
-        having written nothing. Permissions are the caller's to check.
+        clock), "comment", "approvers", "remaining"}``: who approved, and how
+        many approvals are still needed. An approval that needs several
+        (``required``) records this one as a sign-off and delivers nothing
+        until the last one needed (``remaining`` > 0 until then); a rejection
+        rejects at once. Raises :class:`ApprovalNotFound`,
+        :class:`ApprovalNotAssigned` for an excluded user or one who approved
+        already, or :class:`ApprovalClosed` (decided before, timed out, or
+        the run ended), having written nothing. The assignees are the
+        caller's to check.
         """
         status = ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED
         return self._close(approval_id, status, by, {"approved": bool(approved), "comment": comment})
@@ -129,42 +141,74 @@ class ApprovalOps(JournalOps):
     def _close(self, approval_id: int, status: str, by: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Move an open approval to ``status`` and deliver ``fields`` with who and when, in one transaction."""
         with self.write_lock(), transaction.atomic(using=self.alias):
-            found = (
-                Approval.objects.filter(id=approval_id)
-                .values_list("workflow_run_id", "attempt_id", "timeout_at", "form")
-                .first()
-            )
-            if found is None:
+            run_id = Approval.objects.filter(id=approval_id).values_list("workflow_run_id", flat=True).first()
+            if run_id is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
-            run_id, attempt_id, timeout_at, form = found
-            what = _noun(form, approval_id)
             run_status = (
                 WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
             )
+            # Locked after the run, as the worker's writes do: sign-offs are read and written one caller at a time.
+            row = Approval.objects.select_for_update().get(id=approval_id)
             now = self.now()
-            if timeout_at is not None and timeout_at <= now:
+            if row.timeout_at <= now:
                 # Timed out, though no worker has journaled the timeout yet (workers down or behind).
-                raise ApprovalClosed(f"{what} timed out; it can no longer be decided")
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} timed out; it can no longer be decided")
+            if row.status != ApprovalStatus.OPEN:
+                raise closed_error(approval_id, row.status, row.decided_by, row.decided_at, row.form)
             delivered = {**fields, "by": by, "at": now.isoformat()}
+            if not row.form:
+                row.signoffs, delivered = sign_off(approval_id, row.excluded, row.signoffs, row.required, delivered)
+            if run_status is None or run_status in FINISHED_STATUSES:
+                raise ApprovalClosed(
+                    f"{_noun(row.form, approval_id)} cannot be decided: its run is {run_status or 'deleted'}"
+                )
+            if delivered.get("remaining"):
+                Approval.objects.filter(id=approval_id).update(signoffs=row.signoffs)
+                return delivered
             won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
-                status=status, decided_by=by, decided_at=now, comment=fields.get("comment", "")
+                status=status, decided_by=by, decided_at=now, comment=fields.get("comment", ""), signoffs=row.signoffs
             )
             if not won:
                 raise _closed(approval_id)
-            if run_status is None or run_status in FINISHED_STATUSES:
-                raise ApprovalClosed(f"{what} cannot be decided: its run is {run_status or 'deleted'}")
             signal = Signal.objects.create(
                 workflow_run_id=run_id,
                 name=f"approval:{approval_id}",
                 data=delivered,
                 idempotency_key=f"approval:{approval_id}",
-                consumed_by_id=attempt_id,
+                consumed_by_id=row.attempt_id,
                 consumed_at=now,
             )
-            wait = StepAttempt.objects.get(id=attempt_id)
+            wait = StepAttempt.objects.get(id=row.attempt_id)
             if not self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now):
-                raise ApprovalClosed(f"{what} cannot be decided: its wait has ended")
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} cannot be decided: its wait has ended")
             return delivered
+
+
+def sign_off(
+    approval_id: int, excluded: list[str], signoffs: list[dict[str, Any]], required: int, decision: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A yes/no decision on an approval that may need several: the sign-offs, and the decision.
+
+    An approval adds a sign-off; a rejection adds none and needs no more.
+    The decision gains ``approvers`` and ``remaining``. Raises
+    :class:`ApprovalNotAssigned` for an excluded user, or one who approved
+    already (every backend's rule).
+    """
+    by = decision["by"]
+    if by in excluded:
+        raise ApprovalNotAssigned(
+            f"{by} may not decide approval {approval_id}: the workflow excludes them from it (segregation of duties)"
+        )
+    if any(signoff["by"] == by for signoff in signoffs):
+        raise ApprovalNotAssigned(
+            f"{by} approved approval {approval_id} already: it needs {required - len(signoffs)} more approval(s), "
+            "from other people"
+        )
+    if decision["approved"]:
+        signoffs = [*signoffs, {"by": by, "at": decision["at"], "comment": decision["comment"]}]
+    remaining = max(required - len(signoffs), 0) if decision["approved"] else 0
+    approvers = [signoff["by"] for signoff in signoffs]
+    return signoffs, {**decision, "approvers": approvers, "remaining": remaining}
 
 
 def _record(row: Approval) -> ApprovalRecord:
@@ -184,6 +228,9 @@ def _record(row: Approval) -> ApprovalRecord:
         form_fields=row.form_fields,
         initial=row.initial,
         due_at=row.due_at,
+        required=row.required,
+        excluded=list(row.excluded or []),
+        signoffs=list(row.signoffs or []),
     )
 
 

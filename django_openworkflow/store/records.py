@@ -174,7 +174,8 @@ class NewApproval:
 
     A task that asks for a form (``ctx.wait_for_input``) names it too: its
     dotted path, the class of each of its fields, its initial data, and when
-    it is due.
+    it is due. A yes/no approval may need ``required`` approvals from
+    distinct people, none of the ``excluded`` usernames.
     """
 
     name: str
@@ -185,6 +186,8 @@ class NewApproval:
     form_fields: dict[str, str] = field(default_factory=dict)
     initial: dict[str, Any] | None = None
     due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,9 @@ class ApprovalRecord:
     form_fields: dict[str, str] = field(default_factory=dict)
     initial: dict[str, Any] | None = None
     due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
+    signoffs: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def kind(self) -> str:

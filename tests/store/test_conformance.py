@@ -50,7 +50,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_openworkflow.conf import owf_settings
-from django_openworkflow.errors import ApprovalClosed, ApprovalNotFound
+from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
 from django_openworkflow.models import (
     FINISHED_STATUSES,
     Event,
@@ -860,11 +860,15 @@ def test_an_event_wakes_only_the_waits_whose_pattern_its_payload_contains():
     assert store().claim_run(run_43, "w2", LEASE) is None
 
 
-def opened_task(timeout_at=None, worker="w1"):
-    """A held run parked on a new wait that opens a task (a form's); returns (run id, wait id, the task's record)."""
+def opened_task(timeout_at=None, worker="w1", **approval):
+    """A held run parked on a new wait that opens a task (a form's); returns (run id, wait id, the task's record).
+
+    ``approval``: the fields of a yes/no approval instead (``required``, ``excluded``).
+    """
     run_id, now = held(worker).run.id, db_now()
     assignees = {"users": ["ada"], "groups": [], "permissions": []}
-    opens = NewApproval("ok", "why", assignees, timeout_at or now + LATER, "x.Form", {"a": "f.CharField"}, {"a": 1})
+    form = {} if approval else {"form": "x.Form", "form_fields": {"a": "f.CharField"}, "initial": {"a": 1}}
+    opens = NewApproval("ok", "why", assignees, timeout_at or now + LATER, **form, **approval)
     new_wait = attempt("ok", "signal", context={"approval": "ok", "form": "x.Form"})
     wait_id, delivered = store().wait_for_delivery(
         Fence(run_id, worker, now), park_until=now + LATER, insert=new_wait, approval=opens
@@ -914,6 +918,43 @@ def test_a_task_past_its_timeout_is_refused_before_and_after_the_worker_journals
     with pytest.raises(ApprovalNotFound):
         store().decide_approval(record.id + 1000, True, "ada", "")
     assert tables().signals() == []
+
+
+def test_an_approval_needing_two_sign_offs_is_delivered_with_the_second_of_many_at_once():
+    run_id, wait_id, record = opened_task(required=2, excluded=["boss"])
+    assert (record.kind, record.required, record.excluded, record.signoffs) == ("decision", 2, ["boss"], [])
+    with pytest.raises(ApprovalNotAssigned, match="excludes them"):
+        store().decide_approval(record.id, True, "boss", "")
+    names = iter(range(THREADS))
+
+    def approve():
+        by = f"u{next(names)}"  # next() on one iterator from many threads: the GIL hands each its own
+        try:
+            return store().decide_approval(record.id, True, by, by)
+        except ApprovalClosed as exc:
+            return exc
+
+    results = race(approve, n=THREADS)
+    decisions = sorted((r for r in results if isinstance(r, dict)), key=lambda r: r["remaining"])
+    assert [d["remaining"] for d in decisions] == [0, 1]  # counted one after the other: one delivery
+    delivered, first = decisions
+    assert delivered["approvers"] == [first["by"], delivered["by"]] and first["approvers"] == [first["by"]]
+    (history,) = store().load_history(run_id)
+    assert history.status == "completed" and history.output["data"] == delivered and len(tables().signals()) == 1
+    closed = store().approval(record.id)
+    assert closed.status == "approved" and [s["by"] for s in closed.signoffs] == delivered["approvers"]
+
+
+def test_one_rejection_rejects_an_approval_needing_several_and_nobody_approves_twice():
+    run_id, wait_id, record = opened_task(required=3)
+    assert store().decide_approval(record.id, True, "a", "yes")["remaining"] == 2
+    with pytest.raises(ApprovalNotAssigned, match="a approved approval .* already: it needs 2 more"):
+        store().decide_approval(record.id, True, "a", "again")
+    assert store().load_history(run_id)[0].status == "running" and tables().signals() == []
+    rejected = store().decide_approval(record.id, False, "b", "no")
+    assert (rejected["approved"], rejected["approvers"], rejected["remaining"]) == (False, ["a"], 0)
+    assert store().load_history(run_id)[0].output["data"] == rejected
+    assert store().approval(record.id).status == "rejected"
 
 
 # -- 6. JSON containment --

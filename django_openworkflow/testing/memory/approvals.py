@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import ApprovalClosed, ApprovalNotFound
-from ...store.approvals import closed_error
+from ...store.approvals import closed_error, sign_off
 from ...store.records import ApprovalRecord, NewApproval
 from .messages import MessageOps
 from .rows import ApprovalRow, SignalRow, _read, _stored
@@ -33,6 +33,8 @@ class ApprovalOps(MessageOps):
             form_fields=dict(approval.form_fields),
             initial=_stored(approval.initial),
             due_at=approval.due_at,
+            required=approval.required,
+            excluded=list(approval.excluded),
         )
         self.approvals[row.id] = row
         return row.id
@@ -68,19 +70,25 @@ class ApprovalOps(MessageOps):
                 raise ApprovalClosed(f"{what} timed out; it can no longer be decided")
             if row.status != OPEN:
                 raise closed_error(approval_id, row.status, row.decided_by, row.decided_at, row.form)
+            delivered, signoffs = {**fields, "by": by, "at": now.isoformat()}, row.signoffs
+            if not row.form:
+                signoffs, delivered = sign_off(approval_id, row.excluded, signoffs, row.required, delivered)
             run = self.runs.get(row.workflow_run_id)
             if run is None or run.is_finished:
                 raise ApprovalClosed(f"{what} cannot be decided: its run is {run.status if run else 'deleted'}")
+            delivered = _stored(delivered)
+            if delivered.get("remaining"):
+                row.signoffs = _stored(signoffs)
+                return _read(delivered)
             wait = self.attempts.get(row.attempt_id)
             if wait is None or wait.status != "running":
                 raise ApprovalClosed(f"{what} cannot be decided: its wait has ended")
-            delivered = _stored({**fields, "by": by, "at": now.isoformat()})
             key = f"approval:{approval_id}"
             signal = SignalRow(next(self._signal_ids), row.workflow_run_id, key, delivered, key, now, wait.id, now)
             self.signals[signal.id] = signal
             self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now)
             row.status, row.decided_by, row.decided_at = status, by, now
-            row.comment = fields.get("comment", "")
+            row.comment, row.signoffs = fields.get("comment", ""), _stored(signoffs)
             return _read(delivered)
 
 
@@ -101,4 +109,7 @@ def _record(row: ApprovalRow) -> ApprovalRecord:
         form_fields=dict(row.form_fields),
         initial=_read(row.initial),
         due_at=row.due_at,
+        required=row.required,
+        excluded=list(row.excluded),
+        signoffs=_read(row.signoffs),
     )

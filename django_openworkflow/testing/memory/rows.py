@@ -186,6 +186,9 @@ class ApprovalRow:
     form_fields: dict[str, str] = field(default_factory=dict)
     initial: dict[str, Any] | None = None
     due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
+    signoffs: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
