@@ -50,6 +50,18 @@ def test_a_test_decides_and_submits_on_the_database_as_a_person_would():
 
 
 @pytest.mark.django_db
+def test_a_model_form_is_a_tasks_form_too():
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": "tests.fixtures.testapp.forms.OrderForm", "initial": {"reference": "A-"}})
+    drain()
+    with pytest.raises(TaskFormInvalid, match="at most 40 characters"):
+        submit_task(handle, {"reference": "x" * 41}, by=ada)
+    submit_task(handle, {"reference": "A-9"}, by=ada)
+    drain()
+    assert handle.result()["data"] == {"reference": "A-9"} and not Order.objects.exists()
+
+
+@pytest.mark.django_db
 def test_advance_times_out_an_open_task_as_its_run_would_see_it():
     ada = User.objects.create_user("ada", is_superuser=True)
     handle = refund_details.run({"form": NOTE_FORM, "timeout": "1h", "due": "30m"})
