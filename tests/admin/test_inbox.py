@@ -135,6 +135,8 @@ def test_the_inbox_in_french_leaves_no_english(opened, django_user_model, locali
     # The approval's name, details, the run's workflow and the user's name are data, not English.
     left = [t for t in left_in_english(client, INBOX) if "refund" not in t.lower() and t != "ada"]
     assert left == [], left
+    # The column of the run is a workflow run's word, not the step kind's (French tells them apart).
+    assert "<th>Exécution</th>" in client.get(INBOX, HTTP_ACCEPT_LANGUAGE="fr").content.decode()
 
 
 def test_the_run_page_says_it_waits_for_an_approval_and_offers_no_signal_for_it(opened, admin_client):
