@@ -38,12 +38,13 @@ if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and ed
     from .client.approvals import decide_approval
     from .client.events import PublishedEvent, publish_event, send_event
     from .client.handle import RunHandle, get_run, send_signal
+    from .client.human_tasks import submit_task
     from .client.listing import RunPage, StepRecord, list_runs
     from .client.runs import start_run, start_runs
     from .client.schedules import backfill_schedule, trigger_schedule
     from .client.subjects import runs_for
     from .engine.aio import AsyncWorkflowContext
-    from .engine.approvals import ApprovalDecision
+    from .engine.approvals import ApprovalDecision, TaskSubmission
     from .engine.context import ChildRun, WorkflowContext
 
 __all__ = [
@@ -75,6 +76,7 @@ __all__ = [
     "StepRecord",
     "StepTimeout",
     "StepUsageError",
+    "TaskSubmission",
     "UnknownWorkflowError",
     "WorkflowCanceled",
     "WorkflowContext",
@@ -91,6 +93,7 @@ __all__ = [
     "send_signal",
     "start_run",
     "start_runs",
+    "submit_task",
     "trigger_schedule",
     "workflow",
 ]
@@ -135,14 +138,18 @@ def __getattr__(name: str) -> object:
         from .client import schedules
 
         return getattr(schedules, name)
-    if name == "ApprovalDecision":
-        from .engine.approvals import ApprovalDecision
+    if name in ("ApprovalDecision", "TaskSubmission"):
+        from .engine import approvals
 
-        return ApprovalDecision
+        return getattr(approvals, name)
     if name == "decide_approval":
         from .client.approvals import decide_approval
 
         return decide_approval
+    if name == "submit_task":
+        from .client.human_tasks import submit_task
+
+        return submit_task
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

@@ -127,18 +127,24 @@ def assignee_emails(assignees: dict[str, list[str]]) -> list[str]:
     return sorted({str(email) for email in found.values_list("email", flat=True) if email})
 
 
-def mail_assignees(*, run_id: Any, workflow_name: str, name: str, details: str, assignees: Any, **kwargs: Any) -> None:
+def mail_assignees(
+    *, run_id: Any, workflow_name: str, name: str, details: str, assignees: Any, form: str = "", **kwargs: Any
+) -> None:
     """The default ``APPROVAL_NOTIFY``: mail the assignees with an address a link to the Inbox (``send_mail``)."""
     recipients = assignee_emails(assignees)
     if not recipients:
         return
     link = inbox_link()
+    if form:  # a task that asks for a form (ctx.wait_for_input)
+        wants, subject, where = "your input", "Input needed", "Fill it in"
+    else:
+        wants, subject, where = "your approval", "Approval needed", "Decide"
     body = (
-        f"Run {run_id} of workflow {workflow_name!r} waits for your approval: {name}.\n"
+        f"Run {run_id} of workflow {workflow_name!r} waits for {wants}: {name}.\n"
         + (f"\n{details}\n" if details else "")
-        + (f"\nDecide in the inbox: {link}\n" if link else "")
+        + (f"\n{where} in the inbox: {link}\n" if link else "")
     )
-    send_mail(f"Approval needed: {name}"[:200], body, None, recipients, fail_silently=False, connection=connection())
+    send_mail(f"{subject}: {name}"[:200], body, None, recipients, fail_silently=False, connection=connection())
 
 
 MAIL_TIMEOUT = 30.0

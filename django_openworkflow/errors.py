@@ -133,6 +133,33 @@ class ApprovalClosed(ApprovalError):
         self.decided_by = decided_by
 
 
+class WrongTaskKind(ApprovalError):
+    """A yes/no decision sent to a task that asks for a form, or a form sent to a yes/no approval; nothing delivered."""
+
+
+class TaskFormUnavailable(ApprovalError):
+    """A task's form no longer imports, or a field the task opened with is gone or of another class.
+
+    The person submitting cannot fix it: the project's code changed under the
+    open task. Nothing was delivered; the task stays open until it is
+    submitted with a compatible form deployed, or it times out.
+    """
+
+
+class TaskFormInvalid(ApprovalError):
+    """A task's form did not validate; nothing was delivered.
+
+    ``errors`` holds the form's messages by field name (``"__all__"`` for the
+    form's own ``clean()``), ``form`` the bound form, to show again with its
+    errors.
+    """
+
+    def __init__(self, message: str, errors: dict[str, list[str]], form: Any = None) -> None:
+        super().__init__(message)
+        self.errors = errors
+        self.form = form
+
+
 class DeterminismError(OpenWorkflowError):
     """Replay took a different path from the one recorded in the journal."""
 

@@ -367,7 +367,9 @@ def retry_line(error: dict[str, Any] | None, available_at: datetime, now: dateti
 def wait_line(wait: StepAttempt, now: datetime) -> str:
     """``waiting for signal 'shipped' · times out in 2 h`` (an event, a child run likewise) for a waiting run."""
     context = wait.context if isinstance(wait.context, dict) else {}
-    if wait.kind == StepKind.SIGNAL and "approval" in context:
+    if wait.kind == StepKind.SIGNAL and "form" in context:
+        text = gettext("waiting for input %(name)s") % {"name": repr(str(context.get("approval")))}
+    elif wait.kind == StepKind.SIGNAL and "approval" in context:
         text = gettext("waiting for approval %(name)s") % {"name": repr(str(context["approval"]))}
     elif wait.kind == StepKind.SIGNAL:
         text = gettext("waiting for signal %(name)s") % {"name": repr(str(context.get("signal") or wait.step_name))}

@@ -48,10 +48,11 @@ call returns, even if a transaction around it rolls back later). ``run_id``, ``w
 ``signal_name``, ``delivered`` (a waiting step took it now), ``seconds``."""
 
 approval_opened = Signal()
-"""A run began waiting for an approval (``ctx.wait_for_approval``), sent by the worker once the approval is
-stored, at most once. ``run_id``, ``workflow_name``, ``step`` (the wait's step key), ``name``, ``details``,
-``assignees`` (``{"users", "groups", "permissions"}``), ``timeout_at``. ``OPENWORKFLOW["APPROVAL_NOTIFY"]``
-mails the assignees from it (``alerts.py``)."""
+"""A run began waiting for an approval (``ctx.wait_for_approval``) or a task's form, sent by the worker once
+the approval is stored, at most once. ``run_id``, ``workflow_name``, ``step`` (the wait's step key), ``name``,
+``details``, ``assignees`` (``{"users", "groups", "permissions"}``), ``timeout_at``; for a task that asks for a form
+(``ctx.wait_for_input``), ``form`` (its dotted path; "" for a yes/no approval) and ``due_at`` (or None).
+``OPENWORKFLOW["APPROVAL_NOTIFY"]`` mails the assignees from it (``alerts.py``)."""
 
 runs_pruned = Signal()
 """Retention deleted finished runs. ``count``: how many, ``workflow_name``: theirs (``sender`` too)."""

@@ -25,6 +25,7 @@ from django.test.utils import override_settings
 from django_openworkflow import RetryPolicy, send_event, send_signal, workflow
 from django_openworkflow.client import operations
 from django_openworkflow.client.approvals import decide_approval
+from django_openworkflow.client.human_tasks import submit_task
 from django_openworkflow.client.listing import list_runs
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.encryption import PREFIX, UNDECRYPTABLE_TEXT, key_id
@@ -64,8 +65,20 @@ def every_path(ctx: Any) -> Any:
     ctx.stream("log").write(f"line {secret}")
     signal = ctx.step.wait_for_signal("go", timeout="1h")
     event = ctx.step.wait_for_event("paid", event="encryption.paid", match={"order": ctx.input["order"]}, timeout="1h")
-    decision = ctx.wait_for_approval("ok", assignees="user:ada", details=f"approve {secret}", timeout="1h")
-    return {"first": first, "second": second, "signal": signal, "event": event, "comment": decision.comment}
+    decision = ctx.wait_for_approval(
+        "ok", assignees=["user:ada", "user:bob"], details=f"approve {secret}", timeout="1h", approvals_required=2
+    )
+    task = ctx.wait_for_input(
+        "note",
+        form="tests.fixtures.testapp.forms.NoteForm",
+        assignees="user:ada",
+        initial={"note": secret},
+        timeout="1h",
+    )
+    return {
+        "first": first, "second": second, "signal": signal, "event": event,
+        "comment": decision.comment, "note": task.data["note"],
+    }  # fmt: skip
 
 
 @workflow(name="encryption-fails", step_retry_policy=RetryPolicy(maximum_attempts=1))
@@ -116,7 +129,13 @@ def _run_every_path(run_worker: Any, ada: Any, secret: str = MARKER) -> Any:
     run_worker(until=lambda: is_parked(handle) and waits.filter(step_name="paid").exists())
     assert send_event("encryption.paid", {"order": 7, "note": secret}) == 1
     run_worker(until=lambda: Approval.objects.filter(workflow_run_id=handle.id).exists() and is_parked(handle))
-    decide_approval(Approval.objects.get(workflow_run_id=handle.id).id, ada, approved=True, comment=f"yes {secret}")
+    approval = Approval.objects.get(workflow_run_id=handle.id).id
+    decide_approval(approval, ada, approved=True, comment=f"yes {secret}")  # a sign-off kept until bob's
+    bob = type(ada).objects.create_user("bob")
+    decide_approval(approval, bob, approved=True, comment=f"also {secret}")
+    task = Approval.objects.filter(workflow_run_id=handle.id).exclude(id=approval)
+    run_worker(until=lambda: task.exists() and is_parked(handle))
+    submit_task(task.get().id, ada, {"note": f"noted {secret}"})
     run_worker(until=lambda: handle.status() == "completed")
     return handle
 
@@ -136,7 +155,7 @@ def test_no_payload_is_readable_in_any_table_and_every_face_shows_it_decrypted(
             "openworkflow_published_value", "openworkflow_stream_chunk", "openworkflow_approval",
         }  # fmt: skip
         assert payload_tables <= set(sealed)
-        assert "yes" not in LogEntry.objects.get().change_message
+        assert all(MARKER not in entry.change_message for entry in LogEntry.objects.all())
 
         output = handle.result()
         assert output == {
@@ -144,7 +163,8 @@ def test_no_payload_is_readable_in_any_table_and_every_face_shows_it_decrypted(
             "second": f"second try {MARKER}",
             "signal": {"said": MARKER},
             "event": {"order": 7, "note": MARKER},
-            "comment": f"yes {MARKER}",
+            "comment": f"also {MARKER}",  # the last sign-off's
+            "note": f"noted {MARKER}",
         }
         run = WorkflowRun.objects.get(id=failed.id)
         assert run.error["type"] == "StepFailed" and MARKER in run.error["message"] and MARKER in run.error["traceback"]
@@ -152,11 +172,13 @@ def test_no_payload_is_readable_in_any_table_and_every_face_shows_it_decrypted(
         assert first_try.error["message"] == f"first try failed with {MARKER}"
         assert handle.get_event("progress", timeout=0) == {"note": MARKER}
         assert list(handle.stream("log", follow=False)) == [f"line {MARKER}"]
-        assert Approval.objects.get().details == f"approve {MARKER}"
+        approval, task = Approval.objects.order_by("id")
+        assert approval.details == f"approve {MARKER}" and approval.signoffs[0]["comment"] == f"yes {MARKER}"
+        assert task.initial == {"note": MARKER}
 
         # The admin: the run's page, the failed run in the list (its error's message) and on its page.
         page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{handle.id}/change/")
-        assert page.status_code == 200 and f"second try {MARKER}" in page.text and f"yes {MARKER}" in page.text
+        assert page.status_code == 200 and f"second try {MARKER}" in page.text and f"also {MARKER}" in page.text
         assert f"first try failed with {MARKER}" in page.text and f"line {MARKER}" in page.text
         listed = admin_client.get("/admin/django_openworkflow/workflowrun/?status=failed")
         assert listed.status_code == 200 and f"boom {MARKER}" in listed.text

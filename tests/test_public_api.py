@@ -24,9 +24,10 @@ def test_the_public_names_are_the_documented_ones():
         """ApprovalDecision AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError EventNotPublished
         NonRetryableError OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent RateLimit ResultTimeout
         RetryAfter RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed
-        StepRecord StepTimeout StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed
-        WorkflowRegistrationError WorkflowSpec backfill_schedule decide_approval get_run list_runs publish_event
-        runs_for send_event send_signal start_run start_runs trigger_schedule workflow""".split()
+        StepRecord StepTimeout StepUsageError TaskSubmission UnknownWorkflowError WorkflowCanceled WorkflowContext
+        WorkflowFailed WorkflowRegistrationError WorkflowSpec backfill_schedule decide_approval get_run list_runs
+        publish_event runs_for send_event send_signal start_run start_runs submit_task trigger_schedule
+        workflow""".split()
     )
 
 

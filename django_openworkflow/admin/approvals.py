@@ -1,10 +1,14 @@
-"""The Inbox: the open approvals the current user may decide, with Approve and Reject.
+"""The Inbox: the open approvals and tasks the current user may decide, with Approve and Reject, or a form.
 
 Each row shows what is being approved (the approval's name and details),
 the run's workflow, a summary of its input and a link to its page, and
 when it times out; a form with a comment posts the decision, which
 :func:`django_openworkflow.client.approvals.decide_approval` checks
-(assignees, first decision wins), delivers and logs. Any staff user may
+(assignees, first decision wins), delivers and logs. A task that asks for
+a form (``ctx.wait_for_input``) links to its own page, where the project's
+form is rendered with its widgets; a submission the form refuses shows the
+form again with its errors and delivers nothing
+(:func:`django_openworkflow.client.human_tasks.submit_task`). Any staff user may
 open the inbox: it lists only what they may decide, and a decision by
 someone else is refused with 403.
 """
@@ -13,16 +17,26 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 
 from .. import formatting as fmt
 from ..client.approvals import approvals_for, decide_approval
-from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
+from ..client.human_tasks import open_task, submit_task
+from ..errors import (
+    ApprovalClosed,
+    ApprovalNotAssigned,
+    ApprovalNotFound,
+    InvalidArgument,
+    TaskFormInvalid,
+    TaskFormUnavailable,
+    WrongTaskKind,
+)
 from ..models import Approval
 from .markup import run_url, subject_link, workflow_url
 from .workers import RUNS_VIEW
@@ -59,6 +73,11 @@ class ApprovalAdmin(admin.ModelAdmin):
                 self.admin_site.admin_view(self.decide_view),
                 name="django_openworkflow_approval_decide",
             ),
+            path(
+                "<int:approval_id>/submit/",
+                self.admin_site.admin_view(self.submit_view),
+                name="django_openworkflow_approval_submit",
+            ),
             path("", self.admin_site.admin_view(self.changelist_view), name="django_openworkflow_approval_changelist"),
         ]
         return own
@@ -74,6 +93,8 @@ class ApprovalAdmin(admin.ModelAdmin):
                 "input": fmt.compact_json(approval.workflow_run.input, width=120),
                 "timeout": fmt.format_time(approval.timeout_at),
                 "opened": fmt.format_time(approval.created_at),
+                "due": fmt.format_time(approval.due_at) if approval.due_at else "",
+                "approved_by": ", ".join(signoff["by"] for signoff in approval.signoffs),
                 # The model instance the run belongs to, if any (a link to its admin page; not read).
                 "subject": subject_link(approval.workflow_run.subject_type, approval.workflow_run.subject_id or "")
                 if approval.workflow_run.subject_type
@@ -101,7 +122,7 @@ class ApprovalAdmin(admin.ModelAdmin):
         if decision not in ("approve", "reject"):
             raise Http404("No such decision.")
         try:
-            decide_approval(
+            decided = decide_approval(
                 approval_id, request.user, approved=decision == "approve", comment=request.POST.get("comment", "")
             )
         except ApprovalNotAssigned:
@@ -109,14 +130,72 @@ class ApprovalAdmin(admin.ModelAdmin):
         except ApprovalNotFound:
             raise Http404("No such approval.") from None
         except ApprovalClosed as exc:
-            if exc.decided_by:
-                said = gettext("This approval was already decided by %(who)s: the first decision counts.")
-            else:
-                said = gettext("This approval can no longer be decided: it timed out or its run has ended.")
-            self.message_user(request, said % {"who": exc.decided_by}, messages.ERROR)
-        except InvalidArgument as exc:
+            self._closed(request, exc)
+        except (InvalidArgument, WrongTaskKind) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
             said = gettext("Approved.") if decision == "approve" else gettext("Rejected.")
+            if decided["remaining"]:
+                said = ngettext(
+                    "Approved: %(n)s more approval is needed before the run goes on.",
+                    "Approved: %(n)s more approvals are needed before the run goes on.",
+                    decided["remaining"],
+                ) % {"n": decided["remaining"]}
             self.message_user(request, said)
         return HttpResponseRedirect(reverse(INBOX))
+
+    def submit_view(self, request: HttpRequest, approval_id: int) -> HttpResponse:
+        """A task's page: its form (GET), then the submission (POST), shown again with its errors if refused."""
+        if request.method not in ("GET", "POST"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        try:
+            if request.method == "POST":
+                submit_task(approval_id, request.user, request.POST)
+                self.message_user(request, gettext("Submitted."))
+                return HttpResponseRedirect(reverse(INBOX))
+            _, form = open_task(approval_id, request.user)
+        except ApprovalNotAssigned:
+            raise PermissionDenied from None
+        except ApprovalNotFound:
+            raise Http404("No such task.") from None
+        except ApprovalClosed as exc:
+            self._closed(request, exc, task=True)
+            return HttpResponseRedirect(reverse(INBOX))
+        except WrongTaskKind as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(reverse(INBOX))
+        except TaskFormUnavailable as exc:
+            return self._task_page(request, approval_id, None, str(exc))
+        except TaskFormInvalid as exc:
+            return self._task_page(request, approval_id, exc.form, "")
+        return self._task_page(request, approval_id, form, "")
+
+    def _task_page(self, request: HttpRequest, approval_id: int, form: Any, problem: str) -> HttpResponse:
+        """The task's page: what it is about, its run, and its form (with errors) or why it cannot be shown."""
+        approval = Approval.objects.select_related("workflow_run").get(id=approval_id)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "media": self.media + (form.media if form is not None else forms.Media()),
+            "title": approval.name,
+            "approval": approval,
+            "form": form,
+            "problem": problem,
+            "run_url": run_url(approval.workflow_run_id),
+            "input": fmt.compact_json(approval.workflow_run.input, width=120),
+            "timeout": fmt.format_time(approval.timeout_at),
+            "due": fmt.format_time(approval.due_at) if approval.due_at else "",
+            "can_view_runs": any(request.user.has_perm(name) for name in RUNS_VIEW),
+        }
+        return TemplateResponse(request, "django_openworkflow/task.html", context)
+
+    def _closed(self, request: HttpRequest, exc: ApprovalClosed, task: bool = False) -> None:
+        if exc.decided_by and task:
+            said = gettext("This task was already submitted by %(who)s: the first submission counts.")
+        elif exc.decided_by:
+            said = gettext("This approval was already decided by %(who)s: the first decision counts.")
+        elif task:
+            said = gettext("This task can no longer be submitted: it timed out or its run has ended.")
+        else:
+            said = gettext("This approval can no longer be decided: it timed out or its run has ended.")
+        self.message_user(request, said % {"who": exc.decided_by}, messages.ERROR)

@@ -1,10 +1,14 @@
-"""The API's approvals: the open ones the caller may decide, and deciding one.
+"""The API's approvals and tasks: the open ones the caller may decide, deciding one, submitting a task's form.
 
 Any authenticated user (session or token) may call them: the list holds
 only the approvals the user may decide, and a decision on another one is
 refused (403, ``not_assigned``), as in the admin's Inbox — the same check
 (:func:`django_openworkflow.client.approvals.decide_approval`). A second
 decision is told who decided first, in the message (409, ``already_decided``).
+A task that asks for a form is listed with its fields as JSON Schema
+(``form_schema.py``) and submitted with ``POST approvals/{id}/submit``; the
+form's own validation refuses with 400 ``invalid_form`` and its errors by
+field (:func:`django_openworkflow.client.human_tasks.submit_task`).
 """
 
 from __future__ import annotations
@@ -14,9 +18,19 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 
 from ..client.approvals import approvals_for, decide_approval
-from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
+from ..client.human_tasks import build_form, submit_task
+from ..errors import (
+    ApprovalClosed,
+    ApprovalError,
+    ApprovalNotAssigned,
+    ApprovalNotFound,
+    TaskFormInvalid,
+    TaskFormUnavailable,
+    WrongTaskKind,
+)
 from ..models import Approval
 from .fields import ApiError, _kind, json_response
+from .form_schema import form_schema
 from .views import _body, endpoint
 
 
@@ -34,7 +48,21 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "assignees": approval.assignees,
         "created_at": approval.created_at,
         "timeout_at": approval.timeout_at,
+        "due_at": approval.due_at,
+        "approvals_required": approval.required,
+        "approved_by": [signoff["by"] for signoff in approval.signoffs],
+        **_task_form(approval),
     }
+
+
+def _task_form(approval: Approval) -> dict[str, Any]:
+    """``kind``, and a task's ``form`` (its fields as JSON Schema) or the ``form_error`` saying why there is none."""
+    if not approval.form:
+        return {"kind": "decision", "form": None, "form_error": None}
+    try:
+        return {"kind": "input", "form": form_schema(build_form(approval)), "form_error": None}
+    except TaskFormUnavailable as exc:
+        return {"kind": "input", "form": None, "form_error": str(exc)}
 
 
 @endpoint(GET="user")
@@ -46,12 +74,31 @@ def approval_list(request: HttpRequest) -> HttpResponse:
     return json_response({"approvals": [approval_json(found) for found in approvals_for(request.user)]})
 
 
+def _approval_number(approval_id: str) -> int:
+    if not (approval_id.isascii() and approval_id.isdigit() and len(approval_id) < 19):
+        raise ApiError(404, "not_found", f"{approval_id!r:.40} is not an approval id")
+    return int(approval_id)
+
+
+REFUSALS: dict[type[ApprovalError], tuple[int, str]] = {
+    ApprovalNotFound: (404, "not_found"),
+    ApprovalNotAssigned: (403, "not_assigned"),
+    ApprovalClosed: (409, "already_decided"),  # the message names who decided first, and when
+    TaskFormUnavailable: (409, "form_unavailable"),
+    WrongTaskKind: (400, "wrong_kind"),
+}
+
+
+def _refused(exc: ApprovalError) -> ApiError:
+    """What deciding or submitting answers when it delivered nothing."""
+    status, code = next((answer for kind, answer in REFUSALS.items() if isinstance(exc, kind)), (400, "invalid"))
+    return ApiError(status, code, str(exc))
+
+
 @endpoint(POST="user")
 def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Approve (``"approved": true``) or reject, with an optional comment; the decision is delivered to the run."""
-    if not (approval_id.isascii() and approval_id.isdigit() and len(approval_id) < 19):
-        raise ApiError(404, "not_found", f"{approval_id!r:.40} is not an approval id")
-    number = int(approval_id)
+    number = _approval_number(approval_id)
     data = _body(request, {"approved": True, "comment": False})
     approved = data["approved"]
     if not isinstance(approved, bool):
@@ -63,10 +110,24 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         raise ApiError(400, "invalid", f"comment must be a string, not {_kind(comment)}", "comment")
     try:
         decision = decide_approval(number, request.user, approved=approved, comment=comment)
-    except ApprovalNotFound as exc:
-        raise ApiError(404, "not_found", str(exc)) from None
-    except ApprovalNotAssigned as exc:
-        raise ApiError(403, "not_assigned", str(exc)) from None
-    except ApprovalClosed as exc:  # the message names who decided first, and when
-        raise ApiError(409, "already_decided", str(exc)) from None
+    except ApprovalError as exc:
+        raise _refused(exc) from None
     return json_response({"approval_id": number, "decision": decision})
+
+
+@endpoint(POST="user")
+def approval_submit(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Submit a task's form: ``{"data": {field: value}}``, validated by the form; its data is delivered to the run."""
+    number = _approval_number(approval_id)
+    data = _body(request, {"data": True})["data"]
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid", f"data must be an object of the form's fields, not {_kind(data)}", "data")
+    try:
+        submission = submit_task(number, request.user, data)
+    except TaskFormInvalid as exc:
+        first = next(iter(exc.errors), None)
+        field = None if first in (None, "__all__") else f"data.{first}"
+        raise ApiError(400, "invalid_form", str(exc), field, errors=exc.errors) from None
+    except ApprovalError as exc:
+        raise _refused(exc) from None
+    return json_response({"approval_id": number, "submission": submission})

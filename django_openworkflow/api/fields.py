@@ -42,14 +42,19 @@ from ..store.queries import DISPLAY_STATUSES
 class ApiError(Exception):
     """An answer other than success: its status, a code a program can test, a message a person can read."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, field: str | None = None, errors: dict[str, list[str]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
+        self.errors = errors
 
     def response(self) -> HttpResponse:
-        """The error as the API answers it: ``{"error": {"code", "message", "field"}}``."""
-        body = {"error": {"code": self.code, "message": self.message, "field": self.field}}
-        return json_response(body, self.status)
+        """The error as the API answers it: ``{"error": {"code", "message", "field"}}``, and a form's ``errors``."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message, "field": self.field}
+        if self.errors is not None:
+            error["errors"] = self.errors
+        return json_response({"error": error}, self.status)
 
 
 def json_response(data: Any, status: int = 200) -> HttpResponse:

@@ -130,11 +130,17 @@ ERROR = {
                     "not_authenticated, malformed_token, unknown_token, revoked_token, expired_token, inactive_user, "
                     "permission_denied, csrf_failed, not_found, unknown_workflow, no_such_endpoint, "
                     "method_not_allowed, refused, run_finished, too_large, not_json, count_changed, not_assigned, "
-                    "already_decided",
+                    "already_decided, wrong_kind, invalid_form, form_unavailable",
                     "examples": ["invalid", "not_found", "refused", "permission_denied"],
                 },
                 "message": TEXT,
                 "field": {**OPTIONAL_TEXT, "description": "the field or parameter at fault, if one is"},
+                "errors": {
+                    "type": "object",
+                    "additionalProperties": {"type": "array", "items": TEXT},
+                    "description": "invalid_form only: the form's messages by field, '__all__' for the form's own "
+                    "clean()",
+                },
             },
         }
     },
@@ -206,6 +212,17 @@ DECISION = _object(
         "by": {**TEXT, "description": "the username of who decided"},
         "at": {"type": "string", "format": "date-time"},
         "comment": TEXT,
+        "approvers": {
+            "type": "array",
+            "items": TEXT,
+            "description": "the usernames of everyone who approved so far, in order",
+        },
+        "remaining": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "how many more approvals the approval needs (approvals_required): the decision is "
+            "delivered to the run once it is 0, or with a rejection",
+        },
     }
 )
 APPROVAL = _object(
@@ -227,6 +244,31 @@ APPROVAL = _object(
         ),
         "created_at": TIME,
         "timeout_at": TIME,
+        "due_at": {**TIME, "description": "when a task is due (it closes nothing); null when not set"},
+        "approvals_required": {
+            "type": "integer",
+            "minimum": 1,
+            "description": "how many distinct people must approve (a rejection by one rejects)",
+        },
+        "approved_by": {"type": "array", "items": TEXT, "description": "who approved so far, in order"},
+        "kind": {"enum": ["decision", "input"], "description": "a yes/no decision, or a task that asks for a form"},
+        "form": {
+            "type": ["object", "null"],
+            "description": "a task's form, its fields as JSON Schema (2020-12): types, bounds, choices, titles, "
+            "defaults, the required ones; null for a decision, or when the form cannot be shown (form_error)",
+        },
+        "form_error": {
+            **OPTIONAL_TEXT,
+            "description": "why a task's form cannot be shown: it no longer imports, or its fields changed since "
+            "the task opened; a submission is refused with 409 form_unavailable meanwhile",
+        },
+    }
+)
+SUBMISSION = _object(
+    {
+        "data": {"type": "object", "description": "the form's cleaned data as JSON"},
+        "by": {**TEXT, "description": "the username of who submitted it"},
+        "at": {"type": "string", "format": "date-time"},
     }
 )
 
@@ -259,9 +301,11 @@ def approval_paths() -> dict[str, Any]:
             "post": {
                 "summary": "Approve or reject an approval; the decision is delivered to its run",
                 "description": "Any authenticated user among the approval's assignees (403 not_assigned "
-                "otherwise). The first decision wins: a later one is answered 409 already_decided, whose message "
-                "names who decided first, and delivers nothing; so is a decision on an approval that timed out "
-                "or whose run has ended.",
+                "otherwise, and for a user the approval excludes or who approved it already). The first decision "
+                "wins: a later one is answered 409 already_decided, whose message names who decided first, and "
+                "delivers nothing; so is a decision on an approval that timed out or whose run has ended. An "
+                "approval that needs several approvals records each one and answers with remaining > 0 until the "
+                "last one needed, which is delivered with the list of approvers.",
                 "parameters": [approval_id],
                 "requestBody": _body(["approved"], {"approved": {"type": "boolean"}, "comment": COMMENT}),
                 "responses": {
@@ -269,6 +313,25 @@ def approval_paths() -> dict[str, Any]:
                         "the decision delivered", _object({"approval_id": {"type": "integer"}, "decision": DECISION})
                     ),
                     **_errors(400, 404, 409, 415),
+                },
+            }
+        },
+        "/approvals/{approval_id}/submit": {
+            "post": {
+                "summary": "Submit a task's form; its cleaned data is delivered to the run",
+                "description": "Any authenticated user among the task's assignees (403 not_assigned otherwise). "
+                "data holds the form's fields, as the task's form schema in GET approvals states them; the form "
+                "validates them, its clean() included, and a refusal is 400 invalid_form whose errors give its "
+                "messages by field. A yes/no approval is 400 wrong_kind. The first submission wins (409 "
+                "already_decided, naming who submitted); a form that no longer imports, or whose fields changed "
+                "since the task opened, is 409 form_unavailable. None of these delivers anything.",
+                "parameters": [approval_id],
+                "requestBody": _body(["data"], {"data": {"type": "object", "description": "the form's fields"}}),
+                "responses": {
+                    "200": _answer(
+                        "the data delivered", _object({"approval_id": {"type": "integer"}, "submission": SUBMISSION})
+                    ),
+                    **_errors(400, 404, 409, 413, 415),
                 },
             }
         },

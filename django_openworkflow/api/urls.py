@@ -27,6 +27,7 @@ urlpatterns: list[URLPattern] = [
     path("api/schedules/<str:name>/backfill", schedules.schedule_backfill, name="api-schedule-backfill"),
     path("api/approvals", approvals.approval_list, name="api-approvals"),
     path("api/approvals/<str:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
+    path("api/approvals/<str:approval_id>/submit", approvals.approval_submit, name="api-approval-submit"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -1,9 +1,11 @@
-"""Deciding approvals (``ctx.wait_for_approval``) and listing those a user may decide.
+"""Deciding approvals (``ctx.wait_for_approval``) and listing the approvals and tasks a user may decide.
 
-The one front door that the admin's inbox and the API call: the same
-assignee check, the same "first decision wins", the same audit trail (an
-entry in Django's admin log on the run, besides the decision in the run's
-journal).
+The one front door that the admin's inbox, the API and the test helpers
+call: the same assignee check, the same "first decision wins", the same
+audit trail (an entry in Django's admin log on the run, besides the
+decision in the run's journal). Tasks that ask for a form
+(``ctx.wait_for_input``) are submitted through ``human_tasks.py``, on the same
+checks.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ from django.db.models import Q, QuerySet
 
 from ..definitions.payload import check_text
 from ..encryption import is_on
-from ..errors import ApprovalNotAssigned, ApprovalNotFound, InvalidArgument
+from ..errors import ApprovalNotAssigned, ApprovalNotFound, InvalidArgument, WrongTaskKind
 from ..models import FINISHED_STATUSES, Approval, ApprovalStatus, WorkflowRun
 from ..store import get_backend
-from ..store.approvals import Decider, may_decide
+from ..store.approvals import Decider, closed_error, may_decide
+from ..store.backends.base import Backend
+from ..store.interface import ApprovalStore
+from ..store.records import ApprovalRecord
 
 INBOX_LIMIT = 200
 """The most approvals the inbox and the API list at once (the oldest first)."""
@@ -38,13 +43,18 @@ def open_approvals() -> QuerySet[Approval]:
 
 
 def approvals_for(user: Any, limit: int = INBOX_LIMIT) -> list[Approval]:
-    """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`)."""
+    """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`).
+
+    Not those that exclude the user, nor those the user approved already and that wait for others' approvals.
+    """
     found: list[Approval] = []
     decider = Decider(user)
+    username = user.get_username() if decider.active else ""
     # The scan reads no run payload: the inputs of the approvals found are read after, in one query.
     scan = open_approvals().defer("workflow_run__input", "workflow_run__output", "workflow_run__error")
     for approval in scan.iterator(chunk_size=500):
-        if decider.may(approval.assignees):
+        decided = username in approval.excluded or any(s["by"] == username for s in approval.signoffs)
+        if not decided and decider.may(approval.assignees):
             found.append(approval)
             if len(found) >= limit:
                 break
@@ -56,42 +66,82 @@ def approvals_for(user: Any, limit: int = INBOX_LIMIT) -> list[Approval]:
     return found
 
 
-def decide_approval(approval_id: int, user: Any, *, approved: bool, comment: str = "") -> dict[str, Any]:
+def decide_approval(
+    approval_id: int, user: Any, *, approved: bool, comment: str = "", store: ApprovalStore | None = None
+) -> dict[str, Any]:
     """Approve or reject approval ``approval_id`` as ``user``; returns the decision delivered to the run.
 
-    The decision, ``{"approved", "by", "at", "comment"}``, is what the run's
-    ``ctx.wait_for_approval`` returns (as an ``ApprovalDecision``), and is
-    recorded in the run's journal and in Django's admin log. Raises
+    The decision, ``{"approved", "by", "at", "comment", "approvers",
+    "remaining"}``, is what the run's ``ctx.wait_for_approval`` returns (as
+    an ``ApprovalDecision``), and is recorded in the run's journal and in
+    Django's admin log. An approval that needs several people's approvals
+    (``approvals_required``) records this one and delivers nothing until the
+    last one needed: ``remaining`` says how many more are needed (0 once
+    delivered); one rejection is delivered at once. Raises
     :class:`~django_openworkflow.errors.ApprovalNotAssigned` when ``user`` is
-    not an assignee (nor a superuser),
+    not an assignee (nor a superuser), is excluded from the approval, or
+    approved it already,
     :class:`~django_openworkflow.errors.ApprovalClosed` when it was decided
     first by someone else (``decided_by`` names them), timed out or its run
-    ended, and :class:`~django_openworkflow.errors.ApprovalNotFound`; none
-    of them delivered anything.
+    ended, :class:`~django_openworkflow.errors.WrongTaskKind` for a task
+    that asks for a form (:func:`~django_openworkflow.submit_task` it), and
+    :class:`~django_openworkflow.errors.ApprovalNotFound`; none of them
+    delivered anything. ``store``: an in-memory backend of
+    ``django_openworkflow.testing.memory`` (no admin log then), else the
+    workflow database.
     """
     if not isinstance(comment, str):
         raise InvalidArgument(f"comment must be a string, got {type(comment).__name__}", "comment")
     if len(comment) > COMMENT_LIMIT:
         raise InvalidArgument(f"comment is {len(comment)} characters long; the limit is {COMMENT_LIMIT}", "comment")
     check_text(comment, "comment")
-    approval = Approval.objects.filter(id=approval_id).only("id", "assignees", "name").first()
-    if approval is None:
+    backend: ApprovalStore = store or get_backend()
+    record = assigned(backend, approval_id, user, "decision")
+    decision = backend.decide_approval(approval_id, approved, user.get_username(), comment)
+    said = f"{'Approved' if approved else 'Rejected'} {record.name!r}"
+    if record.required > 1 and approved:
+        said += f" ({record.required - decision['remaining']} of {record.required})"
+    # The admin's log is not a payload column: with encryption on, the comment stays in the approval alone.
+    log_decision(backend, user, record, said + (f": {comment}" if comment and not is_on() else ""))
+    return decision
+
+
+def assigned(store: ApprovalStore, approval_id: int, user: Any, kind: str) -> ApprovalRecord:
+    """The approval or task ``user`` means to close, of ``kind``; the errors of :func:`decide_approval` else."""
+    record = store.approval(approval_id)
+    if record is None:
         raise ApprovalNotFound(f"no approval with id {approval_id}")
-    if not may_decide(user, approval.assignees):
+    if record.kind != kind:
+        if record.kind == "input":
+            raise WrongTaskKind(f"task {approval_id} ({record.name!r}) asks for a form: submit it, it takes no yes/no")
+        raise WrongTaskKind(f"approval {approval_id} ({record.name!r}) takes a yes/no decision, not a form")
+    if not may_decide(user, record.assignees):
+        noun = "task" if record.form else "approval"
         raise ApprovalNotAssigned(
-            f"{user.get_username() or 'this user'} may not decide approval {approval_id} ({approval.name!r}): "
+            f"{user.get_username() or 'this user'} may not decide {noun} {approval_id} ({record.name!r}): "
             "it is assigned to other users, groups or permissions"
         )
-    decision = get_backend().decide_approval(approval_id, approved, user.get_username(), comment)
-    run_id = Approval.objects.filter(id=approval_id).values_list("workflow_run_id", flat=True).get()
-    verb = "Approved" if approved else "Rejected"
+    return record
+
+
+def still_open(store: ApprovalStore, record: ApprovalRecord) -> None:
+    """Raise the :class:`~django_openworkflow.errors.ApprovalClosed` of a task that is decided or timed out already.
+
+    A hint before the work of validating a form: the close itself checks again, atomically.
+    """
+    if record.status != ApprovalStatus.OPEN:
+        raise closed_error(record.id, record.status, record.decided_by, record.decided_at, record.form)
+    if record.timeout_at <= store.now():
+        raise closed_error(record.id, ApprovalStatus.TIMED_OUT, "", None, record.form)
+
+
+def log_decision(store: ApprovalStore, user: Any, record: ApprovalRecord, message: str) -> None:
+    """The entry in Django's admin log on the run (the run's *History*); none for an in-memory store."""
+    if not isinstance(store, Backend):
+        return
     LogEntry.objects.log_actions(
         user_id=user.pk,
-        queryset=list(WorkflowRun.objects.filter(id=run_id)),
+        queryset=list(WorkflowRun.objects.filter(id=record.run_id)),
         action_flag=CHANGE,
-        # The admin's log is not a payload column: with encryption on, the comment stays in the approval alone.
-        change_message=f"{verb} {approval.name!r}"
-        + (f": {comment}" if comment and not is_on() else "")
-        + " (django-openworkflow)",
+        change_message=f"{message} (django-openworkflow)",
     )
-    return decision

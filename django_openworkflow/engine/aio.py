@@ -22,7 +22,7 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,7 +32,7 @@ from ..durations import Duration
 from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
-from .approvals import ApprovalDecision, wait_for_approval
+from .approvals import ApprovalDecision, TaskSubmission, wait_for_approval, wait_for_input
 from .attempt import StepAttemptInfo, reset_attempt, set_attempt
 from .children import ChildRun
 from .context import WorkflowContext
@@ -42,6 +42,8 @@ from .steps import StepApi
 from .threads import Ended, count_abandoned
 
 if TYPE_CHECKING:
+    from django import forms
+
     from ..definitions.registry import WorkflowSpec
 
 T = TypeVar("T")
@@ -267,11 +269,35 @@ class AsyncWorkflowContext(WorkflowContext):
             return super().scheduled_at
 
     def wait_for_approval(  # type: ignore[override]  # awaitable, as every wait of an async workflow
-        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+        self,
+        name: str,
+        *,
+        assignees: str | list[str],
+        timeout: Duration = "7d",
+        details: str = "",
+        approvals_required: int = 1,
+        exclude: str | Sequence[str] = (),
     ) -> Awaitable[ApprovalDecision | None]:
         """``await ctx.wait_for_approval(...)``: :meth:`WorkflowContext.wait_for_approval` in an async workflow."""
         self.step._wait_alone("wait_for_approval")
-        return self.step._now(wait_for_approval, self.step._sync, name, assignees, timeout, details)
+        return self.step._now(
+            wait_for_approval, self.step._sync, name, assignees, timeout, details, approvals_required, exclude
+        )
+
+    def wait_for_input(  # type: ignore[override]  # awaitable, as every wait of an async workflow
+        self,
+        name: str,
+        *,
+        form: type[forms.BaseForm] | str,
+        assignees: str | list[str],
+        initial: dict[str, Any] | None = None,
+        details: str = "",
+        timeout: Duration = "7d",
+        due: Duration | datetime | None = None,
+    ) -> Awaitable[TaskSubmission | None]:
+        """``await ctx.wait_for_input(...)``: :meth:`WorkflowContext.wait_for_input` in an async workflow."""
+        self.step._wait_alone("wait_for_input")
+        return self.step._now(wait_for_input, self.step._sync, name, form, assignees, initial, details, timeout, due)
 
 
 def call_async(spec: WorkflowSpec, ctx: AsyncWorkflowContext) -> Any:

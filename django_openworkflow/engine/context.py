@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..definitions.cron import scheduled_time
 from ..definitions.payload import to_json_value
@@ -12,7 +13,7 @@ from ..encryption import unreadable_payload
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
-from .approvals import ApprovalDecision, wait_for_approval
+from .approvals import ApprovalDecision, TaskSubmission, wait_for_approval, wait_for_input
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew, FailRun, engine_error
@@ -20,7 +21,10 @@ from .progress import Progress, RunStream
 from .slice import Slice, current_step
 from .steps import StepApi
 
-__all__ = ["ApprovalDecision", "ChildRun", "RunStream", "WorkflowContext"]
+if TYPE_CHECKING:
+    from django import forms
+
+__all__ = ["ApprovalDecision", "ChildRun", "RunStream", "TaskSubmission", "WorkflowContext"]
 
 _UNREAD = object()
 
@@ -121,7 +125,14 @@ class WorkflowContext:
         return current_attempt()
 
     def wait_for_approval(
-        self, name: str, *, assignees: str | list[str], timeout: Duration = "7d", details: str = ""
+        self,
+        name: str,
+        *,
+        assignees: str | list[str],
+        timeout: Duration = "7d",
+        details: str = "",
+        approvals_required: int = 1,
+        exclude: str | Sequence[str] = (),
     ) -> ApprovalDecision | None:
         """Park until someone among ``assignees`` approves or rejects; return the :class:`ApprovalDecision`.
 
@@ -132,8 +143,43 @@ class WorkflowContext:
         what is being approved, in the inbox. Returns ``None`` on timeout,
         like ``ctx.step.wait_for_signal``; the approval then leaves the
         inbox. A replay returns the journaled decision.
+
+        Sign-off by several people: with ``approvals_required=N`` the run
+        goes on once N distinct assignees approved, or as soon as one
+        rejects. ``exclude``: users (``"user:<username>"``) who may not
+        decide it whatever their groups or permissions, superusers
+        included — the person who asked for it, say (segregation of
+        duties, enforced by the server).
         """
-        return wait_for_approval(self.step, name, assignees, timeout, details)
+        return wait_for_approval(self.step, name, assignees, timeout, details, approvals_required, exclude)
+
+    def wait_for_input(
+        self,
+        name: str,
+        *,
+        form: type[forms.BaseForm] | str,
+        assignees: str | list[str],
+        initial: dict[str, Any] | None = None,
+        details: str = "",
+        timeout: Duration = "7d",
+        due: Duration | datetime | None = None,
+    ) -> TaskSubmission | None:
+        """Park until someone among ``assignees`` fills in and submits ``form``; return the :class:`TaskSubmission`.
+
+        ``form`` is a Django ``Form`` or ``ModelForm`` class, or its dotted
+        path (a class is stored by its path: it must import by it, from the
+        web server's process too); it may have no file field. The Inbox
+        renders it with its widgets, the API publishes its fields as JSON
+        Schema, and a submission is validated by the form itself (its
+        ``clean()`` included) before anything is delivered.
+        ``initial``: the form's initial values (JSON; a model instance as
+        its primary key). ``assignees``, ``details`` and ``timeout`` are
+        :meth:`wait_for_approval`'s. ``due``: when the task is due (a
+        duration from now, or an aware datetime, before the timeout),
+        shown in the Inbox and the API; it closes nothing. Returns ``None``
+        on timeout. A replay returns the journaled submission.
+        """
+        return wait_for_input(self.step, name, form, assignees, initial, details, timeout, due)
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change called ``name``.

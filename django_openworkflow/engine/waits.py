@@ -31,6 +31,8 @@ def approval_opened(s: Slice, key: str, approval: NewApproval) -> None:
         details=approval.details,
         assignees=approval.assignees,
         timeout_at=approval.timeout_at,
+        form=approval.form,
+        due_at=approval.due_at,
     )
 
 
@@ -81,11 +83,11 @@ class WaitSteps:
         context: dict[str, Any],
         signal_name: str | None = None,
         event_type: str | None = None,
-        approval: Callable[[datetime], NewApproval] | None = None,
+        approval: Callable[[datetime, datetime], NewApproval] | None = None,
     ) -> dict[str, Any] | None:
         """The shared wait: returns the delivered output dict, or None on timeout; parks otherwise.
 
-        ``approval`` makes the approval a new wait opens, given its timeout (``approvals.py``).
+        ``approval`` makes the approval a new wait opens, given the time and its timeout (``approvals.py``).
         """
         s = self._slice
         wait = parse_duration(timeout)
@@ -103,7 +105,7 @@ class WaitSteps:
                 key, kind, StepStatus.RUNNING, started_at=now, context={**context, "timeout_at": timeout_at.isoformat()}
             )
             until = s.park_limit(timeout_at)
-            opens = None if approval is None else approval(timeout_at)
+            opens = None if approval is None else approval(now, timeout_at)
             signal = s.wait_for_delivery(
                 insert=insert, park_until=until, signal_name=signal_name, event_type=event_type, approval=opens
             )

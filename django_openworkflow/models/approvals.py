@@ -1,4 +1,5 @@
-"""Approvals: a run waiting for a person's decision (``ctx.wait_for_approval``), listed in the admin's inbox."""
+"""Human tasks: a run waiting for a person's decision (``ctx.wait_for_approval``) or a form
+(``ctx.wait_for_input``), listed in the admin's inbox."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from .fields import PayloadTextField
+from .fields import PayloadField, PayloadTextField
 from .runs import StepAttempt, WorkflowDatabaseManager, WorkflowRun
 
 
@@ -15,11 +16,25 @@ class ApprovalStatus(models.TextChoices):
     OPEN = "open", _("open")
     APPROVED = "approved", _("approved")
     REJECTED = "rejected", _("rejected")
+    SUBMITTED = "submitted", _("submitted")
     TIMED_OUT = "timed_out", _("timed out")
 
 
 class Approval(models.Model):
-    """One approval a run waits for: who may decide it, and the decision once taken.
+    """One human task a run waits for: who may decide it, and the decision once taken.
+
+    A yes/no approval, or, when ``form`` names a Django form, a task that
+    asks for that form's data (``ctx.wait_for_input``): ``form_fields``
+    holds the class of each field when the task opened (a submission
+    against a form changed since is refused), ``initial`` the form's
+    initial data, ``due_at`` when it is due (shown; it closes nothing).
+
+    A yes/no approval may need ``required`` approvals from distinct people
+    (sign-off by several): ``signoffs`` holds those given so far
+    (``{"by", "at", "comment"}``), and the decision is delivered with the
+    last one needed, or with the first rejection. ``excluded`` names the
+    users who may not decide it whatever their groups or permissions
+    (segregation of duties).
 
     Written with the run's signal wait, in the same fenced transaction; one
     per (run, step key). The assignees are data (usernames or user ids, group
@@ -42,6 +57,13 @@ class Approval(models.Model):
     decided_by = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = PayloadTextField(blank=True, default="")
+    form = models.CharField(max_length=255, blank=True, default="")
+    form_fields = models.JSONField(default=dict, blank=True)
+    initial = PayloadField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    required = models.PositiveSmallIntegerField(default=1)
+    excluded = models.JSONField(default=list, blank=True)
+    signoffs = PayloadField(default=list, blank=True)  # their comments are payloads
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
@@ -56,4 +78,4 @@ class Approval(models.Model):
         indexes = [models.Index(fields=["status", "id"], name="owf_approval_status_idx")]
 
     def __str__(self) -> str:
-        return f"approval {self.name} of {self.workflow_run_id}"
+        return f"{'task' if self.form else 'approval'} {self.name} of {self.workflow_run_id}"

@@ -1,4 +1,5 @@
-"""Approvals: the row a ``ctx.wait_for_approval`` writes with its wait, and deciding it.
+"""Approvals and tasks: the row a ``ctx.wait_for_approval`` or ``ctx.wait_for_input`` writes with its wait,
+and deciding or submitting it.
 
 The wait is a signal wait (kind ``signal``, context ``{"approval": name}``)
 that only a decision completes: ``send_signal`` does not reach it. The
@@ -7,11 +8,17 @@ approval row is written in the same fenced transaction as the wait
 ``timed_out`` in the transaction that journals the timeout
 (``WaitOps.expire_wait``).
 
-Deciding (:meth:`ApprovalOps.decide_approval`) locks the run row, as a
-signal's sender and the worker's fence do, then moves the row from ``open``
-with a conditional ``UPDATE ... WHERE status = 'open'``: of two concurrent
-decisions, the one whose update counts wins; the other is told who won.
-The decision is delivered as the wait's signal in the same transaction.
+Deciding (:meth:`ApprovalOps.decide_approval`) or submitting a task's form
+(:meth:`ApprovalOps.submit_task`) locks the run row, as a signal's sender
+and the worker's fence do, then the approval row, then moves the row from
+``open`` with a conditional ``UPDATE ... WHERE status = 'open'``: of two
+concurrent decisions, the one whose update counts wins; the other is told
+who won. The decision (or the form's data) is delivered as the wait's
+signal in the same transaction. An approval that needs several people's
+approvals records each as a sign-off under the same locks, so two
+approvers at once are counted one after the other, and the decision is
+delivered with the last one needed (or the first rejection). The users it
+excludes are refused here, whoever calls.
 Who may decide is resolved against ``django.contrib.auth`` when someone
 decides (:func:`may_decide`): the assignees are stored as data.
 """
@@ -24,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from ..errors import ApprovalClosed, ApprovalNotFound
+from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
 from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES
 from .journal import JournalOps
-from .records import NewApproval
+from .records import ApprovalRecord, NewApproval
 
 
 def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
@@ -72,7 +79,7 @@ class Decider:
 
 
 class ApprovalOps(JournalOps):
-    """Writing an approval with its wait, and deciding it, in the sender's transaction."""
+    """Writing an approval with its wait, reading it, and deciding it, in the sender's transaction."""
 
     if TYPE_CHECKING:  # from MessageOps, next to this class in the backend
         _deliver: Callable[[StepAttempt, dict[str, Any], Any], bool]
@@ -88,62 +95,160 @@ class ApprovalOps(JournalOps):
             assignees=approval.assignees,
             created_at=now,
             timeout_at=approval.timeout_at,
+            form=approval.form,
+            form_fields=approval.form_fields,
+            initial=approval.initial,
+            due_at=approval.due_at,
+            required=approval.required,
+            excluded=approval.excluded,
         )
         return int(row.id)
+
+    def approval(self, approval_id: int) -> ApprovalRecord | None:
+        """The approval or task with this id, or None."""
+        row = Approval.objects.filter(id=approval_id).first()
+        return None if row is None else _record(row)
+
+    def run_approvals(self, run_id: Any) -> list[ApprovalRecord]:
+        """The approvals and tasks a run opened, oldest first."""
+        return [_record(row) for row in Approval.objects.filter(workflow_run_id=run_id).order_by("id")]
 
     def decide_approval(self, approval_id: int, approved: bool, by: str, comment: str) -> dict[str, Any]:
         """Decide an open approval and deliver the decision to its run's wait; returns the decision.
 
         The decision is ``{"approved", "by", "at" (ISO 8601, the database
-        clock), "comment"}``. Raises :class:`ApprovalNotFound`, or
-        :class:`ApprovalClosed` (decided before, timed out, or the run ended)
-        having written nothing. Permissions are the caller's to check.
+        clock), "comment", "approvers", "remaining"}``: who approved, and how
+        many approvals are still needed. An approval that needs several
+        (``required``) records this one as a sign-off and delivers nothing
+        until the last one needed (``remaining`` > 0 until then); a rejection
+        rejects at once. Raises :class:`ApprovalNotFound`,
+        :class:`ApprovalNotAssigned` for an excluded user or one who approved
+        already, or :class:`ApprovalClosed` (decided before, timed out, or
+        the run ended), having written nothing. The assignees are the
+        caller's to check.
         """
+        status = ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED
+        return self._close(approval_id, status, by, {"approved": bool(approved), "comment": comment})
+
+    def submit_task(self, approval_id: int, by: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Close an open task with its form's data (JSON, validated by the caller) and deliver it; returns it.
+
+        The submission is ``{"data", "by", "at"}``; the errors are
+        :meth:`decide_approval`'s.
+        """
+        return self._close(approval_id, ApprovalStatus.SUBMITTED, by, {"data": data})
+
+    def _close(self, approval_id: int, status: str, by: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Move an open approval to ``status`` and deliver ``fields`` with who and when, in one transaction."""
         with self.write_lock(), transaction.atomic(using=self.alias):
-            found = (
-                Approval.objects.filter(id=approval_id)
-                .values_list("workflow_run_id", "attempt_id", "timeout_at")
-                .first()
-            )
-            if found is None:
+            run_id = Approval.objects.filter(id=approval_id).values_list("workflow_run_id", flat=True).first()
+            if run_id is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
-            run_id, attempt_id, timeout_at = found
-            status = WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            run_status = (
+                WorkflowRun.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            )
+            # Locked after the run, as the worker's writes do: sign-offs are read and written one caller at a time.
+            row = Approval.objects.select_for_update().get(id=approval_id)
             now = self.now()
-            if timeout_at is not None and timeout_at <= now:
+            if row.timeout_at <= now:
                 # Timed out, though no worker has journaled the timeout yet (workers down or behind).
-                raise ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
-            decision = {"approved": bool(approved), "by": by, "at": now.isoformat(), "comment": comment}
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} timed out; it can no longer be decided")
+            if row.status != ApprovalStatus.OPEN:
+                raise closed_error(approval_id, row.status, row.decided_by, row.decided_at, row.form)
+            delivered = {**fields, "by": by, "at": now.isoformat()}
+            if not row.form:
+                row.signoffs, delivered = sign_off(approval_id, row.excluded, row.signoffs, row.required, delivered)
+            if run_status is None or run_status in FINISHED_STATUSES:
+                raise ApprovalClosed(
+                    f"{_noun(row.form, approval_id)} cannot be decided: its run is {run_status or 'deleted'}"
+                )
+            if delivered.get("remaining"):
+                Approval.objects.filter(id=approval_id).update(signoffs=row.signoffs)
+                return delivered
             won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
-                status=ApprovalStatus.APPROVED if approved else ApprovalStatus.REJECTED,
-                decided_by=by,
-                decided_at=now,
-                comment=comment,
+                status=status, decided_by=by, decided_at=now, comment=fields.get("comment", ""), signoffs=row.signoffs
             )
             if not won:
                 raise _closed(approval_id)
-            if status is None or status in FINISHED_STATUSES:
-                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its run is {status or 'deleted'}")
             signal = Signal.objects.create(
                 workflow_run_id=run_id,
                 name=f"approval:{approval_id}",
-                data=decision,
+                data=delivered,
                 idempotency_key=f"approval:{approval_id}",
-                consumed_by_id=attempt_id,
+                consumed_by_id=row.attempt_id,
                 consumed_at=now,
             )
-            wait = StepAttempt.objects.get(id=attempt_id)
-            if not self._deliver(wait, {"signal_id": signal.id, "data": decision}, now):
-                raise ApprovalClosed(f"approval {approval_id} cannot be decided: its wait has ended")
-            return decision
+            wait = StepAttempt.objects.get(id=row.attempt_id)
+            if not self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now):
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} cannot be decided: its wait has ended")
+            return delivered
+
+
+def sign_off(
+    approval_id: int, excluded: list[str], signoffs: list[dict[str, Any]], required: int, decision: dict[str, Any]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A yes/no decision on an approval that may need several: the sign-offs, and the decision.
+
+    An approval adds a sign-off; a rejection adds none and needs no more.
+    The decision gains ``approvers`` and ``remaining``. Raises
+    :class:`ApprovalNotAssigned` for an excluded user, or one who approved
+    already (every backend's rule).
+    """
+    by = decision["by"]
+    if by in excluded:
+        raise ApprovalNotAssigned(
+            f"{by} may not decide approval {approval_id}: the workflow excludes them from it (segregation of duties)"
+        )
+    if any(signoff["by"] == by for signoff in signoffs):
+        raise ApprovalNotAssigned(
+            f"{by} approved approval {approval_id} already: it needs {required - len(signoffs)} more approval(s), "
+            "from other people"
+        )
+    if decision["approved"]:
+        signoffs = [*signoffs, {"by": by, "at": decision["at"], "comment": decision["comment"]}]
+    remaining = max(required - len(signoffs), 0) if decision["approved"] else 0
+    approvers = [signoff["by"] for signoff in signoffs]
+    return signoffs, {**decision, "approvers": approvers, "remaining": remaining}
+
+
+def _record(row: Approval) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=row.id,
+        run_id=row.workflow_run_id,
+        step_key=row.step_key,
+        name=row.name,
+        details=row.details,
+        assignees=row.assignees,
+        status=row.status,
+        created_at=row.created_at,
+        timeout_at=row.timeout_at,
+        decided_by=row.decided_by,
+        decided_at=row.decided_at,
+        form=row.form,
+        form_fields=row.form_fields,
+        initial=row.initial,
+        due_at=row.due_at,
+        required=row.required,
+        excluded=list(row.excluded or []),
+        signoffs=list(row.signoffs or []),
+    )
+
+
+def _noun(form: str, approval_id: int) -> str:
+    return f"task {approval_id}" if form else f"approval {approval_id}"
 
 
 def _closed(approval_id: int) -> ApprovalClosed:
     """Why an approval is no longer open, naming who decided it first."""
-    row = Approval.objects.filter(id=approval_id).values_list("status", "decided_by", "decided_at").first()
+    row = Approval.objects.filter(id=approval_id).values_list("status", "decided_by", "decided_at", "form").first()
     assert row is not None
-    status, by, at = row
+    return closed_error(approval_id, *row)
+
+
+def closed_error(approval_id: int, status: str, by: str, at: datetime | None, form: str) -> ApprovalClosed:
+    """The error for a decision on an approval or task that is ``status`` already (every backend's words)."""
+    what = _noun(form, approval_id)
     if status == ApprovalStatus.TIMED_OUT:
-        return ApprovalClosed(f"approval {approval_id} timed out; it can no longer be decided")
+        return ApprovalClosed(f"{what} timed out; it can no longer be decided")
     when = f" at {at.isoformat()}" if at is not None else ""
-    return ApprovalClosed(f"approval {approval_id} was already {status} by {by or 'someone'}{when}", decided_by=by)
+    return ApprovalClosed(f"{what} was already {status} by {by or 'someone'}{when}", decided_by=by)

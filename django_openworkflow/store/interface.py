@@ -1,4 +1,4 @@
-"""What the engine and the slice runner need of a store: two protocols, met by every backend.
+"""What the engine, the slice runner and the approvals need of a store: protocols met by every backend.
 
 The engine is handed its store (``execute_slice(store, claimed)``), and so
 are the :class:`~django_openworkflow.worker.runner.SliceRunner` and the
@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from .records import (
+    ApprovalRecord,
     AttemptRecord,
     ChildStart,
     ClaimedRun,
@@ -30,7 +31,7 @@ from .records import (
     RunOutcome,
 )
 
-__all__ = ["EngineStore", "WorkerStore"]
+__all__ = ["ApprovalStore", "EngineStore", "WorkerStore"]
 
 
 class EngineStore(Protocol):
@@ -135,3 +136,21 @@ class WorkerStore(EngineStore, Protocol):
     def cancel_requested_among(self, run_ids: list[Any]) -> set[Any]: ...
 
     def free_place(self, concurrency_key: str, *, skip_if_quiet: bool = False) -> tuple[Any, str] | None: ...
+
+
+class ApprovalStore(Protocol):
+    """What deciding an approval and submitting a task call (``client/approvals.py``, ``client/human_tasks.py``).
+
+    A database backend, or the in-memory one of ``django_openworkflow.testing``
+    (the test helpers ``decide`` and ``submit_task`` drive either).
+    """
+
+    def now(self) -> datetime: ...
+
+    def approval(self, approval_id: int) -> ApprovalRecord | None: ...
+
+    def run_approvals(self, run_id: Any) -> list[ApprovalRecord]: ...
+
+    def decide_approval(self, approval_id: int, approved: bool, by: str, comment: str) -> dict[str, Any]: ...
+
+    def submit_task(self, approval_id: int, by: str, data: dict[str, Any]) -> dict[str, Any]: ...

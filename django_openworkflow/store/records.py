@@ -170,12 +170,53 @@ class AttemptUpdate:
 
 @dataclass(frozen=True)
 class NewApproval:
-    """The approval a new wait opens: its name, what is approved, and who may decide (``store/approvals.py``)."""
+    """The approval a new wait opens: its name, what is approved, and who may decide (``store/approvals.py``).
+
+    A task that asks for a form (``ctx.wait_for_input``) names it too: its
+    dotted path, the class of each of its fields, its initial data, and when
+    it is due. A yes/no approval may need ``required`` approvals from
+    distinct people, none of the ``excluded`` usernames.
+    """
 
     name: str
     details: str
     assignees: dict[str, list[str]]
     timeout_at: datetime
+    form: str = ""
+    form_fields: dict[str, str] = field(default_factory=dict)
+    initial: dict[str, Any] | None = None
+    due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ApprovalRecord:
+    """An approval or a task as the client reads it to decide it (``store/approvals.py``)."""
+
+    id: int
+    run_id: Any
+    step_key: str
+    name: str
+    details: str
+    assignees: dict[str, list[str]]
+    status: str
+    created_at: datetime
+    timeout_at: datetime
+    decided_by: str = ""
+    decided_at: datetime | None = None
+    form: str = ""
+    form_fields: dict[str, str] = field(default_factory=dict)
+    initial: dict[str, Any] | None = None
+    due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
+    signoffs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        """``"input"`` for a task that asks for a form, ``"decision"`` for a yes/no approval."""
+        return "input" if self.form else "decision"
 
 
 @dataclass

@@ -49,6 +49,8 @@ PAYLOAD_COLUMNS: tuple[tuple[type[models.Model], str], ...] = (
     (StreamChunk, "data"),
     (Approval, "details"),
     (Approval, "comment"),
+    (Approval, "initial"),
+    (Approval, "signoffs"),
 )
 """Every column encryption covers, as (model, field name)."""
 

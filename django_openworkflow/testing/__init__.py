@@ -13,6 +13,9 @@ Three ways to use them, from the least to the most automatic::
 
     advance("1d"); drain()        # time travel: sleeps, wait timeouts, deadlines, scheduled starts
 
+    decide(handle, approved=True, by="ada"); drain()            # a person's decision, no admin needed
+    submit_task(handle, {"amount": "12.50"}, by="ada"); drain()  # a task's form, validated by the form
+
 and ``OPENWORKFLOW["DISPATCH"] = "django_openworkflow.testing.EagerDispatcher"``,
 which executes each started run to completion as soon as its start commits
 (like Celery's eager mode). The pytest plugin (registered through the
@@ -59,6 +62,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..definitions.flow import DEFAULT_QUEUE
 from ..durations import Duration, parse_duration
+from .human_tasks import decide, submit_task
 from .overrides import override_openworkflow
 from .replay import assert_replays, check_replay
 
@@ -77,10 +81,12 @@ __all__ = [
     "advance",
     "assert_replays",
     "check_replay",
+    "decide",
     "drain",
     "execute_eagerly",
     "override_openworkflow",
     "run_workflows",
+    "submit_task",
 ]
 
 logger = logging.getLogger("django_openworkflow.testing")
@@ -331,8 +337,8 @@ class WorkflowRunner:
         """Move every unfinished run ``duration`` into the future: as if that much time had passed.
 
         Due times, the resume times of sleeps, the timeouts of signal, event
-        and child waits, deadlines, and the recent starts that rate limits
-        count all move back by ``duration``. Nothing is executed: call
+        and child waits (and of approvals and tasks), deadlines, and the recent
+        starts that rate limits count all move back by ``duration``. Nothing is executed: call
         :meth:`drain` next. Returns how many unfinished runs were moved.
         """
         from django.db import transaction
@@ -364,17 +370,23 @@ class WorkflowRunner:
 def _shift_runs(run_ids: list[Any], delta: timedelta, *, waits: bool) -> None:
     """Inside a transaction: move the runs' open sleeps and deadlines back by ``delta`` (not their due times).
 
-    With ``waits``, the timeouts of open signal, event and child waits too.
+    With ``waits``, the timeouts of open signal, event and child waits too, and
+    the timeouts and due times of their open approvals and tasks (a decision
+    after the timeout is refused).
     """
     from django.db.models import F
     from django.utils.dateparse import parse_datetime
 
-    from ..models import StepAttempt, WorkflowRun
+    from ..models import Approval, ApprovalStatus, StepAttempt, WorkflowRun
     from ..states import StepKind, StepStatus
 
     if not run_ids or not delta:
         return
     WorkflowRun.objects.filter(id__in=run_ids, deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
+    if waits:
+        Approval.objects.filter(workflow_run_id__in=run_ids, status=ApprovalStatus.OPEN).update(
+            timeout_at=F("timeout_at") - delta, due_at=F("due_at") - delta
+        )
     kinds = [StepKind.SLEEP, StepKind.SIGNAL, StepKind.EVENT, StepKind.WORKFLOW] if waits else [StepKind.SLEEP]
     open_steps = StepAttempt.objects.filter(workflow_run_id__in=run_ids, status=StepStatus.RUNNING, kind__in=kinds)
     for attempt_id, kind, context in open_steps.values_list("id", "kind", "context"):

@@ -135,6 +135,8 @@ def test_the_inbox_in_french_leaves_no_english(opened, django_user_model, locali
     # The approval's name, details, the run's workflow and the user's name are data, not English.
     left = [t for t in left_in_english(client, INBOX) if "refund" not in t.lower() and t != "ada"]
     assert left == [], left
+    # The column of the run is a workflow run's word, not the step kind's (French tells them apart).
+    assert "<th>Exécution</th>" in client.get(INBOX, HTTP_ACCEPT_LANGUAGE="fr").content.decode()
 
 
 def test_the_run_page_says_it_waits_for_an_approval_and_offers_no_signal_for_it(opened, admin_client):
@@ -142,3 +144,23 @@ def test_the_run_page_says_it_waits_for_an_approval_and_offers_no_signal_for_it(
     page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{handle.id}/change/").content.decode()
     assert "waiting for approval &#x27;refund&#x27;" in page
     assert "the run waits for it" not in page  # no "Send signal 'refund'" form: only a decision reaches the wait
+
+
+def test_the_inbox_counts_sign_offs_and_drops_an_approval_its_user_signed_or_is_excluded_from(
+    run_worker, django_user_model
+):
+    handle = refund.run({"amount": 9, "required": 2, "exclude": ["user:eve"]})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    approval = Approval.objects.get(workflow_run_id=handle.id)
+    ada, bob = _login(django_user_model, "ada", "managers"), _login(django_user_model, "bob", "managers")
+    eve = _login(django_user_model, "eve", "managers")
+    assert "approvals: 0 of 2" in ada.get(INBOX).content.decode()
+    assert "Refund 9 EUR" not in eve.get(INBOX).content.decode()
+    assert eve.post(f"{INBOX}{approval.id}/decide/", {"decision": "approve"}).status_code == 403
+    answer = ada.post(f"{INBOX}{approval.id}/decide/", {"decision": "approve"}, follow=True).content.decode()
+    assert "Approved: 1 more approval is needed before the run goes on." in answer
+    assert "Refund 9 EUR" not in answer  # ada signed off: nothing left for her to decide
+    assert "approvals: 1 of 2 (ada)" in bob.get(INBOX).content.decode() and not Signal.objects.exists()
+    bob.post(f"{INBOX}{approval.id}/decide/", {"decision": "approve"})
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["approvers"] == ["ada", "bob"]

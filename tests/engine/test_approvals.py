@@ -46,7 +46,9 @@ def test_a_group_member_approves_and_the_run_gets_the_decision(run_worker, djang
     decision = decide_approval(approval.id, ada, approved=True, comment="ok, loyal customer")
     assert (decision["approved"], decision["by"], decision["comment"]) == (True, "ada", "ok, loyal customer")
     run_worker(until=lambda: handle.status() == "completed")
-    assert handle.result() == {"approved": True, "by": "ada", "comment": "ok, loyal customer", "at": decision["at"]}
+    assert handle.result() == {
+        "approved": True, "by": "ada", "comment": "ok, loyal customer", "at": decision["at"], "approvers": ["ada"]
+    }  # fmt: skip
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by, approval.comment) == ("approved", "ada", "ok, loyal customer")
     wait = StepAttempt.objects.get(workflow_run_id=handle.id, step_name="refund")
@@ -240,3 +242,58 @@ def test_a_real_worker_process_delivers_the_inbox_decision(workers, django_user_
     decide_approval(Approval.objects.get().id, ada, approved=False, comment="too late")
     result = handle.result(timeout=30)
     assert (result["approved"], result["by"], result["comment"]) == (False, "ada", "too late")
+
+
+def test_sign_off_by_several_people_with_the_requester_excluded(run_worker, django_user_model):
+    """Two distinct managers must approve; the one who asked may not, superuser or not; one rejection rejects."""
+    import json
+
+    from django.test import Client
+
+    from django_openworkflow.models import ApiToken
+
+    ada = django_user_model.objects.create_superuser("ada", password="pw")  # asked for the refund
+    bob, cy = _user(django_user_model, "bob", "managers"), _user(django_user_model, "cy", "managers")
+    handle, approval = _opened(run_worker, {"required": 2, "exclude": ["user:ada"]})
+    assert (approval.required, approval.excluded) == (2, ["ada"])
+    assert approvals_for(ada) == [] and [found.id for found in approvals_for(bob)] == [approval.id]
+    _, token = ApiToken.objects.create_token(ada, "test")
+    api = Client(headers={"Authorization": f"Bearer {token}"})
+    url = f"/workflows/api/approvals/{approval.id}/decide"
+    refused = api.post(url, json.dumps({"approved": True}), content_type="application/json")
+    assert (refused.status_code, refused.json()["error"]["code"]) == (403, "not_assigned")
+    assert "excludes them from it (segregation of duties)" in refused.json()["error"]["message"]
+    first = decide_approval(approval.id, bob, approved=True, comment="fine")
+    assert (first["remaining"], first["approvers"]) == (1, ["bob"])
+    assert not Signal.objects.exists() and approvals_for(bob) == []  # recorded, nothing delivered yet
+    with pytest.raises(ApprovalNotAssigned, match="bob approved approval .* already: it needs 1 more"):
+        decide_approval(approval.id, bob, approved=True)
+    assert is_parked(handle)
+    last = decide_approval(approval.id, cy, approved=True)
+    assert (last["remaining"], last["approvers"]) == (0, ["bob", "cy"])
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["approvers"] == ["bob", "cy"] and handle.result()["by"] == "cy"
+    assert [entry.change_message for entry in LogEntry.objects.order_by("id")] == [
+        "Approved 'refund' (1 of 2): fine (django-openworkflow)", "Approved 'refund' (2 of 2) (django-openworkflow)"
+    ]  # fmt: skip
+    rejected, second = _opened(run_worker, {"required": 3})
+    decide_approval(second.id, bob, approved=True)
+    assert decide_approval(second.id, cy, approved=False, comment="no")["approvers"] == ["bob"]
+    run_worker(until=lambda: rejected.status() == "completed")
+    assert rejected.result()["approved"] is False and rejected.result()["approvers"] == ["bob"]
+    with pytest.raises(ApprovalClosed, match="already rejected by cy"):
+        decide_approval(second.id, ada, approved=True)
+
+
+@pytest.mark.parametrize(
+    ("inp", "message"),
+    [
+        ({"required": 0}, "approvals_required must be a whole number from 1 to 100, got 0"),
+        ({"required": True}, "approvals_required must be a whole number"),
+        ({"exclude": ["group:managers"]}, "exclude 'group:managers' is not 'user:<username>'"),
+    ],
+)
+def test_a_bad_approvals_required_or_exclude_fails_the_run_naming_it(run_worker, inp, message):
+    handle = refund.run(inp)
+    run_worker(until=lambda: handle.status() == "failed")
+    assert message in handle.fetch().error["message"] and not Approval.objects.exists()

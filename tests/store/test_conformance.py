@@ -20,6 +20,7 @@ promises:
 4. idempotency keys: one run per (workflow, key) under concurrent starts, keys
    compared byte for byte, signals and events deduplicated;
 5. signal and event delivery: open waits completed, signals buffered FIFO;
+   approvals and tasks opened with their wait and closed once;
 6. JSON containment with PostgreSQL's ``@>`` rules, on every database;
 7. the clock: aware UTC, right even when the session's time zone is not UTC;
 8. the backend class made for the database, and its settings checks.
@@ -49,6 +50,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from django_openworkflow.conf import owf_settings
+from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
 from django_openworkflow.models import (
     FINISHED_STATUSES,
     Event,
@@ -68,6 +70,7 @@ from django_openworkflow.store.records import (
     DeliveredSignal,
     Fence,
     LeaseLost,
+    NewApproval,
     NewAttempt,
     ProgressWrite,
 )
@@ -855,6 +858,103 @@ def test_an_event_wakes_only_the_waits_whose_pattern_its_payload_contains():
     assert tables().attempt(wait_43).status == "running"
     assert store().claim_run(run_42, "w2", LEASE) is not None
     assert store().claim_run(run_43, "w2", LEASE) is None
+
+
+def opened_task(timeout_at=None, worker="w1", **approval):
+    """A held run parked on a new wait that opens a task (a form's); returns (run id, wait id, the task's record).
+
+    ``approval``: the fields of a yes/no approval instead (``required``, ``excluded``).
+    """
+    run_id, now = held(worker).run.id, db_now()
+    assignees = {"users": ["ada"], "groups": [], "permissions": []}
+    form = {} if approval else {"form": "x.Form", "form_fields": {"a": "f.CharField"}, "initial": {"a": 1}}
+    opens = NewApproval("ok", "why", assignees, timeout_at or now + LATER, **form, **approval)
+    new_wait = attempt("ok", "signal", context={"approval": "ok", "form": "x.Form"})
+    wait_id, delivered = store().wait_for_delivery(
+        Fence(run_id, worker, now), park_until=now + LATER, insert=new_wait, approval=opens
+    )
+    assert delivered is None
+    (record,) = store().run_approvals(run_id)
+    return run_id, wait_id, record
+
+
+def test_a_task_opened_with_its_wait_is_closed_once_and_delivered_to_the_wait():
+    run_id, wait_id, record = opened_task()
+    assert store().approval(record.id) == record and store().approval(record.id + 1000) is None
+    assert (record.status, record.kind, record.step_key, record.assignees["users"]) == ("open", "input", "ok", ["ada"])
+    assert (record.form, record.form_fields, record.initial) == ("x.Form", {"a": "f.CharField"}, {"a": 1})
+    names = iter(range(THREADS))
+
+    def submit():
+        by = f"u{next(names)}"  # next() on one iterator from many threads: the GIL hands each its own
+        try:
+            return store().submit_task(record.id, by, {"a": by})
+        except ApprovalClosed as exc:
+            return exc
+
+    results = race(submit, n=THREADS)
+    (won,) = [result for result in results if isinstance(result, dict)]
+    assert won["data"] == {"a": won["by"]} and won["at"]
+    assert {exc.decided_by for exc in results if isinstance(exc, ApprovalClosed)} == {won["by"]}
+    (history,) = store().load_history(run_id)
+    assert history.id == wait_id and history.status == "completed" and history.output["data"] == won
+    (signal,) = tables().signals()
+    assert history.output["signal_id"] == signal.id and signal.consumed_by_id == wait_id
+    closed = store().approval(record.id)
+    assert (closed.status, closed.decided_by) == ("submitted", won["by"])
+    with pytest.raises(ApprovalClosed, match=f"task {record.id} was already submitted by {won['by']} at "):
+        store().decide_approval(record.id, True, "late", "")
+    assert store().claim_run(run_id, "w2", LEASE) is not None  # the parked run is due
+
+
+def test_a_task_past_its_timeout_is_refused_before_and_after_the_worker_journals_it():
+    run_id, wait_id, record = opened_task(timeout_at=db_now() - timedelta(seconds=1))
+    with pytest.raises(ApprovalClosed, match="timed out"):
+        store().submit_task(record.id, "ada", {})
+    assert store().approval(record.id).status == "open"  # no worker has journaled the timeout yet
+    claimed = reclaim(run_id, "w1")
+    assert store().expire_wait(Fence(run_id, "w1", claimed.clock()), attempt_id=wait_id) is None
+    assert store().approval(record.id).status == "timed_out"
+    with pytest.raises(ApprovalNotFound):
+        store().decide_approval(record.id + 1000, True, "ada", "")
+    assert tables().signals() == []
+
+
+def test_an_approval_needing_two_sign_offs_is_delivered_with_the_second_of_many_at_once():
+    run_id, wait_id, record = opened_task(required=2, excluded=["boss"])
+    assert (record.kind, record.required, record.excluded, record.signoffs) == ("decision", 2, ["boss"], [])
+    with pytest.raises(ApprovalNotAssigned, match="excludes them"):
+        store().decide_approval(record.id, True, "boss", "")
+    names = iter(range(THREADS))
+
+    def approve():
+        by = f"u{next(names)}"  # next() on one iterator from many threads: the GIL hands each its own
+        try:
+            return store().decide_approval(record.id, True, by, by)
+        except ApprovalClosed as exc:
+            return exc
+
+    results = race(approve, n=THREADS)
+    decisions = sorted((r for r in results if isinstance(r, dict)), key=lambda r: r["remaining"])
+    assert [d["remaining"] for d in decisions] == [0, 1]  # counted one after the other: one delivery
+    delivered, first = decisions
+    assert delivered["approvers"] == [first["by"], delivered["by"]] and first["approvers"] == [first["by"]]
+    (history,) = store().load_history(run_id)
+    assert history.status == "completed" and history.output["data"] == delivered and len(tables().signals()) == 1
+    closed = store().approval(record.id)
+    assert closed.status == "approved" and [s["by"] for s in closed.signoffs] == delivered["approvers"]
+
+
+def test_one_rejection_rejects_an_approval_needing_several_and_nobody_approves_twice():
+    run_id, wait_id, record = opened_task(required=3)
+    assert store().decide_approval(record.id, True, "a", "yes")["remaining"] == 2
+    with pytest.raises(ApprovalNotAssigned, match="a approved approval .* already: it needs 2 more"):
+        store().decide_approval(record.id, True, "a", "again")
+    assert store().load_history(run_id)[0].status == "running" and tables().signals() == []
+    rejected = store().decide_approval(record.id, False, "b", "no")
+    assert (rejected["approved"], rejected["approvers"], rejected["remaining"]) == (False, ["a"], 0)
+    assert store().load_history(run_id)[0].output["data"] == rejected
+    assert store().approval(record.id).status == "rejected"
 
 
 # -- 6. JSON containment --

@@ -26,7 +26,8 @@ class Backend(QueueOps, RunOps, WaitOps, MessageOps):
       :meth:`insert_run`, :meth:`get_run`, :meth:`cancel_runs`,
       :meth:`wake_run`, :meth:`retry_failed_run`, :meth:`send_signal`,
       :meth:`send_event`, :meth:`parent_run_id`, :meth:`child_run_ids`,
-      and :meth:`decide_approval` (``approvals.py``, below ``waits.py``).
+      and :meth:`approval`, :meth:`run_approvals`, :meth:`decide_approval`,
+      :meth:`submit_task` (``approvals.py``, below ``waits.py``).
 
     Subclasses per database override the hooks of
     :class:`~django_openworkflow.store.core.BackendCore` and, where their

@@ -6,7 +6,7 @@ of :class:`~django_openworkflow.store.backends.base.Backend` that the engine,
 the slice runner, the worker loop, the client and the backend conformance
 suite (``tests/store/test_conformance.py``) call -- claims and leases,
 fenced journal writes, history, children, idempotent starts, signals,
-events, the clock -- and returns the same records (``store/records.py``).
+events, approvals and human tasks, the clock -- and returns the same records (``store/records.py``).
 The conformance suite runs every test on it as well as on the database, so
 it keeps the same promises: a worker that lost its run gets ``LeaseLost``
 and writes nothing, values round-trip as JSON, keys compare byte for byte,
@@ -14,7 +14,7 @@ event patterns match with PostgreSQL's containment rules.
 
 It is modeled on procrastinate's ``InMemoryConnector``: the tables are
 dicts of rows (:class:`RunRow`, :class:`AttemptRow`, :class:`SignalRow`,
-:class:`EventRow`, with the models' field names) that a test may read
+:class:`EventRow`, :class:`ApprovalRow`, with the models' field names) that a test may read
 under :attr:`InMemoryBackend.lock` to check or set up state.
 
 What it does not do: share anything across processes (each instance is
@@ -27,7 +27,8 @@ concurrent threads see each operation as one transaction, serialized.
 
 Its operations are grouped as the database backends' are: ``queue.py``
 (claims, leases), ``journal.py`` (history, fenced writes), ``runs.py``
-(starts, cancels, wakes, retries) and ``messages.py`` (signals, events),
+(starts, cancels, wakes, retries), ``messages.py`` (signals, events) and
+``approvals.py`` (approvals and tasks, decided once),
 each a mixin over ``core.py`` (the tables of ``rows.py``, the lock, the
 clock and the fence).
 
@@ -48,19 +49,29 @@ from typing import TYPE_CHECKING, Any
 from ...definitions.flow import DEFAULT_QUEUE
 from ...definitions.payload import to_json_value
 from ...durations import Duration, parse_duration
+from .approvals import ApprovalOps
 from .journal import JournalOps
-from .messages import MessageOps
 from .queue import QueueOps
-from .rows import AttemptRow, EventRow, RunRow, SignalRow
+from .rows import ApprovalRow, AttemptRow, EventRow, RunRow, SignalRow
 
 if TYPE_CHECKING:
     from ...definitions.registry import WorkflowSpec
     from ...engine.execute import SliceResult
 
-__all__ = ["AttemptRow", "Clock", "EventRow", "InMemoryBackend", "RunRow", "SignalRow", "drain", "start"]
+__all__ = [
+    "ApprovalRow",
+    "AttemptRow",
+    "Clock",
+    "EventRow",
+    "InMemoryBackend",
+    "RunRow",
+    "SignalRow",
+    "drain",
+    "start",
+]
 
 
-class InMemoryBackend(QueueOps, JournalOps, MessageOps):
+class InMemoryBackend(QueueOps, JournalOps, ApprovalOps):
     """The store's operations on dicts of rows, for tests that need no database (see the module's docstring).
 
     Thread safety: see :class:`~django_openworkflow.testing.memory.core.MemoryCore`; every

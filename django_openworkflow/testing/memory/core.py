@@ -29,7 +29,7 @@ from ...store.records import (
 
 if TYPE_CHECKING:
     pass
-from .rows import RUN_COLUMNS, AttemptRow, EventRow, RunRow, SignalRow, _Fenced, _read, _spawns, _stored
+from .rows import RUN_COLUMNS, ApprovalRow, AttemptRow, EventRow, RunRow, SignalRow, _Fenced, _read, _spawns, _stored
 
 
 class MemoryCore:
@@ -53,6 +53,7 @@ class MemoryCore:
         self.attempts: dict[int, AttemptRow] = {}
         self.signals: dict[int, SignalRow] = {}
         self.events: dict[int, EventRow] = {}
+        self.approvals: dict[int, ApprovalRow] = {}
         # What runs publish and stream (ctx.publish, ctx.stream): key -> (position, value), and each stream's chunks.
         self.published: dict[tuple[uuid.UUID, str], tuple[int, Any]] = {}
         self.chunks: dict[tuple[uuid.UUID, str], list[Any]] = {}
@@ -61,6 +62,7 @@ class MemoryCore:
         self._attempt_ids = itertools.count(1)
         self._signal_ids = itertools.count(1)
         self._event_ids = itertools.count(1)
+        self._approval_ids = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {len(self.runs)} runs>"

@@ -19,15 +19,15 @@ from ...store.records import (
     NewAttempt,
     RunOutcome,
 )
-
-if TYPE_CHECKING:
-    pass
 from .core import MemoryCore
 from .rows import RunRow, SignalRow, _Fenced, _read, _stored
 
 
 class JournalOps(MemoryCore):
     """History and fenced journal writes."""
+
+    if TYPE_CHECKING:  # from ApprovalOps (approvals.py), next to this class in the backend
+        _open_approval: Callable[[Any, int, str, NewApproval, datetime], int]
 
     def load_history(self, run_id: Any) -> list[AttemptRecord]:
         """Every attempt of the run, oldest first."""
@@ -147,14 +147,8 @@ class JournalOps(MemoryCore):
     ) -> tuple[int | None, DeliveredSignal | None]:
         """A signal or event wait: record it (a new signal wait takes the oldest buffered signal) or park.
 
-        Approvals (``ctx.wait_for_approval``) need Django's users and the
-        admin's inbox: this backend raises ``NotImplementedError`` for them.
+        A new wait for an approval or a task writes its approval row too (``approvals.py``).
         """
-        if approval is not None:
-            raise NotImplementedError(
-                "ctx.wait_for_approval() needs a database backend (the admin's inbox and Django's users "
-                "decide it); the in-memory backend does not keep approvals: test it with the database"
-            )
         run_id, now = fence.run_id, fence.now
         with self.lock:
             run = self._fence_keeping_completions(fence)
@@ -163,6 +157,8 @@ class JournalOps(MemoryCore):
             attempt_id = waiting_attempt_id
             if insert is not None:
                 attempt_id = self._insert_attempt(run_id, insert, now)
+                if approval is not None:
+                    self._open_approval(run_id, attempt_id, insert.step_name, approval, now)
                 if signal_name is not None:
                     signal = self._consume_signal(run_id, signal_name, attempt_id, now)
                     if signal is not None:
@@ -195,6 +191,9 @@ class JournalOps(MemoryCore):
                 return None
             if wait.status == StepStatus.RUNNING:
                 wait.status, wait.output, wait.finished_at = StepStatus.COMPLETED, {"timed_out": True}, now
+                for approval in self.approvals.values():
+                    if approval.attempt_id == attempt_id and approval.status == "open":
+                        approval.status = "timed_out"
                 return None
             return _read(wait.output)
 

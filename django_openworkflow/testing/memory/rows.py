@@ -166,6 +166,32 @@ class EventRow:
 
 
 @dataclass
+class ApprovalRow:
+    """An approval or a human task a run waits for (``Approval``); its statuses are ``ApprovalStatus``'s values."""
+
+    id: int
+    workflow_run_id: uuid.UUID
+    attempt_id: int
+    step_key: str
+    name: str
+    details: str
+    assignees: dict[str, list[str]]
+    created_at: datetime
+    timeout_at: datetime
+    status: str = "open"
+    decided_by: str = ""
+    decided_at: datetime | None = None
+    comment: str = ""
+    form: str = ""
+    form_fields: dict[str, str] = field(default_factory=dict)
+    initial: dict[str, Any] | None = None
+    due_at: datetime | None = None
+    required: int = 1
+    excluded: list[str] = field(default_factory=list)
+    signoffs: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class _Fenced:
     """What a fenced write does besides committing its pending changes (the arguments of ``_commit``)."""
 

@@ -1,0 +1,97 @@
+"""``testing.decide`` and ``testing.submit_task``: a test drives approvals and tasks without the admin.
+
+On the workflow database, inside the test's transaction (with ``drain()``),
+and on the in-memory backend, with no database at all (no ``django_db``
+mark there: a query would fail the test).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, User
+
+from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, TaskFormInvalid
+from django_openworkflow.testing import advance, decide, drain, submit_task
+from django_openworkflow.testing.memory import InMemoryBackend, start
+from django_openworkflow.testing.memory import drain as drain_memory
+from tests.engine.test_human_tasks import async_task
+from tests.fixtures.testapp.models import Order
+from tests.fixtures.testapp.workflows import refund, refund_details
+
+NOTE_FORM = "tests.fixtures.testapp.forms.NoteForm"
+
+
+@pytest.mark.django_db
+def test_a_test_decides_and_submits_on_the_database_as_a_person_would():
+    ada = User.objects.create_user("ada")
+    ada.groups.add(Group.objects.create(name="managers"))
+    User.objects.create_user("eve")
+    approval, task = refund.run({"amount": 5}), refund_details.run({"order": 7})
+    with pytest.raises(ApprovalNotFound, match="has no open approval: a run opens it when it reaches the wait"):
+        decide(approval, approved=True, by="ada")
+    drain()
+    with pytest.raises(ApprovalNotAssigned):
+        decide(approval, approved=True, by="eve")
+    decision = decide(approval, approved=False, by="ada", comment="too much")
+    assert (decision["approved"], decision["by"], decision["comment"]) == (False, "ada", "too much")
+    order = Order.objects.create(reference="A-7")
+    with pytest.raises(TaskFormInvalid) as refused:
+        submit_task(task, {"amount": "1", "reason": "late"}, by=ada)
+    assert set(refused.value.errors) == {"order", "refund_on"}
+    data = {"amount": "1.10", "reason": "late", "order": order.pk, "refund_on": "2026-12-01"}
+    submitted = submit_task(task.id, data, by=ada, name="details")
+    drain()
+    assert approval.result()["comment"] == "too much" and task.result()["data"] == submitted["data"]
+    assert submitted["data"]["amount"] == "1.10"
+    with pytest.raises(ApprovalNotFound, match="no open task named 'details'"):
+        submit_task(task, data, by=ada, name="details")
+    with pytest.raises(ValueError, match="no user has the username 'nobody'"):
+        decide(approval, approved=True, by="nobody")
+
+
+@pytest.mark.django_db
+def test_a_model_form_is_a_tasks_form_too():
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": "tests.fixtures.testapp.forms.OrderForm", "initial": {"reference": "A-"}})
+    drain()
+    with pytest.raises(TaskFormInvalid, match="at most 40 characters"):
+        submit_task(handle, {"reference": "x" * 41}, by=ada)
+    submit_task(handle, {"reference": "A-9"}, by=ada)
+    drain()
+    assert handle.result()["data"] == {"reference": "A-9"} and not Order.objects.exists()
+
+
+@pytest.mark.django_db
+def test_advance_times_out_an_open_task_as_its_run_would_see_it():
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": NOTE_FORM, "timeout": "1h", "due": "30m"})
+    drain()
+    advance("2h")  # the task's timeout is past: a submission now is refused, before any worker journals it
+    with pytest.raises(ApprovalClosed, match="timed out"):
+        submit_task(handle, {"note": "late"}, by=ada)
+    drain()
+    assert handle.result() == {"timed_out": True}
+
+
+def test_on_the_memory_backend_without_a_database():
+    backend = InMemoryBackend()
+    ada = User(username="ada")  # never saved: an assignee by username needs no query
+    root = User(username="root", is_superuser=True)
+    approval = start(backend, refund, {"amount": 5, "assignees": ["user:ada"]})
+    task = start(backend, refund_details, {"form": NOTE_FORM, "assignees": "user:ada"})
+    both = start(backend, async_task)
+    drain_memory(backend)
+    assert decide(approval, approved=True, by=ada, store=backend)["by"] == "ada"
+    with pytest.raises(TaskFormInvalid, match="note: This field is required"):
+        submit_task(task, {}, by=ada, store=backend)
+    submit_task(task, {"note": "hello"}, by=ada, store=backend)
+    submit_task(both, {"note": "first"}, by=root, store=backend)
+    drain_memory(backend)
+    decide(both, approved=False, by=root, store=backend)
+    drain_memory(backend)
+    outcomes = [backend.run_outcome(run_id) for run_id in (approval, task, both)]
+    assert [outcome.status for outcome in outcomes] == ["completed"] * 3
+    assert outcomes[0].output["approved"] is True and outcomes[1].output["data"] == {"note": "hello"}
+    assert outcomes[2].output == {"note": "first", "by": "root", "approved": False}
+    [row] = [row for row in backend.approvals.values() if row.workflow_run_id == task]
+    assert (row.status, row.decided_by) == ("submitted", "ada")
