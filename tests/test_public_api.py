@@ -21,12 +21,13 @@ def test_every_public_name_imports_from_the_top_level(name):
 def test_the_public_names_are_the_documented_ones():
     # A name dropped from __all__ (or added without a thought) shows up here.
     assert sorted(django_openworkflow.__all__) == sorted(
-        """ApprovalDecision AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError EventNotPublished
-        NonRetryableError OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent RateLimit ResultTimeout
-        RetryAfter RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed
-        StepRecord StepTimeout StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed
-        WorkflowRegistrationError WorkflowSpec backfill_schedule decide_approval get_run list_runs publish_event
-        runs_for send_event send_signal start_run start_runs trigger_schedule workflow""".split()
+        """ApprovalDecision AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError
+        EventNotPublished ForgetRefused Forgotten NonRetryableError OnEvent OpenWorkflowError PayloadError
+        ProgressTimeout PublishedEvent RateLimit ResultTimeout RetryAfter RetryPolicy RunFailure RunHandle
+        RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed StepRecord StepTimeout
+        StepUsageError UnknownWorkflowError WorkflowCanceled WorkflowContext WorkflowFailed
+        WorkflowRegistrationError WorkflowSpec backfill_schedule decide_approval forget get_run list_runs
+        publish_event runs_for send_event send_signal start_run start_runs trigger_schedule workflow""".split()
     )
 
 
