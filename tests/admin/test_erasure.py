@@ -35,6 +35,8 @@ def test_forget_from_the_admin(run_worker: Any, admin_client: Client, django_use
     assert f"forget/?subject={subject.replace(':', '%3A')}" in admin_client.get(f"{RUNS}?subject={subject}").text
     assert "forget/?subject=" in admin_client.get(f"/shop-admin/testapp/order/{order.pk}/change/").text
 
+    bad = admin_client.get(f"{RUNS}forget/?subject=shop.nothing:1", follow=True)
+    assert bad.redirect_chain[-1][0] == RUNS and "is no installed model" in bad.text
     shown = admin_client.get(page)
     assert shown.status_code == 200 and str(live.id) in shown.text and "Cancel them first" in shown.text
     refused = admin_client.post(page, follow=True)

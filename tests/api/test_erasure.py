@@ -36,6 +36,8 @@ def test_forget_through_the_api(run_worker: Any, django_user_model: Any) -> None
     refused = allowed.post(URL, body, content_type="application/json")
     assert refused.status_code == 409 and str(live.id) in refused.json()["error"]["message"]
     assert not WorkflowRun.objects.filter(erased_at__isnull=False).exists()
+    wrong = allowed.post(URL, {**body, "cancel_live": "yes"}, content_type="application/json")
+    assert wrong.status_code == 400 and wrong.json()["error"]["field"] == "cancel_live"
     missing = allowed.post(URL, {"subject": "testapp.order:999999"}, content_type="application/json")
     assert missing.status_code == 200 and missing.json()["erased"] == []  # a deleted object's runs: none here
 

@@ -6,6 +6,7 @@ the tables' raw rows with plain SQL, not through the fields that decrypt.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -16,8 +17,8 @@ from django_openworkflow.client import operations
 from django_openworkflow.client.approvals import decide_approval
 from django_openworkflow.errors import OperationRefused
 from django_openworkflow.models import Approval, StepAttempt, WorkflowRun
-from django_openworkflow.store import dashboard, queries
-from django_openworkflow.store.erasure import ERASED_TEXT
+from django_openworkflow.store import dashboard, get_backend, queries
+from django_openworkflow.store.erasure import ERASED_TEXT, Outcome, erase_run
 from tests.conftest import is_parked
 from tests.fixtures.testapp.models import Order
 from tests.test_encryption import KEY_A, encrypted, raw_rows, tables_holding
@@ -64,6 +65,12 @@ def every_path(ctx: Any) -> Any:
 
 @workflow(name="erasure-waits")
 def waits(ctx: Any) -> Any:
+    return ctx.step.wait_for_signal("never", timeout="1h")
+
+
+@workflow(name="erasure-compensates", compensate_on_cancel=True)
+def compensates(ctx: Any) -> Any:
+    ctx.step.run("book", lambda: {"ref": ctx.input["secret"]}, compensate=lambda booked: None)
     return ctx.step.wait_for_signal("never", timeout="1h")
 
 
@@ -145,11 +152,23 @@ def test_a_live_run_is_refused_with_its_id_or_canceled_first(run_worker: Any) ->
     with pytest.raises(ForgetRefused) as refused:
         forget(order)
     assert refused.value.run_ids == [live.id] and str(live.id) in str(refused.value)
+    # The store checks again in the erasing transaction: a run made due again meanwhile, or deleted, is left.
+    assert erase_run(get_backend(), live.id, "") is Outcome.LIVE
+    assert erase_run(get_backend(), uuid.uuid4(), "") is Outcome.GONE
     assert raw_rows() == before  # nothing erased, the finished run neither
 
     done = forget(order, cancel_live=True)
     assert done.canceled == [live.id] and set(done.erased) == {finished.id, live.id}
     assert live.status() == "canceled" and tables_holding(FORGET) == []
+
+    # A run that compensates on cancel is still live once asked to cancel: refused, erased once it ended.
+    undoing = compensates.run({"secret": FORGET}, subject=order)
+    run_worker(until=lambda: is_parked(undoing))
+    with pytest.raises(ForgetRefused, match="being canceled"):
+        forget(order, cancel_live=True)
+    assert FORGET in repr(raw_rows()["openworkflow_run"])
+    run_worker(until=lambda: undoing.status() == "canceled")
+    assert forget(order).erased == [undoing.id] and tables_holding(FORGET) == []
 
 
 def test_with_encryption_the_erased_values_read_as_erased(run_worker: Any) -> None:
