@@ -39,5 +39,9 @@ def test_forget_on_the_command_line(run_worker: Any, django_user_model: Any) -> 
     said = workflows("forget", subject, "--user", "dpo", "--cancel-live")
     assert said.strip() == f"{subject}: erased the payloads of 2 runs, 1 of them canceled first; 0 runs erased before."
     assert tables_holding(FORGET) == []
+    shown = as_json("show", str(finished.id))
+    assert shown["input"] is None and shown["erased"]["by"] == "dpo"
+    text = workflows("show", str(finished.id))
+    assert "payloads erased" in text and "by dpo" in text
     again = as_json("forget", subject, "--user", "dpo")
     assert again["erased"] == [] and set(again["already"]) == {str(finished.id), str(live.id)}
