@@ -20,12 +20,11 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django.utils.translation import gettext
 
-from ..client.erasure import PERMISSION, forget
+from ..client.erasure import PERMISSION, forget, runs_to_forget
 from ..client.subjects import Subject, parse_subject
 from ..errors import ForgetRefused, InvalidArgument
 from ..models import WorkflowRun
 from ..states import FINISHED_STATUSES
-from ..store.erasure import with_descendants
 from .markup import subject_runs_url
 from .responses import PrintableTemplateResponse
 
@@ -66,7 +65,7 @@ def forget_view(request: HttpRequest, context: dict[str, Any]) -> HttpResponse:
             % {"subject": subject, "erased": len(done.erased), "already": len(done.already)},
         )
         return HttpResponseRedirect(back)
-    run_ids = with_descendants(WorkflowRun.objects.filter(**subject.columns()).values_list("id", flat=True))
+    run_ids = runs_to_forget(subject)
     runs = WorkflowRun.objects.filter(id__in=run_ids).only("id", "workflow_name", "status", "erased_at")
     live = [run for run in runs if run.status not in FINISHED_STATUSES]
     page = {

@@ -66,8 +66,7 @@ def forget(obj: models.Model | str, *, cancel_live: bool = False, by: str | Abst
     Forgetting again erases nothing more.
     """
     subject = as_subject(obj, "obj")
-    linked = WorkflowRun.objects.filter(**subject.columns()).order_by("created_at", "id").values_list("id", flat=True)
-    run_ids = with_descendants(linked)
+    run_ids = runs_to_forget(subject)
     result = Forgotten(subject)
     live = _live(run_ids)
     if live and not cancel_live:
@@ -98,6 +97,12 @@ def forget(obj: models.Model | str, *, cancel_live: bool = False, by: str | Abst
             "were made due again while the others were erased; forget again once they have ended",
         )
     return result
+
+
+def runs_to_forget(subject: Subject) -> list[Any]:
+    """The ids of the runs linked to ``subject``, oldest first, then of their child runs at any depth."""
+    linked = WorkflowRun.objects.filter(**subject.columns()).order_by("created_at", "id").values_list("id", flat=True)
+    return with_descendants(linked)
 
 
 def _erase_admin_log(run_ids: list[Any], user: AbstractBaseUser | None) -> None:

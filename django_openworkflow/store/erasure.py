@@ -50,18 +50,13 @@ class Outcome(enum.Enum):
 
 def with_descendants(run_ids: Iterable[Any]) -> list[Any]:
     """``run_ids`` and the ids of their child runs, their children's, and so on (one query per generation)."""
-    found = list(dict.fromkeys(run_ids))
-    generation = found
+    found = dict.fromkeys(run_ids)  # ordered, and a set for "seen"
+    generation = list(found)
     while generation:
-        generation = [
-            run_id
-            for run_id in WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id__in=generation).values_list(
-                "id", flat=True
-            )
-            if run_id not in found
-        ]
-        found += generation
-    return found
+        children = WorkflowRun.objects.filter(parent_step_attempt__workflow_run_id__in=generation)
+        generation = [run_id for run_id in children.values_list("id", flat=True) if run_id not in found]
+        found.update(dict.fromkeys(generation))
+    return list(found)
 
 
 def erased_error(error: Any) -> Any:
