@@ -2,7 +2,7 @@
 
 The public API: declare with :func:`workflow`, start with ``spec.run()``,
 follow with :func:`get_run` / :class:`RunHandle`, find with :func:`list_runs`
-(and an object's runs with :func:`runs_for`).
+(and an object's runs with :func:`runs_for`; erase their payloads with :func:`forget`).
 """
 
 from typing import TYPE_CHECKING
@@ -16,6 +16,7 @@ from .engine.attempt import StepAttemptInfo
 from .errors import (
     DeterminismError,
     EventNotPublished,
+    ForgetRefused,
     NonRetryableError,
     OpenWorkflowError,
     PayloadError,
@@ -36,6 +37,7 @@ from .errors import (
 if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and editors should see them
     from .client import operations  # noqa: F401  (not in __all__: reached as django_openworkflow.operations)
     from .client.approvals import decide_approval
+    from .client.erasure import Forgotten, forget
     from .client.events import PublishedEvent, publish_event, send_event
     from .client.handle import RunHandle, get_run, send_signal
     from .client.human_tasks import submit_task
@@ -55,6 +57,8 @@ __all__ = [
     "Debounce",
     "DeterminismError",
     "EventNotPublished",
+    "ForgetRefused",
+    "Forgotten",
     "NonRetryableError",
     "OnEvent",
     "OpenWorkflowError",
@@ -85,6 +89,7 @@ __all__ = [
     "WorkflowSpec",
     "backfill_schedule",
     "decide_approval",
+    "forget",
     "get_run",
     "list_runs",
     "publish_event",
@@ -116,6 +121,10 @@ def __getattr__(name: str) -> object:
         from .client.subjects import runs_for
 
         return runs_for
+    if name in ("forget", "Forgotten"):
+        from .client import erasure
+
+        return getattr(erasure, name)
     if name in ("send_event", "publish_event", "PublishedEvent"):
         from .client import events
 

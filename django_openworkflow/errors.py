@@ -89,6 +89,22 @@ class OperationRefused(OpenWorkflowError):
         self.reason = reason
 
 
+class ForgetRefused(OperationRefused):
+    """``forget`` found runs of the subject that have not finished; ``run_ids`` names them.
+
+    Raised before anything is erased, unless ``reason`` says otherwise (a
+    run made due again while the others were erased).
+    """
+
+    def __init__(self, subject: str, run_ids: list[Any], reason: str) -> None:
+        ids = ", ".join(str(run_id) for run_id in run_ids)
+        OpenWorkflowError.__init__(self, f"cannot forget {subject}: runs {reason}: {ids}")
+        self.operation = "forget"
+        self.run_id = run_ids[0]
+        self.run_ids = run_ids
+        self.reason = reason
+
+
 class NonRetryableError(OpenWorkflowError):
     """Raise inside a step to fail it at once, whatever its retry policy."""
 

@@ -22,12 +22,12 @@ def test_the_public_names_are_the_documented_ones():
     # A name dropped from __all__ (or added without a thought) shows up here.
     assert sorted(django_openworkflow.__all__) == sorted(
         """ApprovalDecision AsyncWorkflowContext ChildRun Concurrency Debounce DeterminismError EventNotPublished
-        NonRetryableError OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent RateLimit ResultTimeout
-        RetryAfter RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError StepAttemptInfo StepFailed
-        StepRecord StepTimeout StepUsageError TaskSubmission UnknownWorkflowError WorkflowCanceled WorkflowContext
-        WorkflowFailed WorkflowRegistrationError WorkflowSpec backfill_schedule decide_approval get_run list_runs
-        publish_event runs_for send_event send_signal start_run start_runs submit_task trigger_schedule
-        workflow""".split()
+        ForgetRefused Forgotten NonRetryableError OnEvent OpenWorkflowError PayloadError ProgressTimeout PublishedEvent
+        RateLimit ResultTimeout RetryAfter RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError
+        StepAttemptInfo StepFailed StepRecord StepTimeout StepUsageError TaskSubmission UnknownWorkflowError
+        WorkflowCanceled WorkflowContext WorkflowFailed WorkflowRegistrationError WorkflowSpec backfill_schedule
+        decide_approval forget get_run list_runs publish_event runs_for send_event send_signal start_run start_runs
+        submit_task trigger_schedule workflow""".split()
     )
 
 

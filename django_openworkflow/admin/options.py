@@ -27,11 +27,12 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext
 
 from ..client.handle import send_signal
-from ..errors import PayloadError, RunNotFound, SignalError
+from ..client.subjects import parse_subject
+from ..errors import InvalidArgument, PayloadError, RunNotFound, SignalError
 from ..formatting import short_id
 from ..models import WorkflowRun
 from ..store import queries, run_states
-from . import changelist, filters, live
+from . import changelist, erasure, filters, live
 from .actions import (
     ACTIONS,
     RunAction,
@@ -119,10 +120,19 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         context = getattr(response, "context_data", None)
         if context and "cl" in context:
             context.update(changelist.status_counts(request, context["cl"]))
+            context["forget_url"] = self._forget_url(request)
         return response
 
     def history_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None) -> Any:
         return printable_page(super().history_view(request, object_id, extra_context))
+
+    def _forget_url(self, request: HttpRequest) -> str:
+        """The list filtered to one subject links to forgetting it, for users who may."""
+        try:
+            subject = parse_subject(request.GET["subject"]) if "subject" in request.GET else None
+        except InvalidArgument:  # the filter says so already
+            subject = None
+        return erasure.forget_url(subject) if subject is not None and erasure.may_forget(request) else ""
 
     # -- permissions: runs change only through actions, are never deleted here --
 
@@ -147,6 +157,11 @@ class WorkflowRunAdmin(admin.ModelAdmin):
                 "<path:object_id>/signal/",
                 self.admin_site.admin_view(self.send_signal_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_signal",
+            ),
+            path(
+                "forget/",
+                self.admin_site.admin_view(self.forget_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_forget",
             ),
             path(
                 "dashboard/",
@@ -188,6 +203,10 @@ class WorkflowRunAdmin(admin.ModelAdmin):
         return live.keep_messages(
             request, PrintableTemplateResponse(request, "django_openworkflow/dashboard.html", context)
         )
+
+    def forget_view(self, request: HttpRequest) -> HttpResponse:
+        """Erase a subject's runs' payloads (``forget``), after a confirmation page."""
+        return erasure.forget_view(request, self._context(request))
 
     def workflow_view(self, request: HttpRequest, name: str) -> HttpResponse:
         """One workflow: versions, schedule, runs by status, durations and failures over a range, a start form."""

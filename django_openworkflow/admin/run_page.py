@@ -69,6 +69,14 @@ def expiry(run: WorkflowRun, now: datetime) -> tuple[str, str]:
     return fmt.format_time(expires), gettext("due for pruning") if expires <= now else ""
 
 
+def erasure_line(run: WorkflowRun) -> str:
+    """``on <time> by <who>`` for a run whose payloads ``forget`` erased; empty for any other."""
+    if run.erased_at is None:
+        return ""
+    line = gettext("on %(time)s") % {"time": fmt.format_time(run.erased_at)}
+    return line + (" " + gettext("by %(who)s") % {"who": run.erased_by} if run.erased_by else "")
+
+
 def _cause(run: WorkflowRun, attempts: list[StepAttempt]) -> tuple[str, str]:
     """Where the run's error started: (what, its traceback), from the failed step's last attempt.
 
@@ -150,6 +158,7 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
             "duration": fmt.format_duration(fmt.elapsed(run.started_at, run.finished_at, now)),
         },
         "expires": expiry(run, now),
+        "erased": erasure_line(run),
         "subject_link": subject_link(run.subject_type, run.subject_id or "") if run.subject_type else "",
         "subject_runs_url": subject_runs_url(run.subject_type, run.subject_id or "") if run.subject_type else "",
         "attributes": [

@@ -25,6 +25,7 @@ from ..models import WorkflowRun
 from ..states import DisplayStatus
 from ..store import queries, run_states
 from .actions import ACTIONS
+from .erasure import forget_url, may_forget
 from .markup import badge, run_url, subject_runs_url, workflow_link
 
 if TYPE_CHECKING:
@@ -144,6 +145,7 @@ def runs_section(request: HttpRequest, obj: Model, limit: int) -> dict[str, Any]
         "total": total,
         "more": total - len(rows),
         "list_url": subject_runs_url(subject.type, subject.id),
+        "forget_url": forget_url(subject) if total and may_forget(request) else "",
     }
 
 

@@ -327,6 +327,38 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
                 },
             }
         },
+        "/forget": {
+            "post": {
+                "summary": "Erase the payloads of an object's finished runs and of their child runs",
+                "description": "Needs the delete permission on workflow runs. The runs stay, with their steps, "
+                "statuses and times; their inputs, outputs, step results, errors' messages and tracebacks, signals', "
+                "events' and published data, stream chunks and approvals' texts are erased. Runs that have not "
+                "finished: 409 refused naming them, nothing erased, unless cancel_live cancels them first. "
+                "Forgetting again erases nothing more.",
+                "requestBody": _body(
+                    ["subject"],
+                    {
+                        "subject": SUBJECT_SCHEMA,
+                        "cancel_live": {"type": "boolean", "description": "cancel the unfinished runs first"},
+                    },
+                ),
+                "responses": {
+                    "200": _answer(
+                        "erased",
+                        _object(
+                            {
+                                "subject": TEXT,
+                                **{
+                                    name: {"type": "array", "items": {"type": "string", "format": "uuid"}}
+                                    for name in ("erased", "already", "canceled")
+                                },
+                            }
+                        ),
+                    ),
+                    **_errors(400, 409, 413, 415),
+                },
+            }
+        },
         "/workflows": {
             "get": {
                 "summary": "The workflow index: versions, queue and run counts by status",

@@ -81,6 +81,13 @@ RUN = {
             "description": "a child run: what its parent's end does to it if it has not finished; null for other runs",
         },
         "subject": SUBJECT,
+        "erased": {
+            "type": ["object", "null"],
+            "required": ["at", "by"],
+            "properties": {"at": {"type": "string", "format": "date-time"}, "by": TEXT},
+            "description": "when forget erased the run's payloads, and who asked (by: a username, or empty); "
+            "null for a run not erased",
+        },
         "attributes": {
             "type": "object",
             "additionalProperties": {"type": ["integer", "string"]},

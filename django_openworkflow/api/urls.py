@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from . import approvals, filter_actions, schedules, stream, views, workers
+from . import approvals, erasure, filter_actions, schedules, stream, views, workers
 
 urlpatterns: list[URLPattern] = [
     path("api/runs", views.runs, name="api-runs"),
@@ -17,6 +17,7 @@ urlpatterns: list[URLPattern] = [
     path("api/runs/<str:run_id>/signals", views.run_signal, name="api-run-signals"),
     path("api/runs/<str:run_id>/events", stream.run_events, name="api-run-events"),
     path("api/events", views.events, name="api-events"),
+    path("api/forget", erasure.forget_subject, name="api-forget"),
     path("api/workflows", views.workflows, name="api-workflows"),
     path("api/workers", workers.worker_list, name="api-workers"),
     path("api/queues", workers.queue_list, name="api-queues"),

@@ -9,7 +9,8 @@ Who may call what: a logged-in user (Django's session authentication,
 whatever logs users in), or the user of an API token sent as
 ``Authorization: Bearer`` (``tokens.py``), holding the admin's model
 permissions on workflow runs: ``view`` (or ``change``) to read, ``add`` to
-start and re-run, ``change`` to cancel, retry and signal; publishing an
+start and re-run, ``change`` to cancel, retry and signal, ``delete`` to erase
+an object's runs' payloads (``forget``); publishing an
 event, which can start and wake runs, needs both ``add`` and ``change``.
 Unsafe methods with a session pass Django's CSRF check, which answers in
 JSON here; with a token they need none. Every answer is JSON; an
@@ -62,6 +63,7 @@ PERMISSIONS = {
     "add": (f"{APP}.add_workflowrun",),
     "change": (f"{APP}.change_workflowrun",),
     "add+change": (f"{APP}.add_workflowrun", f"{APP}.change_workflowrun"),  # both
+    "delete": (f"{APP}.delete_workflowrun",),  # forget: erase payloads (api/erasure.py)
     "user": (),  # any user: what they may see and do is checked per object (approvals)
 }
 View = TypeVar("View", bound=Callable[..., HttpResponseBase])

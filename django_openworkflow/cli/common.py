@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, OutputWrapper
 
 from ..formatting import json_text, printable, read_json
@@ -54,3 +55,12 @@ def resolve_run(value: str) -> WorkflowRun:
     if len(matches) > 1:
         raise CommandError(f"more than one workflow run has an id starting with {prefix}; give more of it")
     return matches[0]
+
+
+def find_user(username: str) -> Any:
+    """The user of that username; CommandError if there is none."""
+    users = get_user_model()._default_manager
+    try:
+        return users.get_by_natural_key(username)
+    except users.model.DoesNotExist:
+        raise CommandError(printable(f"no user {username!r}")) from None

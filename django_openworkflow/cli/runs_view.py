@@ -196,6 +196,9 @@ def show_command(options: dict[str, Any], out: OutputWrapper) -> None:
     if attributes:
         fields.append(("attributes", attributes_text(attributes)))
     fields.append(("expires", expiry_text(run)))
+    if run.erased_at:
+        who = f" by {run.erased_by}" if run.erased_by else ""
+        fields.append(("payloads erased", f"on {format_time(run.erased_at)}{who}"))
     if run.rerun_of_id or run.rerun_from_step:
         since = f" from step {run.rerun_from_step!r} (the steps before it copied)" if run.rerun_from_step else ""
         fields.append(("re-run of", f"{run.rerun_of_id or 'a deleted run'}{since}"))

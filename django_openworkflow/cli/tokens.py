@@ -11,7 +11,6 @@ import argparse
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError, OutputWrapper
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -19,6 +18,7 @@ from django.utils.dateparse import parse_datetime
 from ..durations import parse_duration
 from ..formatting import format_table, format_time, json_text, printable
 from ..models import TOKEN_PREFIX_LENGTH, ApiToken
+from .common import find_user
 
 
 def _expiry(value: str) -> datetime:
@@ -57,14 +57,6 @@ def add_token_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     revoke.add_argument("prefix", metavar="PREFIX", help="the token's prefix as lists show it (owf_ and 10 digits)")
 
 
-def _user(username: str) -> Any:
-    users = get_user_model()._default_manager
-    try:
-        return users.get_by_natural_key(username)
-    except users.model.DoesNotExist:
-        raise CommandError(printable(f"no user {username!r}")) from None
-
-
 def _row_json(row: ApiToken) -> dict[str, Any]:
     return {
         "prefix": row.prefix,
@@ -98,7 +90,7 @@ def token_command(options: dict[str, Any], out: OutputWrapper) -> None:
     action = options["token_action"]
     if action == "create":
         row, token = ApiToken.objects.create_token(
-            _user(options["user"]), options["name"], expires_at=options["expires"]
+            find_user(options["user"]), options["name"], expires_at=options["expires"]
         )
         if options["json"]:
             out.write(json_text({**_row_json(row), "token": token}, indent=2))
@@ -110,7 +102,7 @@ def token_command(options: dict[str, Any], out: OutputWrapper) -> None:
         return
     rows = ApiToken.objects.select_related("user")
     if action == "list":
-        _list(list(rows.filter(user=_user(options["user"])) if options["user"] else rows), options, out)
+        _list(list(rows.filter(user=find_user(options["user"])) if options["user"] else rows), options, out)
         return
     _revoke(rows, options, out)
 

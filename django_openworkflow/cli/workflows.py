@@ -1,4 +1,4 @@
-"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count and prune runs; API tokens;
+"""``manage.py workflows``: list, show, start, cancel, retry, rerun, signal, count, prune and forget runs; API tokens;
 queues (pause, resume) and workers; schedules (trigger now, backfill).
 
 The management command only builds the parser (:func:`add_arguments`) and calls :func:`dispatch`.
@@ -41,6 +41,7 @@ from ..formatting import (
 from ..models import RunStatus, WorkflowRun
 from ..store import queries
 from .common import command_error, print_json, read_json_option, resolve_run
+from .forget import add_forget_parser, forget_command
 from .input_index import add_input_index_parser, input_index_command
 from .keys import add_rotate_keys_parser, rotate_keys_command
 from .matching import add_filter_options, add_matching_options, matching_command, wants_matching
@@ -159,6 +160,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_prune_parser,
         add_input_index_parser,
         add_rotate_keys_parser,
+        add_forget_parser,
         add_token_parser,
         add_check_replay_parser,
         add_queue_parsers,
@@ -338,6 +340,7 @@ SUBCOMMANDS: dict[str, Handler] = {
     "prune": prune_command,
     "input-index": input_index_command,
     "rotate-keys": rotate_keys_command,
+    "forget": forget_command,
     "token": token_command,
     "queues": queues_command,
     "queue": queue_command,

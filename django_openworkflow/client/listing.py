@@ -310,6 +310,8 @@ def run_json(
         "parent_close_policy": run.parent_close_policy if run.parent_step_attempt_id else None,
         # What the run is about (client/subjects.py): the object's model and primary key, not the object.
         "subject": {"type": run.subject_type, "id": run.subject_id} if run.subject_type else None,
+        # Set once forget() erased its payloads (client/erasure.py): when, and who asked.
+        "erased": {"at": run.erased_at, "by": run.erased_by or ""} if run.erased_at else None,
         # Typed attributes (store/attributes.py): an int as a number, a Decimal as a string, a datetime in UTC.
         "attributes": {name: str(value) if isinstance(value, Decimal) else value for name, value in attributes.items()},
     }

@@ -51,6 +51,8 @@ class BulkResult:
 
 # -- why an operation cannot apply (one wording for every front door) --
 
+ERASED = "its payloads were erased (forget): there is no input to run it on"
+
 
 def cancel_refusal(run: WorkflowRun) -> str:
     if run.status in FINISHED_STATUSES:
@@ -84,6 +86,8 @@ def retry_failed_refusal(run: WorkflowRun, shown: str = "") -> str:
     """
     if run.status != RunStatus.FAILED:
         return f"it has not failed (it is {shown or display_status(run.status, run.worker_id)})"
+    if run.erased_at is not None:
+        return ERASED
     if isinstance(run.error, dict) and run.error.get("type") == STEP_LIMIT_EXCEEDED:
         # A retry keeps the journal, so the run is at the limit again at once.
         return (
@@ -94,6 +98,8 @@ def retry_failed_refusal(run: WorkflowRun, shown: str = "") -> str:
 
 
 def rerun_refusal(run: WorkflowRun) -> str:
+    if run.erased_at is not None:
+        return ERASED
     if registry.get(run.workflow_name, run.version) is None:
         return f"this process has no workflow {run.workflow_name!r} version {run.version!r} to start"
     if "input" not in run.get_deferred_fields() and is_undecryptable(run.input):

@@ -183,6 +183,14 @@ class WorkflowRun(models.Model):
     subject_id = models.CharField(
         max_length=255, null=True, blank=True, help_text="The subject's primary key, as text."
     )
+    # Set when its payloads were erased (forget(), store/erasure.py): columns, not a mark inside a payload,
+    # so that SQL tells an erased run even where the payloads are stored encrypted.
+    erased_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When its payloads were erased (forget)."
+    )
+    erased_by = models.CharField(
+        max_length=150, null=True, blank=True, editable=False, help_text="Who erased its payloads."
+    )
     # The W3C trace context of the code that started the run (traceparent, tracestate), for tracing.py.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
     # While parked waiting for children: the one child step whose end wakes the run early (None: any child's).
