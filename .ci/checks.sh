@@ -7,8 +7,8 @@ section() { printf '\n===== %s =====\n' "$*"; }
 # Checks run one after another; a failing one does not hide the others' results.
 # Each is killed (with everything it started) after CI_STEP_TIMEOUT seconds, so a
 # hung check fails the build instead of stalling it (a hung test fails sooner, by
-# name: pytest-timeout). make test runs three legs (SQLite, PostgreSQL, MariaDB):
-# about 12 minutes on a quiet 2-core machine, 30 at load 8.
+# name: pytest-timeout). CI's make test runs three legs (SQLite; PostgreSQL, every test on
+# Django 6; MariaDB): about 14 minutes on a quiet 2-core machine, 30 at load 8.
 CI_STEP_TIMEOUT="${CI_STEP_TIMEOUT:-2700}"
 # A failed check's output is kept and its failure lines and tail printed again in the summary:
 # whoever reads only the end of the log still learns why it failed.
