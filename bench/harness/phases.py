@@ -511,7 +511,8 @@ def account(url: str, ledger: Path, env: dict[str, str], log: Path, timeout_s: f
     """
     faults.wait_while_busy("draining the cell's runs")
     command = [sys.executable, "-m", "django", "runworkflows", "--settings=bench.harness.settings"]
-    command += ["--concurrency", "16", "--verbosity", "0"]
+    # Every queue: phase F's runs wait in queues of their own (harness-0, ...), not the default one.
+    command += ["--concurrency", "16", "--verbosity", "0", "--queue", "*"]
     unfinished = "SELECT count(*) FROM openworkflow_run WHERE status NOT IN ('completed', 'failed', 'canceled')"
     found: dict[str, Any] = {}
     started = time.monotonic()
