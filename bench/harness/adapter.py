@@ -68,7 +68,8 @@ def env_int(name: str, default: int) -> int:
 
 
 # BENCH_QUEUE_COUNT=N > 1: the queues job i goes to in turn; otherwise none named (the default queue).
-QUEUES = [f"harness-{i}" for i in range(env_int("BENCH_QUEUE_COUNT", 1))] if env_int("BENCH_QUEUE_COUNT", 1) > 1 else []
+QUEUE_COUNT = env_int("BENCH_QUEUE_COUNT", 1)
+QUEUES = [f"harness-{i}" for i in range(QUEUE_COUNT)] if QUEUE_COUNT > 1 else []
 PRIORITY_METRICS = ("priority_1", "priority_4", "original_priority_1", "original_priority_4", "aged")
 
 
