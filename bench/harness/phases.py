@@ -599,7 +599,7 @@ def report(results: list[CellResult]) -> str:
             lines.append(f"\n{r.system}, {r.scenario}: {note}")
         if dropped := {i: n for i, n in r.stdin_dropped.items() if n}:
             lines.append(f"\n{r.system}, {r.scenario}: pacing lines dropped on a full stdin pipe {dropped}")
-        if r.group in "DEFG":
+        if r.group in ("D", "E", "F", "G"):
             enqueued = ", ".join(f"{p} {fmt(statistics.median(v))}" for p, v in r.enqueue.items() if p != "stopping")
             lines.append(f"\n{r.system}, {r.scenario}: enqueued/s by phase (median) {enqueued}")
         if r.env:
@@ -615,10 +615,14 @@ def report(results: list[CellResult]) -> str:
 
 def optional_medians(r: CellResult) -> str:
     """The optional metrics' medians per phase after the warm-up, ``metric phase value, ...``."""
-    return "; ".join(
-        f"{metric} " + ", ".join(f"{phase} {fmt(statistics.median(v), 1)}" for phase, v in by_phase.items() if v)
+    shown = [
+        (metric, [(phase, v) for phase, v in by_phase.items() if v and phase not in ("warmup", "stopping")])
         for metric, by_phase in r.optional.items()
-        if any(phase not in ("warmup", "stopping") for phase in by_phase)
+    ]
+    return "; ".join(
+        f"{metric} " + ", ".join(f"{phase} {fmt(statistics.median(v), 1)}" for phase, v in phases)
+        for metric, phases in shown
+        if phases
     )
 
 
