@@ -20,6 +20,21 @@ to choose), as the harness's other adapters fetch jobs in batches. Each job is a
 workflow run of one step (workflows.py), whose worker reports the job's
 pickup latency on its stdout.
 
+The harness's per-phase knobs (its ``PHASES.md`` §4): ``WORKER_FAIL_MODE``,
+``JOB_FAIL_FIRST_MOD`` and ``JOB_MAX_ATTEMPTS`` are the step's
+(workflows.py); ``PRIORITY_AGING_MS`` is ``OPENWORKFLOW["PRIORITY_AGING"]``
+(settings.py); ``JOB_PRIORITY_PATTERN`` gives job ``i`` the pattern's
+``i``-th priority (cyclically), started with our priority for it;
+``BENCH_QUEUE_COUNT=N`` starts job ``i`` in queue ``harness-<i % N>``, and
+every ``runworkflows`` process serves the N queues (``--queue`` each) with
+its slots. ``BENCH_DLQ_ENABLED`` asks nothing of ours: a run whose step
+failed for good stays in the run table as ``failed``, our dead letter.
+Besides the contract's metrics it emits ``retryable_failure_rate`` (every
+failed attempt, retryable or terminal, as awa's adapter counts) and, with a
+priority pattern, ``completed_priority_{1,4}_rate`` (by the priority claimed
+at), ``completed_original_priority_{1,4}_rate`` (by the priority inserted
+with) and ``aged_completion_rate`` (the two differ).
+
 Threads: the main thread samples and emits (and its signal handlers mark a list); "producer" inserts; "depth"
 counts the queue; "stdin" drops the harness's pacing lines; one "reader" per worker process reads its reports. What
 more than one touches is guarded by ``Stats.lock`` or is an Event.
@@ -52,6 +67,12 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+# BENCH_QUEUE_COUNT=N > 1: the queues job i goes to in turn; otherwise none named (the default queue).
+QUEUE_COUNT = env_int("BENCH_QUEUE_COUNT", 1)
+QUEUES = [f"harness-{i}" for i in range(QUEUE_COUNT)] if QUEUE_COUNT > 1 else []
+PRIORITY_METRICS = ("priority_1", "priority_4", "original_priority_1", "original_priority_4", "aged")
+
+
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -72,6 +93,9 @@ class Stats:
         self.pickups: collections.deque[tuple[float, float]] = collections.deque(maxlen=65536)  # guarded by lock
         self.depth = 0  # written under lock (the "depth" thread's count, the producer's inserts since); read whole
         self.target_rate = 0.0  # written by the producer alone; read whole
+        self.failed = 0  # guarded by lock
+        # "priority_1", "original_priority_4", "aged": completions by the harness's priorities; guarded by lock
+        self.by_priority: collections.Counter[str] = collections.Counter()
 
     def percentiles(self, now: float) -> tuple[float, float, float]:
         with self.lock:
@@ -95,6 +119,8 @@ def start_workers(slots: int, stats: Stats) -> list[subprocess.Popen[bytes]]:
         # Runs claimed ahead of free slots (runworkflows --prefetch), as the other adapters fetch in batches:
         # by default as many as the process's slots.
         command += ["--prefetch", os.environ.get("OWF_WORKER_PREFETCH", str(share))]
+        for queue in QUEUES:
+            command += ["--queue", queue]
         env = dict(os.environ, PYTHONPATH=str(ROOT), OWF_HARNESS_APP_NAME=f"owf-harness-worker-{i}")
         # A session of its own: the signal to stop comes from this process only, once (a second one
         # sent to the whole group, as timeout(1) sends it, would make the worker exit without draining).
@@ -109,18 +135,25 @@ def read_reports(proc: subprocess.Popen[bytes], stats: Stats) -> None:
     assert proc.stdout is not None
     for line in proc.stdout:
         if line.startswith(b"done "):
-            pickup_ms = float(line[5:])
+            # "done <pickup ms>", and with a priority pattern "<inserted with> <claimed at>" (workflows.py)
+            pickup_ms, *priorities = line[5:].split()
             with stats.lock:
                 stats.completed += 1
-                stats.pickups.append((time.monotonic(), pickup_ms))
+                stats.pickups.append((time.monotonic(), float(pickup_ms)))
+                if priorities:
+                    original, claimed = (p.decode() for p in priorities)
+                    stats.by_priority.update(
+                        [f"priority_{claimed}", f"original_priority_{original}"] + (["aged"] * (original != claimed))
+                    )
+        elif line == b"fail\n":
+            with stats.lock:
+                stats.failed += 1
     print(f"[openworkflow] a runworkflows process exited with {proc.wait()}", file=sys.stderr)
 
 
 def produce(stats: Stats, stopping: threading.Event) -> None:
     """Insert jobs at PRODUCER_RATE, credited on wall-clock time (or hold TARGET_DEPTH), in run_many batches."""
     from django.db import connection
-
-    from bench.harness.workflows import harness_job
 
     mode = os.environ.get("PRODUCER_MODE", "fixed")
     base_rate = float(env_int("PRODUCER_RATE", 800))
@@ -129,7 +162,8 @@ def produce(stats: Stats, stopping: threading.Event) -> None:
     batch_max = max(1, env_int("PRODUCER_BATCH_MAX", 128))
     period_s = max(1, env_int("PRODUCER_BATCH_MS", 10)) / 1000.0
     padding = "x" * max(0, env_int("JOB_PAYLOAD_BYTES", 256) - 32)
-    credit, last = 0.0, time.monotonic()
+    pattern = [int(p) for p in os.environ.get("JOB_PRIORITY_PATTERN", "").split(",") if p.strip()]
+    credit, last, seq = 0.0, time.monotonic(), 0
     try:
         while not stopping.is_set():
             if mode == "depth-target":
@@ -148,17 +182,38 @@ def produce(stats: Stats, stopping: threading.Event) -> None:
                     continue
                 credit -= count
             try:
-                harness_job.run_many({"t": time.time(), "p": padding} for _ in range(count))
+                start_batch(seq, count, pattern, padding)
             except Exception as exc:  # the next batch tries again; the failure is logged, not fatal
                 print(f"[openworkflow] producer insert failed: {exc!r}", file=sys.stderr)
                 connection.close()
                 continue
+            seq += count
             with stats.lock:
                 stats.enqueued += count
                 if mode == "depth-target":
                     stats.depth += count  # until the next count: the producer must not overshoot meanwhile
     finally:
         connection.close()
+
+
+def start_batch(seq: int, count: int, pattern: list[int], padding: str) -> None:
+    """Jobs ``seq`` to ``seq + count - 1``: one ``run_many`` per (queue, priority) among them, in one transaction."""
+    from django.db import transaction
+
+    from bench.harness.workflows import harness_job, our_priority
+
+    groups: dict[tuple[str | None, int | None], list[dict[str, Any]]] = collections.defaultdict(list)
+    now = time.time()
+    for i in range(seq, seq + count):
+        job: dict[str, Any] = {"t": now, "s": i, "p": padding}
+        priority = None
+        if pattern:
+            job["q"] = pattern[i % len(pattern)]
+            priority = our_priority(job["q"])
+        groups[QUEUES[i % len(QUEUES)] if QUEUES else None, priority].append(job)
+    with transaction.atomic():
+        for (queue, priority), jobs in groups.items():
+            harness_job.run_many(jobs, queue=queue, priority=priority)
 
 
 def controlled_rate(control: str, base_rate: float) -> float:
@@ -219,15 +274,18 @@ def sample(stats: Stats, signalled: list[int], every_s: int) -> None:
     """Every ``every_s`` seconds, aligned to the wall clock: the contract's metrics, one record each."""
     if not sleep_to_tick(every_s, signalled):
         return
-    last_enqueued = last_completed = 0
+    last_enqueued = last_completed = last_failed = 0
+    last_by_priority: collections.Counter[str] = collections.Counter()
     last = time.monotonic()
     fixed = os.environ.get("PRODUCER_MODE", "fixed") == "fixed"
+    prioritised = bool(os.environ.get("JOB_PRIORITY_PATTERN", "").strip())
     while sleep_to_tick(every_s, signalled):
         now = time.monotonic()
         elapsed = max(0.001, now - last)
         last = now
         with stats.lock:
-            enqueued, completed = stats.enqueued, stats.completed
+            enqueued, completed, failed = stats.enqueued, stats.completed, stats.failed
+            by_priority = stats.by_priority.copy()
         p50, p95, p99 = stats.percentiles(now)
         metrics = [
             ("claim_p50_ms", p50, WINDOW_S),
@@ -237,8 +295,18 @@ def sample(stats: Stats, signalled: list[int], every_s: int) -> None:
             ("completion_rate", (completed - last_completed) / elapsed, float(every_s)),
             ("queue_depth", float(stats.depth), 0.0),
             ("producer_target_rate", stats.target_rate if fixed else 0.0, 0.0),
+            ("retryable_failure_rate", (failed - last_failed) / elapsed, float(every_s)),
         ]
-        last_enqueued, last_completed = enqueued, completed
+        if prioritised:
+            metrics += [
+                (
+                    "aged_completion_rate" if key == "aged" else f"completed_{key}_rate",
+                    (by_priority[key] - last_by_priority[key]) / elapsed,
+                    float(every_s),
+                )
+                for key in PRIORITY_METRICS
+            ]
+        last_enqueued, last_completed, last_failed, last_by_priority = enqueued, completed, failed, by_priority
         at = now_iso()
         for metric, value, window in metrics:
             emit(

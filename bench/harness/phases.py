@@ -1,7 +1,8 @@
-"""The harness's chaos (phase B) and pressure (phase C) cells, run natively: labelled phases with faults.
+"""The harness's phased cells B to G, run natively: labelled phases, with faults (B, C) or adapter knobs (D to G).
 
     python bench/harness/run.py --phase B --own-server        # the five chaos scenarios, every system
     python bench/harness/run.py --scenario chaos_pg_backend_kill --systems openworkflow --time-scale 0.5
+    python bench/harness/run.py --scenario starvation_60min --systems openworkflow --minutes 30
 
 A cell is one system under one scenario: a list of labelled phases
 (``warmup``, ``baseline`` or ``clean_1``, the fault, ``recovery``), each a
@@ -10,7 +11,17 @@ exit, while the system's replicas (adapter processes, each with its own
 producer, ``PRODUCER_RATE`` each) run throughout. The scenarios, rates,
 replicas and worker counts are those of the harness's 2026-05-09 sweep
 (its ``scripts/run_full_sweep.sh`` and ``bench_harness/phases.py``;
-``PHASES.md`` here); ``--time-scale`` shortens every phase for a first pass.
+``PHASES.md`` here); ``--time-scale`` shortens every phase for a first pass,
+``--minutes`` sets the long phase of the starvation and soak cells.
+
+Phases D to G inject nothing: each is a warm-up and one clean phase, with
+the adapter's knobs for the phase in its environment (``Scenario.env``:
+terminal or retried failures, a priority pattern and aging, several
+queues; none for the soak). Their figures are the clean phase's median
+completion rate and the medians of the optional metrics the adapter emits
+(``retryable_failure_rate``, completions by priority, ``aged_completion_rate``),
+and, from the server every 5 s, how the adapter's event tables grow: live
+and dead tuples, table and index sizes, autovacuums.
 
 The figures are the harness's (its ``render_plots.py``): phase B's is the
 median ``completion_rate`` (summed over replicas, sample by sample) in
@@ -35,13 +46,22 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench.harness import faults
 
 ROOT = Path(__file__).resolve().parents[2]
+# The harness's optional metrics phases D and E read (PHASES.md §4), kept per phase like completion_rate.
+OPTIONAL_METRICS = (
+    "retryable_failure_rate",
+    "completed_priority_1_rate",
+    "completed_priority_4_rate",
+    "completed_original_priority_1_rate",
+    "completed_original_priority_4_rate",
+    "aged_completion_rate",
+)
 
 
 @dataclass(frozen=True)
@@ -61,16 +81,20 @@ class Scenario:
     replicas: int = 1
     workers: int = 32
     stress: str = ""  # phase C: the label compared with clean_1
+    env: tuple[tuple[str, str], ...] = ()  # phases D-G: the adapter's knobs (PHASES.md §4)
+    long: bool = False  # its last phase is the one --minutes sets (the starvation and soak cells)
 
-    def scaled(self, factor: float, outage_s: float) -> Scenario:
+    def scaled(self, factor: float, outage_s: float, minutes: float = 0.0) -> Scenario:
         def length(phase: Phase) -> float:
+            if minutes and self.long and phase is self.phases[-1]:
+                return minutes * 60
             seconds = max(10.0, round(phase.seconds * factor))
             if phase.kind == "postgres-restart":  # the outage, then time for the adapters to see the server back
                 seconds = max(seconds, outage_s + 15)
             return seconds
 
         phases = tuple(Phase(p.label, p.kind, length(p), p.params) for p in self.phases)
-        return Scenario(self.name, self.group, phases, self.rate, self.replicas, self.workers, self.stress)
+        return replace(self, phases=phases)
 
 
 def _cell(*phases: tuple[str, str, float] | tuple[str, str, float, dict[str, str]]) -> tuple[Phase, ...]:
@@ -79,6 +103,9 @@ def _cell(*phases: tuple[str, str, float] | tuple[str, str, float, dict[str, str
 
 _B = (("warmup", "warmup", 30), ("baseline", "clean", 60))
 _C = (("warmup", "warmup", 30), ("clean_1", "clean", 60))
+_WARMUP = ("warmup", "warmup", 30)
+# awa's default (its PRIORITY_AGING_MS), which the harness's phase E ran with.
+_AGING = ("PRIORITY_AGING_MS", "60000")
 SCENARIOS = {
     s.name: s
     for s in (
@@ -151,6 +178,45 @@ SCENARIOS = {
             workers=64,
             stress="pressure_1",
         ),
+        # Phases D-G: the harness's cells (run_full_sweep.sh phase_d..phase_g) without their system's suffix.
+        Scenario(
+            "dlq_terminal",
+            "D",
+            _cell(_WARMUP, ("clean", "clean", 180)),
+            800,
+            env=(("WORKER_FAIL_MODE", "terminal-always"), ("BENCH_DLQ_ENABLED", "1"), ("JOB_MAX_ATTEMPTS", "1")),
+        ),
+        Scenario(
+            "dlq_retry_smoke",
+            "D",
+            _cell(_WARMUP, ("clean", "clean", 180)),
+            800,
+            env=(("WORKER_FAIL_MODE", "retryable-first"), ("JOB_FAIL_FIRST_MOD", "2"), ("JOB_MAX_ATTEMPTS", "3")),
+        ),
+        Scenario(
+            "mixed_priority",
+            "E",
+            _cell(_WARMUP, ("clean", "clean", 300)),
+            800,
+            env=(("JOB_PRIORITY_PATTERN", "1,2,3,4"), _AGING),
+        ),
+        Scenario(
+            "starvation_60min",
+            "E",
+            _cell(_WARMUP, ("clean", "clean", 3600)),
+            800,
+            env=(("JOB_PRIORITY_PATTERN", "1,1,1,1,1,1,1,1,1,4"), _AGING),
+            long=True,
+        ),
+        Scenario(
+            "mixed_queue",
+            "F",
+            _cell(_WARMUP, ("clean", "clean", 300)),
+            800,
+            workers=64,
+            env=(("BENCH_QUEUE_COUNT", "4"),),
+        ),
+        Scenario("soak_6h", "G", _cell(_WARMUP, ("clean", "clean", 6 * 3600)), 800, workers=128, long=True),
     )
 }
 
@@ -182,6 +248,10 @@ class CellResult:
     notes: list[str] = field(default_factory=list)
     stdin_dropped: dict[int, int] = field(default_factory=dict)
     accounting: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the knobs the cell gave the adapter
+    optional: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # metric -> phase -> summed samples
+    # Every 5 s: (seconds in, phase, {table: TableStats}), from pg_stat_user_tables and the relation sizes.
+    tables: list[tuple[float, str, dict[str, TableStats]]] = field(default_factory=list)
 
     def median(self, label: str) -> float | None:
         values = self.completion.get(label, [])
@@ -197,6 +267,14 @@ class CellResult:
         return bool(self.exits) and all(code == 0 and seconds <= self.grace_s for _, code, seconds in self.exits)
 
 
+class TableStats(NamedTuple):
+    live: int
+    dead: int
+    table_bytes: int
+    index_bytes: int
+    autovacuums: int
+
+
 class Samples:
     """The replicas' records, stamped with the phase current when they arrive (as the harness stamps them)."""
 
@@ -208,7 +286,7 @@ class Samples:
         self.values: dict[tuple[str, int, str], dict[int, float]] = collections.defaultdict(dict)
 
     def add(self, instance: int, record: dict[str, Any]) -> None:
-        if record.get("metric") in ("completion_rate", "enqueue_rate"):
+        if record.get("metric") in ("completion_rate", "enqueue_rate", *OPTIONAL_METRICS):
             tick = round(time.time() / self.every_s)
             with self.lock:
                 self.values[(self.phase, tick, record["metric"])][instance] = float(record["value"])
@@ -235,7 +313,7 @@ def run_cell(
     """One system under one scenario: its replicas, the phases and their faults, the stop, our accounting."""
     command, cwd, manifest_path = launch
     manifest = json.loads(manifest_path.read_text())
-    database = manifest["db_name"]
+    database = manifest["db_name"] + args.db_suffix
     url = base_url.rsplit("/", 1)[0] + "/" + database
     admin = base_url.rsplit("/", 1)[0] + "/postgres"
     faults.wait_while_busy(f"{scenario.name} for {system}")
@@ -257,6 +335,7 @@ def run_cell(
         [(p.label, p.kind, p.seconds) for p in scenario.phases],
         started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         grace_s=float(manifest.get("shutdown_grace_s", 10)),
+        env=dict(scenario.env),
     )
     work = Path(tempfile.mkdtemp(prefix=f"owf-chaos-{system}-"))
     control = work / "producer_rate.txt"
@@ -271,6 +350,7 @@ def run_cell(
         WORKER_COUNT=str(workers),
         PRODUCER_RATE_CONTROL_FILE=str(control),
         OWF_HARNESS_LEDGER=str(ledger),
+        **dict(scenario.env),
     )
     samples = Samples(int(env["SAMPLE_EVERY_S"]))
     log = logs / f"{system}-{scenario.name}.log"
@@ -290,11 +370,18 @@ def run_cell(
     stop = threading.Event()
     pacer = threading.Thread(target=pace, args=(replicas, rate, stop), name="pacer", daemon=True)
     watcher = threading.Thread(target=watch_load, args=(result.load, stop), name="load", daemon=True)
+    tables = threading.Thread(
+        target=watch_tables,
+        args=(url, list(manifest["event_tables"]), samples, result, stop),
+        name="tables",
+        daemon=True,
+    )
     try:
         for replica in replicas:
             replica.start()
         pacer.start()
         watcher.start()
+        tables.start()
         for phase in scenario.phases:
             print(
                 f"[chaos] {system} {scenario.name}: {phase.label} ({phase.kind}, {phase.seconds:g} s)",
@@ -318,13 +405,17 @@ def run_cell(
     finally:
         samples.phase = "stopping"
         stop.set()
+        tables.join(15)
         result.exits = stop_all(replicas, result.grace_s)
         if args.own_server:
             faults.ensure_server_started(ctx)
-        result.notes = ctx.notes + ([f"other databases were in use all the same: {shared}"] if shared else [])
+        result.notes = (
+            ctx.notes + result.notes + ([f"other databases were in use all the same: {shared}"] if shared else [])
+        )
         result.stdin_dropped = {r.instance: r.stdin_dropped for r in replicas}
         result.completion = samples.summed("completion_rate")
         result.enqueue = samples.summed("enqueue_rate")
+        result.optional = {m: found for m in OPTIONAL_METRICS if (found := samples.summed(m))}
     if system == "openworkflow":
         # The figures first: the drain may have to wait a long while for the machine's busy flag.
         print(report([result]), file=sys.stderr, flush=True)
@@ -346,6 +437,32 @@ def pace(replicas: list[faults.Replica], rate: float, stop: threading.Event) -> 
 def watch_load(found: list[float], stop: threading.Event) -> None:
     while not stop.wait(10):
         found.append(os.getloadavg()[0])
+
+
+def watch_tables(url: str, tables: list[str], samples: Samples, result: CellResult, stop: threading.Event) -> None:
+    """Every 5 s until ``stop``: each event table's tuples, sizes and autovacuums, into ``result.tables``.
+
+    Its own thread and connection; ``result.tables`` is read once the thread
+    is joined. A failed read (the server busy, our session killed) is noted
+    and the next one reconnects.
+    """
+    started, failures = time.monotonic(), 0
+    query = (
+        "SELECT schemaname || '.' || relname, n_live_tup, n_dead_tup, pg_table_size(relid), pg_indexes_size(relid),"
+        " autovacuum_count FROM pg_stat_user_tables WHERE schemaname || '.' || relname = ANY(%s)"
+    )
+    while not stop.wait(5.0):
+        try:
+            with faults.connect(url, autocommit=True) as conn:
+                while True:
+                    found = {name: TableStats(*row) for name, *row in conn.execute(query, [tables]).fetchall()}
+                    result.tables.append((round(time.monotonic() - started, 1), samples.phase, found))
+                    if stop.wait(5.0):
+                        return
+        except Exception as exc:  # noted, not fatal: the next tick reconnects
+            failures += 1
+            if failures <= 3:
+                result.notes.append(f"reading the event tables failed: {exc!r}")
 
 
 def hold(seconds: float, replicas: list[faults.Replica]) -> tuple[int, int] | None:
@@ -394,7 +511,8 @@ def account(url: str, ledger: Path, env: dict[str, str], log: Path, timeout_s: f
     """
     faults.wait_while_busy("draining the cell's runs")
     command = [sys.executable, "-m", "django", "runworkflows", "--settings=bench.harness.settings"]
-    command += ["--concurrency", "16", "--verbosity", "0"]
+    # Every queue: phase F's runs wait in queues of their own (harness-0, ...), not the default one.
+    command += ["--concurrency", "16", "--verbosity", "0", "--queue", "*"]
     unfinished = "SELECT count(*) FROM openworkflow_run WHERE status NOT IN ('completed', 'failed', 'canceled')"
     found: dict[str, Any] = {}
     started = time.monotonic()
@@ -422,6 +540,8 @@ def account(url: str, ledger: Path, env: dict[str, str], log: Path, timeout_s: f
         found["runs"] = dict(conn.execute("SELECT status, count(*) FROM openworkflow_run GROUP BY status").fetchall())
         found["created"] = sum(found["runs"].values())
         found["not_completed"] = found["created"] - found["runs"].get("completed", 0)
+        # Neither completed nor failed (phase D's dead letters) once drained: lost.
+        found["unfinished"] = found["not_completed"] - found["runs"].get("failed", 0)
         found["results_recorded_twice"] = conn.execute(
             "SELECT count(*) FROM (SELECT 1 FROM openworkflow_step_attempt WHERE status = 'completed'"
             " GROUP BY workflow_run_id, step_name HAVING count(*) > 1) AS twice"
@@ -479,9 +599,52 @@ def report(results: list[CellResult]) -> str:
             lines.append(f"\n{r.system}, {r.scenario}: {note}")
         if dropped := {i: n for i, n in r.stdin_dropped.items() if n}:
             lines.append(f"\n{r.system}, {r.scenario}: pacing lines dropped on a full stdin pipe {dropped}")
+        if r.group in ("D", "E", "F", "G"):
+            enqueued = ", ".join(f"{p} {fmt(statistics.median(v))}" for p, v in r.enqueue.items() if p != "stopping")
+            lines.append(f"\n{r.system}, {r.scenario}: enqueued/s by phase (median) {enqueued}")
+        if r.env:
+            lines.append(f"\n{r.system}, {r.scenario}: knobs {' '.join(f'{k}={v}' for k, v in r.env.items())}")
+        if optional := optional_medians(r):
+            lines.append(f"\n{r.system}, {r.scenario}: optional metrics (median, by phase) {optional}")
+        for line in table_growth(r):
+            lines.append(f"\n{r.system}, {r.scenario}: {line}")
         if r.accounting:
             lines.append(f"\n{r.system}, {r.scenario}: accounting {json.dumps(r.accounting)}")
     return "\n".join(lines)
+
+
+def optional_medians(r: CellResult) -> str:
+    """The optional metrics' medians per phase after the warm-up, ``metric phase value, ...``."""
+    shown = [
+        (metric, [(phase, v) for phase, v in by_phase.items() if v and phase not in ("warmup", "stopping")])
+        for metric, by_phase in r.optional.items()
+    ]
+    return "; ".join(
+        f"{metric} " + ", ".join(f"{phase} {fmt(statistics.median(v), 1)}" for phase, v in phases)
+        for metric, phases in shown
+        if phases
+    )
+
+
+def table_growth(r: CellResult) -> list[str]:
+    """Per event table: live tuples, table and index sizes at the end of the warm-up and at the last reading;
+    the peak of dead tuples after the warm-up; the autovacuums in between."""
+    after = [(at, tables) for at, phase, tables in r.tables if phase != "warmup"]
+    if not after:
+        return []
+    warm = [tables for _, phase, tables in r.tables if phase == "warmup"]
+    first, (at, last) = (warm[-1] if warm else after[0][1]), after[-1]
+    lines = []
+    for name, end in sorted(last.items()):
+        start = first.get(name, TableStats(0, 0, 0, 0, end.autovacuums))
+        peak = max(tables[name].dead for _, tables in after if name in tables)
+        lines.append(
+            f"{name} after the warm-up -> {at:g} s: live {start.live:,} -> {end.live:,}, table "
+            f"{start.table_bytes / 2**20:.1f} -> {end.table_bytes / 2**20:.1f} MB, indexes "
+            f"{start.index_bytes / 2**20:.1f} -> {end.index_bytes / 2**20:.1f} MB, peak dead {peak:,}, "
+            f"autovacuums {end.autovacuums - start.autovacuums}"
+        )
+    return lines
 
 
 def save(results: list[CellResult], path: Path | None) -> None:

@@ -63,6 +63,18 @@ PEER_FOLDERS = ("pgboss-bench", "procrastinate-bench", "CONTRIBUTING_ADAPTERS.md
 # The harness's postgres.conf settings that are not about the server's tuning (who may connect, its log).
 NOT_TUNING = ("listen_addresses", "log_")
 SAMPLE_EVERY_S = 5
+# The phase D-G knobs (PHASES.md §4) each adapter reads. The harness's pg-boss and procrastinate adapters
+# (at HARNESS_SHA) read none of them: only awa's and pgque's do, which is why its sweep ran D-G for those two.
+PHASE_KNOBS = {
+    "WORKER_FAIL_MODE",
+    "JOB_FAIL_FIRST_MOD",
+    "JOB_MAX_ATTEMPTS",
+    "BENCH_DLQ_ENABLED",
+    "JOB_PRIORITY_PATTERN",
+    "PRIORITY_AGING_MS",
+    "BENCH_QUEUE_COUNT",
+}
+KNOBS = {"openworkflow": PHASE_KNOBS, "pgboss": set(), "procrastinate": set()}
 
 
 @dataclass
@@ -344,10 +356,12 @@ def harness_env() -> dict[str, str]:
     )
 
 
-def run_cell(system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path) -> Result:
+def run_cell(
+    system: str, cell: Cell, round_: int, base: str, work: Path, harness: Path, logs: Path, suffix: str
+) -> Result:
     command, cwd, manifest_path = launch_spec(system, work, harness)
     manifest = json.loads(manifest_path.read_text())
-    database = manifest["db_name"]
+    database = manifest["db_name"] + suffix
     recreate_database(base, database)
     url = server_url(database, base)
     env = {**harness_env(), "DATABASE_URL": url, **cell.env}
@@ -493,14 +507,23 @@ def main() -> int:
     parser.add_argument("--long-rate", type=int, default=200, help="jobs/s offered in the long-horizon cell")
     parser.add_argument("--json", type=Path, help="write every result here")
     parser.add_argument(
+        "--db-suffix", default="", help="appended to each adapter's database name (a server shared with others)"
+    )
+    parser.add_argument(
         "--server-as-is",
         action="store_true",
         help="leave the server's settings alone (by default the harness's postgres.conf is applied for the run)",
     )
-    chaos = parser.add_argument_group("the harness's chaos (B) and pressure (C) scenarios: phases.py")
-    chaos.add_argument("--phase", default="", help="B, C or B,C: every scenario of those phases")
+    chaos = parser.add_argument_group("the harness's phased scenarios, B to G: phases.py")
+    chaos.add_argument("--phase", default="", help="B to G, or several (B,C): every scenario of those phases")
     chaos.add_argument("--scenario", default="", help=f"comma-separated, of: {', '.join(phases.SCENARIOS)}")
     chaos.add_argument("--time-scale", type=float, default=1.0, help="every phase's length times this (0.5: halves)")
+    chaos.add_argument(
+        "--minutes",
+        type=float,
+        default=0.0,
+        help="the long phase of starvation_60min and soak_6h, in minutes (default: its length times --time-scale)",
+    )
     chaos.add_argument("--rate", type=float, default=0.0, help="jobs/s per replica (default: the harness's per cell)")
     chaos.add_argument("--workers", type=int, default=0, help="WORKER_COUNT (default: the harness's per cell)")
     chaos.add_argument(
@@ -536,7 +559,9 @@ def main() -> int:
                 turned = systems[round_ % len(systems) :] + systems[: round_ % len(systems)]
                 for system in turned:
                     print(f"[round {round_ + 1}] {cell.name}: {system}", file=sys.stderr, flush=True)
-                    results.append(run_cell(system, cell, round_, args.database_url, args.work, harness, logs))
+                    results.append(
+                        run_cell(system, cell, round_, args.database_url, args.work, harness, logs, args.db_suffix)
+                    )
     finally:
         server.restore()
     print(f"\nload average at the start {load[0]:.1f}, at the end {os.getloadavg()[0]:.1f}; logs in {logs}")
@@ -573,13 +598,18 @@ def run_phases(args: argparse.Namespace) -> int:
     server = ServerSettings(args.database_url, {} if args.server_as_is or not conf.exists() else harness_settings(conf))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     results: list[phases.CellResult] = []
+    skipped: list[str] = []
     try:
         faults.wait_while_busy("changing the server's settings")
         if server.wanted:
             server.apply()
         for n, scenario in enumerate(todo):
-            scenario = scenario.scaled(args.time_scale, 30.0)
+            scenario = scenario.scaled(args.time_scale, 30.0, args.minutes)
             for system in systems[n % len(systems) :] + systems[: n % len(systems)]:
+                if missing := {k for k, _ in scenario.env} - KNOBS[system]:
+                    skipped.append(f"{system}, {scenario.name}: not run, its adapter reads none of {sorted(missing)}")
+                    print(f"[phases] {skipped[-1]}", file=sys.stderr, flush=True)
+                    continue
                 launch = launch_spec(system, args.work, harness)
                 results.append(phases.run_cell(system, scenario, launch, args.database_url, logs, args, env))
                 phases.save(results, args.json)
@@ -591,6 +621,8 @@ def run_phases(args: argparse.Namespace) -> int:
         print(f"server: {note}")
     print()
     print(phases.report(results))
+    for line in skipped:
+        print(line)
     return 1 if any(r.aborted or not r.clean_shutdown() for r in results) else 0
 
 

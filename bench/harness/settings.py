@@ -1,7 +1,8 @@
 """Settings of the harness adapter and of the ``runworkflows`` processes it starts.
 
 The harness names the database in ``DATABASE_URL`` (a PostgreSQL URL); the
-rest is what a project would deploy: the package's defaults, DEBUG off.
+rest is what a project would deploy: the package's defaults, DEBUG off; priority aging
+when the harness asks for it (its PRIORITY_AGING_MS, phase E).
 """
 
 import os
@@ -24,3 +25,9 @@ LOGGING = {
     "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": "ext://sys.stderr"}},
     "loggers": {"django_openworkflow": {"handlers": ["stderr"], "level": "WARNING"}},
 }
+# The harness's PRIORITY_AGING_MS (phase E; awa ages a job one level per 60 s by default): one level of
+# ours per that interval (whole seconds, at least 1), up to 3, the harness's priority 1 (workflows.py).
+if os.environ.get("PRIORITY_AGING_MS", "").strip():
+    OPENWORKFLOW = {
+        "PRIORITY_AGING": {"every": f"{max(1, round(int(os.environ['PRIORITY_AGING_MS']) / 1000))}s", "ceiling": 3}
+    }
