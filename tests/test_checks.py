@@ -22,12 +22,12 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connect
 
 from django_openworkflow.checks import MigrateHint, check_workflow_tables, is_missing_table, migrate_command
 from django_openworkflow.conf import owf_settings
-from tests.conftest import ROOT, wait_until
+from tests.conftest import CEILING, ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # A hung worker (the old behaviour: retry the claim forever) fails the test instead of hanging it.
-GIVE_UP = 60
+GIVE_UP = CEILING
 # The package's migrations, read from disk: a new one changes what the messages below count.
 MIGRATIONS = sorted(path.stem for path in (ROOT / "django_openworkflow" / "migrations").glob("0*.py"))
 

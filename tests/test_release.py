@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import django_openworkflow
+from tests.conftest import CEILING
 
 # find_spec, not importorskip: a checkout's build/ folder (setuptools' output, on sys.path through the
 # repository root) imports as an empty namespace package named "build".
@@ -114,7 +115,7 @@ def test_twine_check_passes(dist):
         [sys.executable, "-m", "twine", "check", "--strict", *map(str, sorted(dist.iterdir()))],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=CEILING,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
 

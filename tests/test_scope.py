@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CEILING
+
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ["tests/test_quickstart.py", "tests/worker/test_schedules.py"]
 
@@ -23,7 +25,7 @@ def collected(scope: str) -> set[str]:
         env=dict(os.environ, OWF_TEST_SCOPE=scope),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=CEILING,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return {line for line in done.stdout.splitlines() if "::" in line}

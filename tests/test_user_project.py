@@ -30,6 +30,7 @@ import pytest
 from django.db import connection
 
 import django_openworkflow
+from tests.conftest import CEILING
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_ROOT = Path(django_openworkflow.__file__).resolve().parent.parent
@@ -203,7 +204,7 @@ def project_run(
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=CEILING)
 
 
 @pytest.mark.database  # the user's project runs on the suite's database

@@ -47,7 +47,7 @@ import django
 import pytest
 
 from tests.admin.browser_checks import COLUMNS_JS, CONTRAST_JS, JOURNAL_JS
-from tests.conftest import built_once
+from tests.conftest import CEILING, built_once
 
 # CI sets this: there a missing browser or Playwright is a failure, not a skip.
 REQUIRE_BROWSER = bool(os.environ.get("OPENWORKFLOW_REQUIRE_BROWSER"))
@@ -194,10 +194,10 @@ def migrate_and_seed(env: dict[str, str]) -> None:
         env=env,
         cwd=ROOT,
         check=True,
-        timeout=120,
+        timeout=CEILING,
     )
     seed = "from tests.admin.test_browser import seed_example_project as s; s()"
-    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=CEILING)
 
 
 def seeded_sqlite(tmp_path_factory: pytest.TempPathFactory, into: Path) -> None:
@@ -262,7 +262,7 @@ def seed_runs(example_admin: dict[str, Any], seeder: str) -> list[str]:
         env=example_admin["env"],
         cwd=ROOT,
         check=True,
-        timeout=120,
+        timeout=CEILING,
         capture_output=True,
         text=True,
     )

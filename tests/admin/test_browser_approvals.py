@@ -32,6 +32,7 @@ from tests.admin.test_browser import (
     pytestmark,  # noqa: F401  (skipped without the browser)
     server_problems,
 )
+from tests.conftest import CEILING
 
 INBOX_PATH = "/admin/django_openworkflow/approval/"
 
@@ -59,7 +60,7 @@ def test_a_manager_approves_from_the_inbox(example_admin: dict[str, Any], tmp_pa
         "PYTHONPATH": str(ROOT),
     }
     seed = "from tests.admin.test_browser_approvals import seed_refund as s; s()"
-    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=CEILING)
     worker = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runworkflows", "--poll", "100ms"],
         env=env,
@@ -82,7 +83,7 @@ def test_a_manager_approves_from_the_inbox(example_admin: dict[str, Any], tmp_pa
             "print(get_run(WorkflowRun.objects.get(workflow_name='refund-approval').id).result(timeout=60))"
         )
         done = subprocess.run(
-            [sys.executable, "-c", result], env=env, cwd=ROOT, check=True, timeout=90, capture_output=True
+            [sys.executable, "-c", result], env=env, cwd=ROOT, check=True, timeout=CEILING, capture_output=True
         )
         assert "'refunded': 120" in done.stdout.decode()
     finally:

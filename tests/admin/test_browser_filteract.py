@@ -35,6 +35,7 @@ from tests.admin.test_browser import (
     server_problems,
     snapshot,
 )
+from tests.conftest import CEILING
 
 FAILED, COMPLETED = 120, 10
 FILTER = "?workflow=import-orders"
@@ -73,7 +74,7 @@ def test_an_action_on_every_run_matching_the_filter(example_admin: dict[str, Any
         "PYTHONPATH": str(ROOT),
     }
     seed = "from tests.admin.test_browser_filteract import seed_many_runs as s; s()"
-    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=CEILING)
     base = example_admin["base"]
     with chromium() as browser:
         for scheme in ("dark", "light"):  # light last: it also confirms

@@ -37,6 +37,7 @@ from tests.admin.test_browser import (
     server_problems,
     snapshot,
 )
+from tests.conftest import CEILING
 
 # On every leg: it serves the suite's own kind of database (from a subprocess: marked so).
 pytestmark = [NEEDS_CHROMIUM, pytest.mark.database]
@@ -101,7 +102,7 @@ def in_example_project(database: str, code: str) -> str:
     }
     script = f"import django\ndjango.setup()\n{code}"
     done = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=ROOT, check=True, timeout=120, capture_output=True, text=True
+        [sys.executable, "-c", script], env=env, cwd=ROOT, check=True, timeout=CEILING, capture_output=True, text=True
     )
     return done.stdout.strip()
 

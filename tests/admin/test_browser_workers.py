@@ -39,6 +39,7 @@ from tests.admin.test_browser import (
     server_problems,
     snapshot,
 )
+from tests.conftest import CEILING
 
 WORKERS_PATH = "/admin/django_openworkflow/workerprocess/"
 
@@ -71,7 +72,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def test_the_workers_page_in_a_real_browser(example_admin: dict[str, Any], tmp_path: Path) -> None:  # noqa: F811
     env = _env(tmp_path)
     seed = "from tests.admin.test_browser_workers import seed_queues as s; s()"
-    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", seed], env=env, cwd=ROOT, check=True, timeout=CEILING)
     worker = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "runworkflows", "--queue", "default", "--poll", "200ms"],
         env=env,

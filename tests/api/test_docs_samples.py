@@ -26,6 +26,7 @@ from django_openworkflow import workflow
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.models import ApiToken
 from django_openworkflow.testing import drain
+from tests.conftest import CEILING
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,7 +78,7 @@ def run_bash(script: str, state: Path, env: dict[str, str]) -> str:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout

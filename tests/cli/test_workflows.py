@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_openworkflow.models import Signal, StepAttempt, WorkflowRun
 from tests.cli.helpers import as_json, workflows
+from tests.conftest import CEILING
 from tests.fixtures.testapp.workflows import always_fails
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -377,7 +378,7 @@ def test_errors_exit_non_zero_with_one_line(args: list[str], line: str) -> None:
         env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING,
         check=False,
     )
     assert proc.returncode == 1

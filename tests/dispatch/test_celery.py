@@ -25,7 +25,7 @@ from django_openworkflow.dispatch import checks as dispatch_checks  # noqa: E402
 from django_openworkflow.dispatch.celery import SWEEP, execute_run, send_execute_run, sweep  # noqa: E402
 from django_openworkflow.models import StepAttempt, WorkflowRun  # noqa: E402
 from tests import settings_celery  # noqa: E402
-from tests.conftest import ROOT, wait_until  # noqa: E402
+from tests.conftest import CEILING, ROOT, wait_until  # noqa: E402
 from tests.fixtures.celery_app import app  # noqa: E402
 from tests.fixtures.celery_workflows import parent, sleepy  # noqa: E402
 from tests.fixtures.testapp.models import SideEffect  # noqa: E402
@@ -360,7 +360,7 @@ with override_settings(OPENWORKFLOW={"DISPATCH": "celery"}):
 def test_the_package_works_without_celery_and_the_check_says_so():
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings")
     done = subprocess.run(
-        [sys.executable, "-c", WITHOUT_CELERY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", WITHOUT_CELERY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=CEILING
     )
     assert done.returncode == 0, done.stderr
     assert "('openworkflow.E011', \"OPENWORKFLOW['DISPATCH'] is 'celery' but Celery is not installed\")" in done.stdout

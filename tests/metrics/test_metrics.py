@@ -22,7 +22,7 @@ from django_openworkflow import metrics, send_signal
 from django_openworkflow.checks import check_settings, check_telemetry
 from django_openworkflow.metrics import labels
 from django_openworkflow.store import get_backend
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.telemetry_workflows import (
     telemetry_dynamic,
     telemetry_fails,
@@ -330,7 +330,7 @@ def runworkflows(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "django", "runworkflows", "--settings=tests.settings", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING,
         env={**os.environ, "OWF_TEST_DB_NAME": str(connection.settings_dict["NAME"]), **env},
     )
 

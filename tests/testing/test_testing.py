@@ -26,7 +26,7 @@ from django_openworkflow import get_run, send_event
 from django_openworkflow.engine.execute import Outcome
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.testing import DrainError, WorkflowRunner, advance, drain, run_workflows
-from tests.conftest import ROOT
+from tests.conftest import CEILING, ROOT
 from tests.fixtures import testing_workflows as wf
 
 # What these tests tell apart is a drain that skips an hour's timer (or stops at its own timeout)
@@ -388,6 +388,6 @@ def test_the_plugin_loads_without_pytest_django_and_imports_no_settings(tmp_path
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=CEILING,
     )
     assert done.returncode == 0, done.stdout + done.stderr

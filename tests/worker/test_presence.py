@@ -11,7 +11,7 @@ import pytest
 from django_openworkflow.models import QueueState, WorkerProcess
 from django_openworkflow.store import workers
 from django_openworkflow.worker.presence import Presence
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -140,13 +140,13 @@ def test_a_worker_warns_at_start_up_of_queues_nobody_serves(workers_pool):
     workers.set_paused("billing", True, "test")
     three_steps.run({"start": 2}, queue="billing")
     proc = workers_pool.start("--burst", "--poll", "10ms", stderr=subprocess.PIPE)
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=CEILING)
     log = err.decode()
     assert proc.returncode == 0
     assert "openworkflow.W090: No live worker serves queue(s) 'emails' (1 due)" in log
     assert "Paused on purpose, not counted: billing." in log
     star = workers_pool.start("--burst", "--poll", "10ms", "--queue", "*", stderr=subprocess.PIPE)
-    _, err = star.communicate(timeout=60)
+    _, err = star.communicate(timeout=CEILING)
     assert "openworkflow.W090" not in err.decode()
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.db.models import Count
 
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from tests.conftest import ROOT, is_parked, wait_until
+from tests.conftest import CEILING, ROOT, is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import kills_its_worker, sleeper, slow_steps, three_steps
 
@@ -101,7 +101,7 @@ def test_bad_arguments_exit_with_a_clear_error(args, says):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING,
     )
     assert done.returncode != 0
     assert says in done.stderr

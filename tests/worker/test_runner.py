@@ -20,7 +20,7 @@ from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.loop import Worker, WorkerUnhealthy
 from django_openworkflow.worker.runner import LeaseKeeper
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import STEP_GATE, gated_step, slow_steps
 
@@ -106,7 +106,7 @@ def test_runworkflows_that_cannot_renew_exits_non_zero(workers):
     blocker = threading.Thread(target=lock_everything_for, args=(handle.id, 3.0, locked))
     blocker.start()
     try:
-        _, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=CEILING)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()  # and close its pipe: a pipe left open warns in a later test

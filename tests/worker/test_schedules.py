@@ -30,7 +30,7 @@ from django_openworkflow.worker.schedules import (
     tick_key,
     ticks_after,
 )
-from tests.conftest import ROOT, race, wait_until
+from tests.conftest import CEILING, ROOT, race, wait_until
 from tests.fixtures import schedule_workflows
 from tests.fixtures.schedule_workflows import EVERY_MINUTE, EVERY_TWO_SECONDS, EVERY_TWO_SECONDS_CRON, PARIS, SKIPPING
 
@@ -116,7 +116,7 @@ def test_without_croniter_the_package_imports_and_workers_run():
         env=dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings"),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=CEILING,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"
