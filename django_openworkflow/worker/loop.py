@@ -455,7 +455,8 @@ class Worker:
         interval = self.leases.interval.total_seconds()
         tick = min(interval, 1.0)
         try:
-            self._reserve_connection()
+            if not self._reserve_connection():
+                return
             # The main thread starts the slots and writes the heartbeat row meanwhile.
             while not self._begun.wait(tick):
                 if self._supervisor_stop.is_set():
@@ -481,12 +482,18 @@ class Worker:
             self._heartbeat_ready.set()  # never leave the main thread waiting on a thread that ended
             connections.close_all()
 
-    def _reserve_connection(self) -> None:
-        """Open the heartbeat's connection, trying until it opens or the worker stops; no slot starts before."""
+    def _reserve_connection(self) -> bool:
+        """Open the heartbeat's connection, trying until it opens or the worker stops; no slot starts before.
+
+        False on an error that trying again cannot mend (a setting): the
+        heartbeat thread then ends, and the claim loop's health check stops
+        the worker.
+        """
         failures = 0
         while not self._supervisor_stop.is_set() and not self._stopping.is_set():
             try:
                 self.store.open_connection()
+                break
             except DatabaseError as exc:
                 failures += 1
                 delay = backoff(failures)
@@ -498,9 +505,11 @@ class Worker:
                 )
                 recycle_connections()
                 self._stopping.wait(delay)
-            else:
-                break
+            except Exception:
+                logger.exception("the heartbeat could not open its database connection")
+                return False
         self._heartbeat_ready.set()
+        return True
 
     def _health(self) -> str | None:
         """Why this worker can no longer be trusted with runs, or None while it can."""

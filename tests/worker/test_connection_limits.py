@@ -121,6 +121,39 @@ def test_a_worker_with_more_slots_than_connections_keeps_its_leases_and_runs_eac
     assert all(h.result(timeout=0) == "done" for h in handles)
 
 
+@contextmanager
+def connections_as(url_user: str, count: int) -> Iterator[None]:
+    """Hold ``count`` connections to the test database as the user the limited_user URL names."""
+    from django.db.utils import load_backend
+
+    settings = {**connection.settings_dict, "USER": url_user, "PASSWORD": PASSWORD}
+    held = [load_backend(settings["ENGINE"]).DatabaseWrapper(settings, f"held-{i}") for i in range(count)]
+    try:
+        for wrapper in held:
+            wrapper.ensure_connection()
+        yield
+    finally:
+        for wrapper in held:
+            wrapper.close()
+
+
+def test_a_worker_whose_heartbeat_cannot_connect_claims_nothing_until_it_can(workers, tmp_path):
+    """No connection left for the heartbeat: it says so and nothing is claimed; once one frees, the run runs."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    handle = file_gated_step.run({"gate": str(gate)})
+    log = tmp_path / "worker.log"
+    with limited_user(6) as url, log.open("wb") as stderr:
+        # All but one: runworkflows's main thread takes that one (it looks for the migrations first) and keeps it.
+        with connections_as(_limited_user_name(), 5):
+            proc = workers.start("--lease", "4s", "--poll", "20ms", stderr=stderr, env={"DATABASE_URL": url})
+            wait_until(lambda: "the heartbeat could not open its database connection" in log.read_text(), timeout=60)
+            assert handle.status() == "pending"  # the worker claims nothing before its heartbeat has a connection
+        assert handle.result(timeout=60) == "done"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
 def test_the_database_says_how_many_more_connections_it_accepts():
     room = get_backend().connection_room()
     if connection.vendor == "sqlite":
