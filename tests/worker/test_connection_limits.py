@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -230,3 +231,23 @@ def test_the_heartbeat_opens_its_connection_before_any_slot_starts(monkeypatch):
     monkeypatch.setattr(worker.store, "open_connection", open_connection)
     worker.run(until=slots_started, install_signal_handlers=False)
     assert opened[0] == ("owf-heartbeat", 0)
+
+
+def test_a_heartbeat_connection_refused_by_a_setting_stops_the_worker(caplog, monkeypatch):
+    """Not the database's state but a setting: trying again cannot mend it, so the worker stops, with the reason."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_openworkflow.worker.loop import WorkerUnhealthy
+
+    worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
+
+    def open_connection() -> None:
+        raise ImproperlyConfigured("settings.DATABASES is improperly configured")
+
+    monkeypatch.setattr(worker.store, "open_connection", open_connection)
+    give_up = time.monotonic() + 30
+    with caplog.at_level("ERROR", logger="django_openworkflow.worker"), pytest.raises(WorkerUnhealthy):
+        worker.run(until=lambda: time.monotonic() > give_up, install_signal_handlers=False)
+    assert time.monotonic() < give_up  # it stopped by itself, not at the deadline
+    (record,) = [r for r in caplog.records if "could not open its database connection" in r.getMessage()]
+    assert record.exc_info is not None and "improperly configured" in str(record.exc_info[1])
