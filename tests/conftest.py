@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from django.db import connection, connections
@@ -373,9 +373,14 @@ class WorkerProcesses:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str, stderr: int | None = None) -> subprocess.Popen[bytes]:
-        """Start a worker with ``args``; ``stderr=subprocess.PIPE`` to read its log (then read it, or it may block)."""
-        env = dict(os.environ, OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]))
+    def start(
+        self, *args: str, stderr: int | IO[bytes] | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker with ``args``; ``stderr=subprocess.PIPE`` to read its log (then read it, or it may block).
+
+        ``env``: variables to set for it beside the test database's name (``DATABASE_URL`` to connect as another user).
+        """
+        env = dict(os.environ, OWF_TEST_DB_NAME=str(connection.settings_dict["NAME"]), **(env or {}))
         proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runworkflows", "--settings=tests.settings", *args],
             cwd=ROOT,

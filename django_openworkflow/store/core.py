@@ -28,6 +28,7 @@ from django.utils import timezone
 if TYPE_CHECKING:
     from .containment import ContainmentCompiler
     from .notify import Listener
+    from .records import ConnectionRoom
 
 RETRY_ATTEMPTS = 6
 """Tries of a write the database aborted over locks (:meth:`BackendCore.retrying`): 1.24 s of pauses at most."""
@@ -58,6 +59,14 @@ T = TypeVar("T")
 def gate_name(key: str) -> str:
     """The gate table's row for a limit key: a fixed-length hash, whatever the key's length."""
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def tightest_room(limits: Iterable[tuple[str, int, int]]) -> ConnectionRoom | None:
+    """Of ``(what, limit, in use)`` rows, the limit with the fewest connections left; None without rows."""
+    from .records import ConnectionRoom
+
+    rooms = [ConnectionRoom(int(limit) - int(used), int(limit), what) for what, limit, used in limits]
+    return min(rooms, key=lambda room: room.free, default=None)
 
 
 class BackendCore:
@@ -196,6 +205,23 @@ class BackendCore:
         Its text here; MySQL and MariaDB compare text without regard to case, so they read bytes.
         """
         return Cast(column, TextField())
+
+    # -- connections --
+
+    def open_connection(self) -> None:
+        """Open this thread's connection to the alias now unless it is open: a thread that must have one keeps it.
+
+        Raises :class:`~django.db.DatabaseError` when the database refuses it.
+        """
+        self.connection.ensure_connection()
+
+    def connection_room(self) -> ConnectionRoom | None:
+        """How many more connections this process may open to the alias now; None where the database has no limit.
+
+        An estimate read from the server's own counts: other processes open
+        and close connections meanwhile.
+        """
+        return None
 
     # -- wake-ups --
 

@@ -13,6 +13,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 
+@dataclass(frozen=True)
+class ConnectionRoom:
+    """How many more connections this process may open to the database now, and the limit that says so."""
+
+    free: int  # below zero when the limit is already passed
+    limit: int
+    what: str  # which limit binds: "max_connections", "the role's CONNECTION LIMIT" ...
+
+
 class EngineInterrupt(BaseException):
     """Base of the engine's own control flow: suspending, failing, losing the run, a failed write.
 

@@ -2,7 +2,10 @@
 
 One main thread claims; ``concurrency`` slot threads execute slices, each
 with its own Django connection that it keeps across slices; one heartbeat
-thread extends the leases of the runs in flight with a single UPDATE.
+thread extends the leases of the runs in flight with a single UPDATE. The
+heartbeat opens its connection before any slot opens one, and keeps it;
+and there are no more slots than the database accepts connections (read
+at start), so slots can never take the heartbeat's place.
 
 A worker that cannot renew its leases for most of a lease is no longer safe:
 other workers may take its runs over and run their steps a second time. It
@@ -72,6 +75,8 @@ class Worker:
         """``store``: where runs are claimed and written; by default the workflow database's backend
         (``get_backend()``). A test may pass the in-memory one (``testing.memory.InMemoryBackend``):
         the loop, its slots, heartbeats and prefetch then run with no database at all."""
+        # Slots: as asked, or fewer when the database accepts fewer connections (rebound by
+        # _fit_slots on the main thread, before any slot starts).
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
@@ -116,6 +121,8 @@ class Worker:
         self._stopping = threading.Event()
         self._supervisor_stop = threading.Event()
         self._supervisor: threading.Thread | None = None  # the main thread's only
+        self._heartbeat_ready = threading.Event()  # the supervisor opened its connection (or ended)
+        self._begun = threading.Event()  # the main thread started the slots: the supervisor may beat
         self.failure: str | None = None  # why the worker stopped unhealthy; written by the main thread only
         self._lapsed: str | None = None  # a slice outlived its lease unrenewed (see _slot_loop); guarded by _lock
         from .schedules import Scheduler
@@ -165,26 +172,39 @@ class Worker:
             self._run(until)
 
     def _run(self, until: Callable[[], bool] | None) -> None:
-        self.presence.start()  # before the supervisor starts: this thread is its only writer until then
-        for i in range(self.concurrency):
-            self._start_slot(f"owf-slot-{i}")
+        # The heartbeat first: its connection is opened before any slot's, and kept, so that slots
+        # that outnumber the connections the database allows can never starve it (issue 41: a
+        # heartbeat that cannot connect lets every lease run out, and other workers run the steps
+        # a second time).
         supervisor = self._supervisor = threading.Thread(target=self._supervise, name="owf-heartbeat", daemon=True)
         supervisor.start()
-        # Where the database notifies (PostgreSQL), a committed start, wake-up or
-        # retry wakes the claim loop at once instead of at the next poll.
-        # Polling stays as the safety net.
-        listener = self._due_listener = self.store.listener([DUE_CHANNEL], lambda channel, payload: self._wake.set())
-        if listener is not None:
-            listener.start()
-            # LISTEN before the first claim, so nothing committed in between is missed.
-            listener.connected.wait(2.0)
-        for sweeper in self.sweepers:
-            sweeper.start()
+        listener: Listener | None = None
+        sweeping = 0  # how many sweepers were started, to stop and join
         try:
-            self._claim_loop(until)
+            # Stopped before the heartbeat could connect: nothing to claim, nothing was claimed.
+            if self._heartbeat_connected():
+                # Where the database notifies (PostgreSQL), a committed start, wake-up or
+                # retry wakes the claim loop at once instead of at the next poll.
+                # Polling stays as the safety net.
+                listener = self._due_listener = self.store.listener(
+                    [DUE_CHANNEL], lambda channel, payload: self._wake.set()
+                )
+                if listener is not None:
+                    listener.start()
+                    # LISTEN before the first claim, so nothing committed in between is missed.
+                    listener.connected.wait(2.0)
+                self._fit_slots()  # once this thread's, the heartbeat's and the listener's connections are open
+                self.presence.start()  # before the supervisor's first beat: this thread is its only writer until then
+                for i in range(self.concurrency):
+                    self._start_slot(f"owf-slot-{i}")
+                self._begun.set()
+                for sweeper in self.sweepers:
+                    sweeper.start()
+                    sweeping += 1
+                self._claim_loop(until)
         finally:
             self._stopping.set()
-            for sweeper in self.sweepers:
+            for sweeper in self.sweepers[:sweeping]:
                 sweeper.stop()
             if listener is not None:
                 self._ask_for_wakeups(False)
@@ -200,12 +220,59 @@ class Worker:
             else:
                 _bounded(self._release_stuck, self.lease.total_seconds(), "releasing the runs still executing")
                 _bounded(self.presence.stop, self.lease.total_seconds(), "marking this worker stopped")
-            for sweeper in self.sweepers:
+            for sweeper in self.sweepers[:sweeping]:
                 sweeper.join(5)
             connections.close_all()
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
         if self.failure is not None:
             raise WorkerUnhealthy(self.failure)
+
+    def _heartbeat_connected(self) -> bool:
+        """Wait until the heartbeat has its connection (True), or until the worker is stopped (False).
+
+        A heartbeat thread that died meanwhile: True, and the claim loop's first health check stops the worker.
+        """
+        while not self._heartbeat_ready.wait(0.1):
+            if self._stopping.is_set():
+                return False
+            if self._supervisor is not None and not self._supervisor.is_alive():
+                return True
+        return not self._stopping.is_set()
+
+    def _fit_slots(self) -> None:
+        """Fewer slots than asked for when the database accepts fewer connections than there would be slots.
+
+        Each slot keeps a connection of its own. A slot that cannot open one
+        hands its run back and the run waits out a backoff: slots beyond what
+        the database accepts only churn. The count is the server's own, read
+        once at start: other processes' connections come and go meanwhile, so
+        this is a guard, and the heartbeat's connection (opened first, and
+        kept) is what keeps the leases safe.
+        """
+        try:
+            room = self.store.connection_room()
+        except DatabaseError as exc:  # a role that may not read the counts: the slots as asked
+            logger.debug("could not read how many connections the database accepts (%s)", exc)
+            recycle_connections()
+            return
+        if room is None:
+            return
+        # The periodic sweeps keep a connection each, beside the slots.
+        free = room.free - len(self.sweepers)
+        if free >= self.concurrency:
+            return
+        fitted = max(1, free)
+        logger.warning(
+            "only %d slot(s) instead of %d: the database accepts %d more connection(s) (%s is %d) and each slot "
+            "keeps one; raise that limit, or run fewer slots per worker (runworkflows --concurrency, "
+            "OPENWORKFLOW['CONCURRENCY'])",
+            fitted,
+            self.concurrency,
+            max(0, room.free),
+            room.what,
+            room.limit,
+        )
+        self.concurrency = self.presence.slots = fitted
 
     def _drain(self) -> None:
         """Hand back the runs claimed ahead; let the slots finish their slices, for at most the drain timeout."""
@@ -379,14 +446,22 @@ class Worker:
     def _supervise(self) -> None:
         """Renew the leases of the runs in flight every lease/3, with the heartbeat row; replace dead slot threads.
 
-        Never ends before it is told to: whatever one round raises is logged,
-        and the next round tries again. If rounds keep failing, leases go
-        unrenewed and the claim loop (:meth:`_health`) stops the worker.
+        First opens the connection it renews with, before any slot opens one
+        (the main thread waits for it), and keeps it. Never ends before it is
+        told to: whatever one round raises is logged, and the next round tries
+        again. If rounds keep failing, leases go unrenewed and the claim loop
+        (:meth:`_health`) stops the worker.
         """
         interval = self.leases.interval.total_seconds()
         tick = min(interval, 1.0)
-        next_beat = time.monotonic() + interval
         try:
+            if not self._reserve_connection():
+                return
+            # The main thread starts the slots and writes the heartbeat row meanwhile.
+            while not self._begun.wait(tick):
+                if self._supervisor_stop.is_set():
+                    return
+            next_beat = time.monotonic() + interval
             while not self._supervisor_stop.wait(tick):
                 try:
                     self._replace_dead_slots()
@@ -404,7 +479,37 @@ class Worker:
                     with contextlib.suppress(Exception):  # the handler itself must not end the thread
                         recycle_connections()
         finally:
+            self._heartbeat_ready.set()  # never leave the main thread waiting on a thread that ended
             connections.close_all()
+
+    def _reserve_connection(self) -> bool:
+        """Open the heartbeat's connection, trying until it opens or the worker stops; no slot starts before.
+
+        False on an error that trying again cannot mend (a setting): the
+        heartbeat thread then ends, and the claim loop's health check stops
+        the worker.
+        """
+        failures = 0
+        while not self._supervisor_stop.is_set() and not self._stopping.is_set():
+            try:
+                self.store.open_connection()
+                break
+            except DatabaseError as exc:
+                failures += 1
+                delay = backoff(failures)
+                logger.error(
+                    "the heartbeat could not open its database connection (%s): this worker claims nothing until "
+                    "it can; trying again in %.1fs",
+                    exc,
+                    delay,
+                )
+                recycle_connections()
+                self._stopping.wait(delay)
+            except Exception:
+                logger.exception("the heartbeat could not open its database connection")
+                return False
+        self._heartbeat_ready.set()
+        return True
 
     def _health(self) -> str | None:
         """Why this worker can no longer be trusted with runs, or None while it can."""

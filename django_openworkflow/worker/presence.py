@@ -35,7 +35,7 @@ class Presence:
     def __init__(self, worker_id: str, served: Sequence[str], slots: int, heartbeat: timedelta) -> None:
         self.worker_id = worker_id
         self.served = tuple(served)
-        self.slots = slots
+        self.slots = slots  # the worker lowers it before start() when the database accepts fewer connections
         self.heartbeat = heartbeat
         # Until start() reads the database: the queues named (for "*", the declared ones), nothing paused.
         self.claim_queues: tuple[str, ...] = workers.claimable_queues(self.served, set(), self._declared(), read=False)

@@ -94,7 +94,16 @@ class LeaseKeeper:
             # must not read as held just because the heartbeat works again.
             lost = set(held) - self.store.held_among(self.worker_id, held) if renewed < len(held) else set()
         except DatabaseError as exc:
-            logging.getLogger("django_openworkflow.worker").warning("heartbeat failed: %s", exc)
+            # Loud: from here, the runs' steps may end up running twice (guarantees.md).
+            left = self.window - (time.monotonic() - self.renewed_at)
+            logging.getLogger("django_openworkflow.worker").error(
+                "heartbeat failed: could not renew the leases of %d run(s) (%s); unless a renewal succeeds "
+                "within %.1fs, no further step of theirs starts here, and once their leases run out other "
+                "workers take them over and run the steps in progress again",
+                len(held),
+                exc,
+                max(0.0, left),
+            )
             recycle_connections()
             return None
         self.renewed_at = started

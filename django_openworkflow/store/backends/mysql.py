@@ -18,7 +18,8 @@ from django.db.models import BinaryField, DateTimeField, F, Func, QuerySet
 
 from ...models import Gate
 from ..containment import ContainmentCompiler
-from ..core import contains, gate_name
+from ..core import contains, gate_name, tightest_room
+from ..records import ConnectionRoom
 from .base import Backend
 
 
@@ -116,6 +117,22 @@ class MySQLBackend(Backend):
 
     def now_expr(self, delta: timedelta | None = None) -> Any:
         return UTCNow() + delta if delta else UTCNow()
+
+    def connection_room(self) -> ConnectionRoom | None:
+        # The session's max_user_connections is the account's MAX_USER_CONNECTIONS where it has one,
+        # else the server's (0: none). A user without the PROCESS privilege sees only its own threads.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+            clients = int(cursor.fetchone()[1])
+            cursor.execute(
+                "SELECT @@GLOBAL.max_connections, @@max_user_connections, (SELECT COUNT(*) FROM"
+                " information_schema.PROCESSLIST WHERE USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1))"
+            )
+            server, per_user, mine = cursor.fetchone()
+        limits = [("max_connections", server, clients)]
+        if per_user:
+            limits.append(("max_user_connections", per_user, mine))
+        return tightest_room(limits)
 
     def insert_with_ids(self, rows: list[Any]) -> None:
         if self.connection.features.can_return_rows_from_bulk_insert:  # MariaDB 10.5+

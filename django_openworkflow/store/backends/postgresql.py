@@ -29,9 +29,10 @@ from psycopg.types.datetime import TimestamptzLoader
 
 from ...models import StepAttempt, WorkflowRun
 from ...states import RunStatus
+from ..core import tightest_room
 from ..notify import DUE_CHANNEL, RECONNECT_BACKOFF, wait_to_reconnect
 from ..queue import RUN_RECORD_FIELDS
-from ..records import AttributeWrite, ClaimedRun, Fence, NewAttempt, ProgressWrite, RunRecord, TakenFrom
+from ..records import AttributeWrite, ClaimedRun, ConnectionRoom, Fence, NewAttempt, ProgressWrite, RunRecord, TakenFrom
 from .base import Backend
 from .postgresql_claim import _field, _q, claim_sql, lease_sql
 
@@ -71,6 +72,13 @@ class PostgreSQLBackend(Backend):
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT statement_timestamp() AT TIME ZONE 'UTC'")
             return self._aware(cursor.fetchone()[0])
+
+    def connection_room(self) -> ConnectionRoom | None:
+        # The server's, the login role's and the database's limits, each with the connections that count
+        # against it (a superuser is subject to none but max_connections, and may use the reserved ones).
+        with self.connection.cursor() as cursor:
+            cursor.execute(_CONNECTION_LIMITS)
+            return tightest_room(cursor.fetchall())
 
     def _claim_queues(
         self, worker_id: str, limit: int, lease: timedelta, queues: Sequence[str], *, fair: bool
@@ -297,6 +305,22 @@ INPUT_INDEX_NAME = "owf_run_input_gin"
 INPUT_INDEX_SQL = (
     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {INPUT_INDEX_NAME} ON openworkflow_run USING gin (input jsonb_path_ops)"
 )
+
+
+_CLIENTS = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+_CONNECTION_LIMITS = f"""
+SELECT 'max_connections', current_setting('max_connections')::int
+         - CASE WHEN r.rolsuper THEN 0 ELSE current_setting('superuser_reserved_connections')::int END,
+       ({_CLIENTS})
+  FROM pg_roles r WHERE r.rolname = session_user
+UNION ALL
+SELECT 'the role''s CONNECTION LIMIT', r.rolconnlimit, ({_CLIENTS} AND usename = session_user)
+  FROM pg_roles r WHERE r.rolname = session_user AND r.rolconnlimit >= 0 AND NOT r.rolsuper
+UNION ALL
+SELECT 'the database''s CONNECTION LIMIT', d.datconnlimit, ({_CLIENTS} AND datname = current_database())
+  FROM pg_database d JOIN pg_roles r ON r.rolname = session_user
+ WHERE d.datname = current_database() AND d.datconnlimit >= 0 AND NOT r.rolsuper
+"""
 
 
 @functools.cache

@@ -83,6 +83,13 @@ class MemoryCore:
         """No LISTEN/NOTIFY: workers poll."""
         return None
 
+    def open_connection(self) -> None:
+        """No connection to open."""
+
+    def connection_room(self) -> None:
+        """No connection to count."""
+        return None
+
     def check(self) -> list[Any]:
         """No database settings to check."""
         return []
