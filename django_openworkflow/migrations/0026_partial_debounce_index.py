@@ -16,7 +16,9 @@ condition.
   leaves ``<name>_new``, dropped when the migration runs again.
 - MySQL and MariaDB have no partial indexes: the plain unique index stays,
   as 0005 does for idempotency keys (NULL keys are distinct in it).
-- SQLite and any other database: Django's own DDL.
+- SQLite and any other database: Django's own DDL. On SQLite that copies
+  the run table (a table's own constraint cannot be dropped in place),
+  holding the write lock for as long as the copy takes.
 """
 
 from typing import Any
