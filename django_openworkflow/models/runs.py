@@ -213,8 +213,14 @@ class WorkflowRun(models.Model):
                 condition=Q(idempotency_key__isnull=False),
                 name="owf_run_idempotency_key_uniq",
             ),
-            # NULL keys are distinct everywhere, so no condition is needed (MySQL has none).
-            models.UniqueConstraint(fields=["workflow_name", "debounce_key"], name="owf_run_debounce_key_uniq"),
+            # Partial: only a debounced run not claimed yet has a key, and an update that is not HOT (a
+            # claim, a finish) adds an entry to every index that holds the row. MySQL has no partial
+            # indexes: it keeps a plain unique index, where NULL keys are distinct (0026).
+            models.UniqueConstraint(
+                fields=["workflow_name", "debounce_key"],
+                condition=Q(debounce_key__isnull=False),
+                name="owf_run_debounce_key_uniq",
+            ),
         ]
         indexes = [
             # The claim query: due runs in a claimable status, oldest first.

@@ -11,9 +11,12 @@ import itertools
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, connections, transaction
 
 from django_openworkflow import workflow
 from django_openworkflow.client import operations
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.definitions.flow import BLOCKED_UNTIL, PROBE_INTERVAL, Concurrency, Debounce, RateLimit
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationError
@@ -280,6 +283,48 @@ def test_concurrent_debounced_starts_make_one_run(declare):
     ids = race(lambda: spec.run(next(inputs)).id, 8)
     assert len(ids) == 8 and len(set(ids)) == 1
     assert WorkflowRun.objects.filter(workflow_name="fc-debounce-race").count() == 1
+
+
+def _debounce_index() -> tuple[bool, bool]:
+    """Whether two runs of one workflow may share a debounce key, and whether the key's index is partial."""
+    alias = owf_settings.database
+    now = get_backend().now()
+    WorkflowRun.objects.create(workflow_name="fc-debounce-mig", debounce_key="k", available_at=now)
+    WorkflowRun.objects.bulk_create(WorkflowRun(workflow_name="fc-debounce-mig", available_at=now) for _ in range(2))
+    try:
+        with transaction.atomic(using=alias):
+            WorkflowRun.objects.create(workflow_name="fc-debounce-mig", debounce_key="k", available_at=now)
+        shared = True
+    except IntegrityError:
+        shared = False
+    WorkflowRun.objects.filter(workflow_name="fc-debounce-mig").delete()
+    vendor = connections[alias].vendor
+    with connections[alias].cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute(
+                "SELECT x.indpred IS NOT NULL FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+                "WHERE i.relname = 'owf_run_debounce_key_uniq'"
+            )
+            return shared, cursor.fetchone()[0]
+        if vendor == "sqlite":
+            cursor.execute("SELECT sql FROM sqlite_master WHERE name = 'owf_run_debounce_key_uniq'")
+            row = cursor.fetchone()  # none: a constraint of the table's own definition
+            return shared, row is not None and "WHERE" in row[0]
+    return shared, False  # MySQL: no partial indexes
+
+
+def test_the_debounce_index_migration_applies_and_reverts():
+    # 0026: partial on PostgreSQL and SQLite (a run without a key has no entry), plain on MySQL;
+    # unique throughout, and whole again once reverted.
+    alias = owf_settings.database
+    partial = connections[alias].vendor != "mysql"
+    assert _debounce_index() == (False, partial)
+    call_command("migrate", "django_openworkflow", "0024", database=alias, verbosity=0)
+    try:
+        assert _debounce_index() == (False, False)
+    finally:
+        call_command("migrate", "django_openworkflow", database=alias, verbosity=0)
+    assert _debounce_index() == (False, partial)
 
 
 def test_a_debounced_start_takes_no_idempotency_key(declare):

@@ -122,12 +122,11 @@ def test_the_prepared_claims_generic_plan_reads_the_claim_index(fair: bool, inde
 
 # The indexes a run without concurrency or rate keys, parent, predecessor, source run, subject or
 # children pays for at each claim and finish (an UPDATE that is not HOT writes to each). A new index
-# on these tables belongs here only if every run needs it; else it is partial (0009, 0019).
+# on these tables belongs here only if every run needs it; else it is partial (0009, 0019, 0026).
 EVERY_RUN_PAYS_FOR = {
     "openworkflow_run": {
         "openworkflow_run_pkey",
         "owf_run_created_idx",
-        "owf_run_debounce_key_uniq",
         "owf_run_name_idx",
         "owf_run_status_idx",
         "owf_run_status_worker_idx",
