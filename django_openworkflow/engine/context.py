@@ -42,7 +42,7 @@ class WorkflowContext:
     def __init__(self, slice_: Slice) -> None:
         unreadable = unreadable_payload(slice_.run.input, slice_.history.completed)
         if unreadable is not None:  # not a value it cannot read, nor claimed again and again: the run fails
-            raise FailRun(engine_error("PayloadUndecryptable", unreadable))
+            raise FailRun(engine_error(*unreadable))
         self._slice = slice_
         self.input: Any = slice_.run.input
         self.version: str | None = slice_.run.version
