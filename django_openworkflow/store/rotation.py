@@ -225,5 +225,5 @@ def _pending_count(model: type[models.Model], name: str, ring: encryption.Keyrin
         return int(pending.count())
     offloaded = Q(owf_stored__startswith=f'"{offload.REFERENCE_PREFIX}')
     count = int(pending.exclude(offloaded).count())
-    stored = pending.filter(offloaded).values_list("owf_stored", flat=True)
+    stored = pending.filter(offloaded).annotate(owf_text=Cast(name, TextField())).values_list("owf_text", flat=True)
     return count + sum(1 for text in stored.iterator() if not _offloaded_and_current(text, ring)[1])
