@@ -160,6 +160,8 @@ def write_file(alias: str, file_text: str) -> str:
     """Write a stored form to a new file of the storage; the reference the column keeps."""
     from django.core.files.storage import storages
 
+    # storages[alias] is one object shared by every thread of the process: Django's storages keep no state
+    # between calls (FileSystemStorage), or keep their connections per thread (django-storages' S3Storage).
     name = storages[alias].save(f"{FILE_DIRECTORY}/{uuid.uuid4().hex}.json", ContentFile(file_text.encode("ascii")))
     return f"{REFERENCE_PREFIX}{alias}:{name}"
 

@@ -207,3 +207,26 @@ def test_the_check_names_a_setting_it_cannot_use(more: dict[str, Any], says: str
     assert error.id == "openworkflow.E052" and isinstance(error, checks.Error)
     assert pytest.importorskip("re").search(says, error.msg)
     assert check_offload() == []
+
+
+def test_a_rotation_that_loses_its_compare_and_set_leaves_no_file_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with offloading(tmp_path, PAYLOAD_ENCRYPTION=[KEY_A]):
+        run = WorkflowRun.objects.create(workflow_name="r", output={"padding": BIG}, available_at=timezone.now())
+    needs_writing = rotation._needs_writing
+
+    def a_worker_writes_first(value: Any, ring: Any, is_error: bool) -> Any:
+        WorkflowRun.objects.filter(id=run.id).update(output={"padding": BIG, "by": "the worker"})
+        return needs_writing(value, ring, is_error)
+
+    monkeypatch.setattr(rotation, "_needs_writing", a_worker_writes_first)
+    with offloading(tmp_path, PAYLOAD_ENCRYPTION=[KEY_B, KEY_A]):
+        progress = rotation.rotate_column(WorkflowRun, "output", batch_size=10, on_batch=None)
+        assert (progress.rewritten, progress.changed) == (0, 1)
+        assert WorkflowRun.objects.get(id=run.id).output == {"padding": BIG, "by": "the worker"}
+        # The worker's file, and the first one (replaced by the worker's write: an orphan for payload-files).
+        referenced = payload_files.all_references()
+        assert len(referenced) == 1 and len(files(tmp_path)) == 2
+        assert as_json("payload-files", "--older-than", "1ms", "--delete")["deleted"] == 1
+        assert len(files(tmp_path)) == 1

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import models, transaction
-from django.db.models import Q, TextField
+from django.db.models import Q, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.db.models.lookups import Exact
@@ -127,6 +127,14 @@ def _needs_writing(value: Any, ring: encryption.Keyring, is_error: bool) -> bool
     return None if encryption.is_unreadable(value) else True
 
 
+def _stored_value(field: Any, value: Any, ring: encryption.Keyring) -> Any:
+    """What an update writes: for a JSON payload, its stored form made here (so a file written for a row the
+    compare-and-set then misses can be deleted), as an expression the field leaves alone; else the value."""
+    if not isinstance(field, PayloadField):
+        return value
+    return Value(offload.to_stored(value, field.encoder, ring), output_field=models.JSONField())
+
+
 def _stored_text(stored: Any) -> str:
     return bytes(stored).decode("utf-8") if isinstance(stored, bytes | memoryview) else str(stored)
 
@@ -168,11 +176,14 @@ def rotate_column(
                 replaced = []
                 for pk, stored, value, reference in writes:
                     unchanged = Exact(backend.stored_form(name), stored)
-                    if model._default_manager.filter(unchanged, pk=pk).update(**{name: value}):
+                    new = _stored_value(field, value, ring)
+                    if model._default_manager.filter(unchanged, pk=pk).update(**{name: new}):
                         rewritten += 1
                         replaced += [reference] if reference is not None else []
                     else:
                         changed += 1
+                        if isinstance(new, Value) and offload.is_reference(new.value):
+                            offload.delete_files([new.value])  # the file of a value no row took
                 payload_files.delete_on_commit(replaced, backend.alias)
             return rewritten, changed
 
