@@ -167,16 +167,15 @@ def rotate_column(
             needed = False if current else _needs_writing(value, ring, is_error)
             if needed is None:
                 progress.undecryptable += 1
-            elif needed:
-                writes.append((pk, stored, value, reference))
+            elif needed:  # a new file, if any, is written here: not while the batch's transaction holds locks
+                writes.append((pk, stored, _stored_value(field, value, ring), reference))
 
         def write(writes: list[tuple[Any, Any, Any, str | None]] = writes) -> tuple[int, int]:
             rewritten = changed = 0
             with backend.write_lock(), transaction.atomic(using=backend.alias):
                 replaced = []
-                for pk, stored, value, reference in writes:
+                for pk, stored, new, reference in writes:
                     unchanged = Exact(backend.stored_form(name), stored)
-                    new = _stored_value(field, value, ring)
                     if model._default_manager.filter(unchanged, pk=pk).update(**{name: new}):
                         rewritten += 1
                         replaced += [reference] if reference is not None else []
