@@ -32,6 +32,11 @@ Phases (each starts from empty tables; one module each in bench/phases/):
               prune rate, and claim latency (median, p99, worst) before vs during the prune.
   scaleout    4,000 prefilled runs (--quick 600) drained by one worker process, then by two:
               the ratio, and CPU per workflow in the workers vs in the database server.
+  rotation    (only with --only rotation) 100,000 payloads (--quick 10,000) under an old key re-encrypted by
+              rotate-keys while a worker runs, interrupted halfway through the first column and resumed;
+              FAILS on anything lost (see bench/phases/rotation.py).
+  payloads    (only with --only payloads) 500 runs (--quick 100) of 8 KB payloads with encryption,
+              compression and offloading off and on: start latency, throughput, tables' and files' size.
   soak        (only with --only soak) 30 minutes (--quick 2) of one-step runs offered at a fixed
               rate to 2 workers with a 3 s lease, 2 % of the steps longer than the lease, 10 % of
               the runs under Concurrency(2), optionally a worker SIGKILLed every --kill-every s;
@@ -68,8 +73,10 @@ from bench.phases import (  # noqa: E402
     fanout,
     latency,
     memory,
+    payloads,
     prune,
     replay,
+    rotation,
     scaleout,
     soak,
     starts,
@@ -90,11 +97,14 @@ PHASES = {
     "fanout": fanout.run,
     "starts": starts.run,
     "prune": prune.run,
+    "rotation": rotation.run,
+    "payloads": payloads.run,
     "scaleout": scaleout.run,
     "soak": soak.run,
 }
-DEFAULT_PHASES = [name for name in PHASES if name != "soak"]
-"""Without --only: every phase but the soak, which takes 30 minutes (2 with --quick) and is run on its own."""
+DEFAULT_PHASES = [name for name in PHASES if name not in ("soak", "rotation", "payloads")]
+"""Without --only: every phase but the soak, which takes 30 minutes (2 with --quick) and is run on its own, and
+the rotation and the payloads' stored form, which need the encryption extra and price opt-in settings."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -74,6 +74,24 @@ OPENWORKFLOW = {
     "FAIR_QUEUES": ["bench-fair"],
 }
 
+# Payloads' stored form, to price it (bench/phases/payloads.py, bench/phases/rotation.py): OWF_BENCH_KEYS, Fernet
+# keys separated by commas (PAYLOAD_ENCRYPTION); OWF_BENCH_COMPRESSION, a size in bytes (PAYLOAD_COMPRESSION);
+# OWF_BENCH_OFFLOAD_DIR and OWF_BENCH_OFFLOAD, a directory and a size in bytes (PAYLOAD_OFFLOAD to a file storage).
+if os.environ.get("OWF_BENCH_KEYS"):
+    OPENWORKFLOW["PAYLOAD_ENCRYPTION"] = os.environ["OWF_BENCH_KEYS"].split(",")
+if os.environ.get("OWF_BENCH_COMPRESSION"):
+    OPENWORKFLOW["PAYLOAD_COMPRESSION"] = int(os.environ["OWF_BENCH_COMPRESSION"])
+if os.environ.get("OWF_BENCH_OFFLOAD_DIR"):
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        "payloads": {
+            "BACKEND": "django.core.files.storage.FileSystemStorage",
+            "OPTIONS": {"location": os.environ["OWF_BENCH_OFFLOAD_DIR"]},
+        },
+    }
+    OPENWORKFLOW["PAYLOAD_OFFLOAD"] = {"STORAGE": "payloads", "THRESHOLD": int(os.environ.get("OWF_BENCH_OFFLOAD", 1))}
+
 # OWF_BENCH_TELEMETRY=1: metrics and tracing on, spans recorded by the SDK (and dropped), to price them;
 # =metrics: metrics only.
 if os.environ.get("OWF_BENCH_TELEMETRY") == "metrics":

@@ -149,6 +149,23 @@ def check_encryption() -> list[checks.CheckMessage]:
     return messages
 
 
+def check_offload() -> list[checks.CheckMessage]:
+    """PAYLOAD_COMPRESSION and PAYLOAD_OFFLOAD (offload.py): sizes, and a storage STORAGES defines."""
+    from . import offload
+
+    try:
+        offload.parse(getattr(settings, "OPENWORKFLOW", None) or {})
+    except offload.OffloadSettingError as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint="Payloads cannot be stored until this is fixed; see docs/howto/large-payloads.md.",
+                id="openworkflow.E052",
+            )
+        ]
+    return []
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -187,6 +204,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages.extend(check_attributes())
     messages.extend(check_priority_aging())
     messages.extend(check_encryption())
+    messages.extend(check_offload())
     try:
         mail_period()
     except ValueError as exc:

@@ -73,6 +73,12 @@ DEFAULTS: dict[str, Any] = {
     "PAYLOAD_ENCRYPTION": None,
     # With PAYLOAD_ENCRYPTION: whether errors' messages and tracebacks are encrypted too (their type stays in clear).
     "ENCRYPT_ERRORS": True,
+    # -- Large payloads (docs/howto/large-payloads.md, offload.py) --
+    # Payloads whose JSON text is at least this many bytes are stored compressed (zlib). None: never.
+    "PAYLOAD_COMPRESSION": None,
+    # {"STORAGE": <an alias of settings.STORAGES>, "THRESHOLD": <bytes>}: payloads whose stored form is at least
+    # THRESHOLD bytes are written to a file of that storage, the row keeps a reference. None: never.
+    "PAYLOAD_OFFLOAD": None,
     # -- Telemetry (docs/operations-telemetry.md) --
     # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
     "METRICS": False,

@@ -75,9 +75,33 @@ class Undecryptable(str):
         return (Undecryptable, (self.key_id,))
 
 
+class MissingFile(str):
+    """An offloaded value (``offload.py``) whose file the storage does not have; its text says so.
+
+    ``reference`` is the value's stored reference (``owfref:1:<storage alias>:<file name>``). Shown, refused
+    and failed like :class:`Undecryptable`.
+    """
+
+    reference: str
+
+    def __new__(cls, reference: str = "") -> MissingFile:
+        alias, _, name = reference.removeprefix("owfref:1:").partition(":")
+        value = super().__new__(cls, f"<the payload's file {name} is missing from the storage {alias!r}>")
+        value.reference = reference
+        return value
+
+    def __reduce__(self) -> Any:
+        return (MissingFile, (self.reference,))
+
+
 def is_undecryptable(value: Any) -> bool:
     """Whether ``value`` is a value no configured key opens."""
     return value.__class__ is Undecryptable
+
+
+def is_unreadable(value: Any) -> bool:
+    """Whether ``value`` stands for a stored value that cannot be read: no key opens it, or its file is missing."""
+    return value.__class__ is Undecryptable or value.__class__ is MissingFile
 
 
 def refuse_to_store(value: Any) -> None:
@@ -91,6 +115,12 @@ def refuse_to_store(value: Any) -> None:
         raise PayloadError(
             "a value that cannot be decrypted with the configured keys cannot be stored again: "
             "add its key to OPENWORKFLOW['PAYLOAD_ENCRYPTION'] first"
+        )
+    if value.__class__ is MissingFile:
+        from .errors import PayloadError
+
+        raise PayloadError(
+            f"a value whose file is missing cannot be stored again: {value} (restore the file to the storage first)"
         )
 
 
@@ -232,7 +262,7 @@ def seal(value: Any, ring: Keyring, encoder: type[json.JSONEncoder] | None = Dja
 def unseal(stored: str, ring: Keyring | None) -> Any:
     """The JSON value a sealed string holds, or :class:`Undecryptable`."""
     if ring is None:
-        return Undecryptable(_stored_key_id(stored))
+        return Undecryptable(stored_key_id(stored))
     text = ring.open_text(stored)
     if text.__class__ is Undecryptable:
         return text
@@ -247,7 +277,7 @@ def seal_text(value: str, ring: Keyring) -> str:
 
 def unseal_text(stored: str, ring: Keyring | None) -> str:
     """The text a sealed text column's value holds, or :class:`Undecryptable`."""
-    return Undecryptable(_stored_key_id(stored)) if ring is None else ring.open_text(stored)
+    return Undecryptable(stored_key_id(stored)) if ring is None else ring.open_text(stored)
 
 
 def seal_error(error: Any, ring: Keyring) -> Any:
@@ -301,14 +331,15 @@ def open_text_value(value: Any) -> Any:
     return value
 
 
-def _stored_key_id(stored: str) -> str:
+def stored_key_id(stored: str) -> str:
+    """The id of the key that sealed a sealed string."""
     return stored[len(PREFIX) :].partition(":")[0]
 
 
 def stored_key_ids(value: Any) -> set[str]:
     """The ids of the keys that sealed a stored value (a sealed string, or an error dict holding some)."""
     if value.__class__ is str:
-        return {_stored_key_id(value)} if value.startswith(PREFIX) else set()
+        return {stored_key_id(value)} if value.startswith(PREFIX) else set()
     found: set[str] = set()
     if value.__class__ is dict:
         for key in ERROR_TEXT_KEYS:
@@ -318,25 +349,32 @@ def stored_key_ids(value: Any) -> set[str]:
     return found
 
 
-def unreadable_payload(run_input: Any, completed: dict[str, Any]) -> str | None:
-    """What a worker cannot read of a run it claimed (its input, or a completed step's result), said; or None.
+def unreadable_payload(run_input: Any, completed: dict[str, Any]) -> tuple[str, str] | None:
+    """What a worker cannot read of a run it claimed (its input, or a completed step's result): the error type
+    and the message the engine fails the run with; or None.
 
     ``completed`` maps step keys to their journal records (``output``). The
-    engine fails such a run (``PayloadUndecryptable``) with this message.
+    type is ``PayloadUndecryptable`` (no configured key opens the value) or
+    ``PayloadFileMissing`` (an offloaded value's file is gone, ``offload.py``).
     """
     found: tuple[str, Any] | None = None
-    if is_undecryptable(run_input):
+    if is_unreadable(run_input):
         found = ("the run's input", run_input)
     else:
         for key, attempt in completed.items():
-            if is_undecryptable(attempt.output):
+            if is_unreadable(attempt.output):
                 found = (f"the result of step {key!r}", attempt.output)
                 break
     if found is None:
         return None
     what, value = found
+    if value.__class__ is MissingFile:
+        return "PayloadFileMissing", (
+            f"{what} is stored in a file the storage does not have ({value.reference.removeprefix('owfref:1:')}): "
+            "the run is failed instead of running on a value it cannot read; restore the file, then retry the run"
+        )
     sealed_by = f" (encrypted with the key of id {value.key_id})" if value.key_id else ""
-    return (
+    return "PayloadUndecryptable", (
         f"{what} cannot be decrypted with the keys of OPENWORKFLOW['PAYLOAD_ENCRYPTION']{sealed_by}: "
         "the run is failed instead of running on a value it cannot read; add the key to the setting, "
         "then retry the run"

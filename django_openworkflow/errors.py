@@ -227,6 +227,19 @@ class PayloadUndecryptable(OpenWorkflowError):
         self.key_id = key_id
 
 
+class PayloadFileMissing(OpenWorkflowError):
+    """A stored payload was offloaded to a file (``OPENWORKFLOW["PAYLOAD_OFFLOAD"]``) that the storage no longer has.
+
+    ``handle.result()`` raises it for a completed run whose output file is
+    gone; ``reference`` is the value's stored reference (storage alias and
+    file name).
+    """
+
+    def __init__(self, message: str, reference: str = "") -> None:
+        super().__init__(message)
+        self.reference = reference
+
+
 class WorkflowCanceled(OpenWorkflowError):
     """``handle.result()`` on a run that was canceled."""
 

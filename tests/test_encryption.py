@@ -322,3 +322,42 @@ def test_errors_stay_in_clear_when_encrypt_errors_is_false(run_worker: Any) -> N
         found = tables_holding(MARKER)
     assert found == ["openworkflow_run", "openworkflow_step_attempt"]  # the errors' messages only
     assert f'"{PREFIX}' in _stored_text(dict(_raw_inputs())[failed.id.hex])
+
+
+def offloaded_to(location: Any, threshold: int = 1, **more: Any) -> Any:
+    """Settings that offload every payload of at least ``threshold`` bytes to a file storage at ``location``."""
+    return override_settings(
+        STORAGES={
+            **settings.STORAGES,
+            "payloads": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": location}},
+        },
+        OPENWORKFLOW={**settings.OPENWORKFLOW, "PAYLOAD_OFFLOAD": {"STORAGE": "payloads", "THRESHOLD": threshold},
+                      **more},
+    )  # fmt: skip
+
+
+def test_with_offload_and_compression_on_the_files_are_encrypted_too(
+    run_worker: Any, ada: Any, admin_client: Client, tmp_path: Any
+) -> None:
+    from django_openworkflow.offload import REFERENCE_PREFIX
+
+    # Compressed above 64 bytes, then encrypted, then every stored form offloaded (THRESHOLD 1).
+    with offloaded_to(tmp_path, PAYLOAD_ENCRYPTION=[KEY_A], PAYLOAD_COMPRESSION=64):
+        handle = _run_every_path(run_worker, ada)
+        failed = fails.run({"secret": MARKER})
+        run_worker(until=lambda: failed.status() == "failed")
+
+        assert tables_holding(MARKER) == []
+        files = [path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()]
+        assert len(files) >= 8 and not any(MARKER.encode() in content for content in files)
+        assert all(content.startswith(f'"{PREFIX}{key_id(KEY_A)}:'.encode()) for content in files)
+        referenced = tables_holding(REFERENCE_PREFIX)
+        assert {"openworkflow_run", "openworkflow_step_attempt", "openworkflow_signal", "openworkflow_event",
+                "openworkflow_published_value", "openworkflow_stream_chunk"} <= set(referenced)  # fmt: skip
+
+        assert handle.result()["event"] == {"order": 7, "note": MARKER}
+        assert handle.get_event("progress", timeout=0) == {"note": MARKER}
+        assert list(handle.stream("log", follow=False)) == [f"line {MARKER}"]
+        page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{handle.id}/change/")
+        assert page.status_code == 200 and f"second try {MARKER}" in page.text and f"line {MARKER}" in page.text
+        assert as_json("show", str(handle.id))["input"]["secret"] == MARKER

@@ -92,3 +92,12 @@ bench_3_attributes = workflow(
     name="bench-3-attributes",
     attributes={"customer_id": int, "region": str, "amount": Decimal},
 )(bench_3.fn)
+
+
+@workflow(name="bench-payload")
+def bench_payload(ctx):
+    """Three steps, each returning a value the size of the input (bench/phases/payloads.py): five payloads a run."""
+    value = ctx.input
+    for step in ("s1", "s2", "s3"):
+        value = ctx.step.run(step, lambda v=value, s=step: {**v, "seen": s})
+    return {"order": value["order"], "steps": 3}

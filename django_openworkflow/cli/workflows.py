@@ -45,6 +45,7 @@ from .forget import add_forget_parser, forget_command
 from .input_index import add_input_index_parser, input_index_command
 from .keys import add_rotate_keys_parser, rotate_keys_command
 from .matching import add_filter_options, add_matching_options, matching_command, wants_matching
+from .payload_files import add_payload_files_parser, payload_files_command
 from .prune import add_prune_parser, prune_command
 from .queues import add_queue_parsers, queue_command, queues_command, workers_command
 from .replay import add_check_replay_parser, check_replay_command
@@ -160,6 +161,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_prune_parser,
         add_input_index_parser,
         add_rotate_keys_parser,
+        add_payload_files_parser,
         add_forget_parser,
         add_token_parser,
         add_check_replay_parser,
@@ -340,6 +342,7 @@ SUBCOMMANDS: dict[str, Handler] = {
     "prune": prune_command,
     "input-index": input_index_command,
     "rotate-keys": rotate_keys_command,
+    "payload-files": payload_files_command,
     "forget": forget_command,
     "token": token_command,
     "queues": queues_command,

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hooks
 from ..definitions.payload import check_text, to_json_value
-from ..encryption import is_undecryptable
+from ..encryption import MissingFile, is_undecryptable
 from ..errors import (
     InvalidArgument,
     OperationRefused,
+    PayloadFileMissing,
     PayloadUndecryptable,
     ResultTimeout,
     RunNotFound,
@@ -114,6 +115,10 @@ class RunHandle:
                         handle, pause, finished, may_listen = successor, 0.005, None, True
                         continue
                 if run.status == RunStatus.COMPLETED:
+                    if run.output.__class__ is MissingFile:
+                        raise PayloadFileMissing(
+                            f"the output of workflow run {run.id} cannot be read: {run.output}", run.output.reference
+                        )
                     if is_undecryptable(run.output):
                         key_id = run.output.key_id
                         raise PayloadUndecryptable(

@@ -21,7 +21,7 @@ from django.utils import timezone
 from .. import hooks
 from ..definitions.flow import FLOW_COLUMNS
 from ..definitions.registry import registry
-from ..encryption import is_undecryptable
+from ..encryption import MissingFile, is_unreadable
 from ..errors import STEP_LIMIT_EXCEEDED, OperationRefused, RunNotFound
 from ..models import StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES, RunStatus
@@ -102,7 +102,9 @@ def rerun_refusal(run: WorkflowRun) -> str:
         return ERASED
     if registry.get(run.workflow_name, run.version) is None:
         return f"this process has no workflow {run.workflow_name!r} version {run.version!r} to start"
-    if "input" not in run.get_deferred_fields() and is_undecryptable(run.input):
+    if "input" not in run.get_deferred_fields() and is_unreadable(run.input):
+        if run.input.__class__ is MissingFile:
+            return f"its input cannot be read: {run.input}"
         return "its input cannot be decrypted with the keys of OPENWORKFLOW['PAYLOAD_ENCRYPTION']"
     return ""
 

@@ -42,7 +42,10 @@ class WorkflowContext:
     def __init__(self, slice_: Slice) -> None:
         unreadable = unreadable_payload(slice_.run.input, slice_.history.completed)
         if unreadable is not None:  # not a value it cannot read, nor claimed again and again: the run fails
-            raise FailRun(engine_error("PayloadUndecryptable", unreadable))
+            kind, message = unreadable
+            if kind == "PayloadFileMissing":  # an offloaded value's file is gone
+                raise FailRun(engine_error("PayloadFileMissing", message))
+            raise FailRun(engine_error("PayloadUndecryptable", message))
         self._slice = slice_
         self.input: Any = slice_.run.input
         self.version: str | None = slice_.run.version

@@ -21,41 +21,40 @@ from typing import Any
 
 from django.db import models
 
+from .. import offload
 from ..encryption import (
     PREFIX,
     Undecryptable,
     keyring,
     reading_keyring,
     refuse_to_store,
-    seal,
     seal_error,
     seal_text,
-    unseal,
     unseal_error,
     unseal_text,
 )
 
+# What a stored JSON string starts with when it is not a plain value: encrypted, compressed or offloaded.
+_STORED_PREFIXES = (PREFIX, offload.COMPRESSED_PREFIX, offload.REFERENCE_PREFIX)
+
 
 class PayloadField(models.JSONField):
-    """A JSON payload column (an input, an output, a step result, a message's data), sealed whole."""
+    """A JSON payload column (an input, an output, a step result, a message's data): compressed, sealed whole
+    and offloaded to a storage as the settings say (``offload.to_stored``)."""
 
     def deconstruct(self) -> Any:
         name, _, args, kwargs = super().deconstruct()
         return name, "django.db.models.JSONField", args, kwargs
 
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
-        ring = keyring()
-        if ring is None:
-            if value.__class__ is Undecryptable:
-                refuse_to_store(value)
-        elif value is not None and not hasattr(value, "as_sql"):
-            value = seal(value, ring, self.encoder)
+        if value is not None and not hasattr(value, "as_sql"):
+            value = offload.to_stored(value, self.encoder, keyring())
         return super().get_db_prep_save(value, connection)
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         loaded = super().from_db_value(value, expression, connection)
-        if loaded.__class__ is str and loaded.startswith(PREFIX):
-            return unseal(loaded, reading_keyring())
+        if loaded.__class__ is str and loaded.startswith(_STORED_PREFIXES):
+            return offload.from_stored(loaded)
         return loaded
 
 

@@ -17,7 +17,8 @@ and by whom.
 
 Each run is erased in one transaction that locks its row first and erases
 only a run that is finished then: a run a worker holds, or one made due
-again meanwhile, is left whole.
+again meanwhile, is left whole. The files of its offloaded payloads
+(``offload.py``) are deleted once that transaction commits.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from django.db import transaction
 from .. import encryption
 from ..models import Approval, Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
 from ..states import FINISHED_STATUSES, StepKind
+from . import payload_files
 from .records import EVENT_RUN_KEY_PREFIX
 
 if TYPE_CHECKING:
@@ -89,12 +91,15 @@ def erase_run(backend: Backend, run_id: Any, by: str) -> Outcome:
             if run.erased_at is not None:
                 return Outcome.ALREADY
             events = _delivered_events(run_id)  # before the journal's results are erased
+            files = payload_files.references_of_runs([run_id])  # before the columns are cleared
             _erase_journal(run_id)
             if run.idempotency_key and run.idempotency_key.startswith(EVENT_RUN_KEY_PREFIX):
                 started_by = run.idempotency_key.removeprefix(EVENT_RUN_KEY_PREFIX)
                 events += [int(started_by)] if started_by.isdigit() else []
             if events:
+                files += payload_files.references(Event.objects.filter(id__in=events), "payload")
                 Event.objects.filter(id__in=events).update(payload=None)
+            payload_files.delete_on_commit(files, backend.alias)
             Signal.objects.filter(workflow_run_id=run_id).update(data=None)
             PublishedValue.objects.filter(workflow_run_id=run_id).update(value=None)
             StreamChunk.objects.filter(workflow_run_id=run_id).update(data=None)

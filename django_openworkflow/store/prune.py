@@ -28,7 +28,7 @@ from django.db.models import Count, Exists, OuterRef, Q
 
 from ..models import Approval, Event, PublishedValue, RunAttribute, Signal, StepAttempt, StreamChunk, WorkflowRun
 from ..states import FINISHED_STATUSES
-from . import queries
+from . import payload_files, queries
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -117,8 +117,12 @@ def delete_runs(ids: list[Any]) -> None:
 
     Links to them from other rows are cleared. Twelve statements whatever the
     number of runs. The order lets databases that check foreign keys at once
-    (MySQL, MariaDB) accept each statement.
+    (MySQL, MariaDB) accept each statement. With ``PAYLOAD_OFFLOAD`` set, the
+    files their rows reference are deleted once the transaction commits
+    (``store/payload_files.py``): one statement more per payload column.
     """
+    if payload_files.managed():
+        payload_files.delete_on_commit(payload_files.references_of_runs(ids), WorkflowRun.objects.db)
     attempts = StepAttempt.objects.filter(workflow_run_id__in=ids).values("id")
     # A successor outlives the run it continued; a child outlives its finished parent.
     WorkflowRun.objects.filter(continued_from_id__in=ids).update(continued_from=None)
@@ -143,6 +147,9 @@ def delete_events(backend: Backend, before: datetime, limit: int) -> int:
         with backend.write_lock(), transaction.atomic(using=backend.alias):
             old = backend.lock_skipping_locked(Event.objects.filter(created_at__lt=before).order_by("id"))
             ids = list(old.values_list("id", flat=True)[:limit])
+            if ids and payload_files.managed():
+                found = payload_files.references(Event.objects.filter(id__in=ids), "payload")
+                payload_files.delete_on_commit(found, backend.alias)
             if ids:
                 Event.objects.filter(id__in=ids)._raw_delete(Event.objects.db)
             return len(ids)

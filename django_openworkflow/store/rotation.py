@@ -18,24 +18,32 @@ pass's update matches no row and its stale value is dropped (counted as
 ``changed``); when the pass wrote first, the worker's write replaces it
 whole, sealed with the worker's own first key. Nothing a worker writes is
 lost. A value no configured key opens is left as it is and counted.
+
+An offloaded value (``offload.py``) holds only a reference in its row, so
+SQL cannot tell which key sealed it: its rows are always read, and its file
+tells. A file already sealed with the first key is left; any other is
+written again (a new file, under the first key) and the old file is deleted
+once the batch commits. A value whose file is missing is left and counted
+as unreadable.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import models, transaction
-from django.db.models import Q, TextField
+from django.db.models import Q, TextField, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.db.models.lookups import Exact
 
-from .. import encryption
+from .. import encryption, offload
 from ..models import Approval, Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
-from ..models.fields import ErrorField, PayloadTextField
-from . import get_backend
+from ..models.fields import ErrorField, PayloadField, PayloadTextField
+from . import get_backend, payload_files
 
 PAYLOAD_COLUMNS: tuple[tuple[type[models.Model], str], ...] = (
     (WorkflowRun, "input"),
@@ -67,7 +75,7 @@ class ColumnProgress:
     table: str
     column: str
     rewritten: int = 0
-    undecryptable: int = 0
+    undecryptable: int = 0  # or, for an offloaded value, whose file is missing
     changed: int = 0  # written by someone else between this pass's read and its update: left to them
 
     @property
@@ -116,7 +124,29 @@ def _needs_writing(value: Any, ring: encryption.Keyring, is_error: bool) -> bool
         if any(encryption.is_undecryptable(text) for text in texts):
             return None
         return any(isinstance(text, str) for text in texts)
-    return None if encryption.is_undecryptable(value) else True
+    return None if encryption.is_unreadable(value) else True
+
+
+def _stored_value(field: Any, value: Any, ring: encryption.Keyring) -> Any:
+    """What an update writes: for a JSON payload, its stored form made here (so a file written for a row the
+    compare-and-set then misses can be deleted), as an expression the field leaves alone; else the value."""
+    if not isinstance(field, PayloadField):
+        return value
+    return Value(offload.to_stored(value, field.encoder, ring), output_field=models.JSONField())
+
+
+def _stored_text(stored: Any) -> str:
+    return bytes(stored).decode("utf-8") if isinstance(stored, bytes | memoryview) else str(stored)
+
+
+def _offloaded_and_current(stored: Any, ring: encryption.Keyring) -> tuple[str | None, bool]:
+    """The reference a stored form holds (or None), and whether its file is already sealed with the first key."""
+    text = _stored_text(stored)
+    if not text.startswith(f'"{offload.REFERENCE_PREFIX}'):
+        return None, False
+    reference = str(json.loads(text))
+    file_text = offload.read_file_text(reference)
+    return reference, file_text is not None and file_text.startswith(f'"{encryption.PREFIX}{ring.current_id}:')
 
 
 def rotate_column(
@@ -133,21 +163,27 @@ def rotate_column(
     for batch in _batches(model, name, ring, batch_size):
         writes = []
         for pk, stored, value in batch:
-            needed = _needs_writing(value, ring, is_error)
+            reference, current = (None, False) if is_error else _offloaded_and_current(stored, ring)
+            needed = False if current else _needs_writing(value, ring, is_error)
             if needed is None:
                 progress.undecryptable += 1
-            elif needed:
-                writes.append((pk, stored, value))
+            elif needed:  # a new file, if any, is written here: not while the batch's transaction holds locks
+                writes.append((pk, stored, _stored_value(field, value, ring), reference))
 
-        def write(writes: list[tuple[Any, Any, Any]] = writes) -> tuple[int, int]:
+        def write(writes: list[tuple[Any, Any, Any, str | None]] = writes) -> tuple[int, int]:
             rewritten = changed = 0
             with backend.write_lock(), transaction.atomic(using=backend.alias):
-                for pk, stored, value in writes:
+                replaced = []
+                for pk, stored, new, reference in writes:
                     unchanged = Exact(backend.stored_form(name), stored)
-                    if model._default_manager.filter(unchanged, pk=pk).update(**{name: value}):
+                    if model._default_manager.filter(unchanged, pk=pk).update(**{name: new}):
                         rewritten += 1
+                        replaced += [reference] if reference is not None else []
                     else:
                         changed += 1
+                        if isinstance(new, Value) and offload.is_reference(new.value):
+                            offload.delete_files([new.value])  # the file of a value no row took
+                payload_files.delete_on_commit(replaced, backend.alias)
             return rewritten, changed
 
         rewritten, changed = backend.retrying(write) if writes else (0, 0)
@@ -180,11 +216,24 @@ def _batches(
 
 
 def pending_counts() -> list[tuple[str, int]]:
-    """How many values of each column are not yet in the form the settings give now (``rotate-keys --check``)."""
+    """How many values of each column are not yet in the form the settings give now (``rotate-keys --check``).
+
+    An offloaded value is counted by its file, which is opened (not decrypted) to read the key id.
+    """
     ring = encryption.keyring()
     if ring is None:
         raise ValueError("OPENWORKFLOW['PAYLOAD_ENCRYPTION'] is not set: there is no key to encrypt with")
     return [
-        (f"{model._meta.db_table}.{_column(model, name)}", _pending(model, name, ring).count())
+        (f"{model._meta.db_table}.{_column(model, name)}", _pending_count(model, name, ring))
         for model, name in PAYLOAD_COLUMNS
     ]
+
+
+def _pending_count(model: type[models.Model], name: str, ring: encryption.Keyring) -> int:
+    pending = _pending(model, name, ring)
+    if not isinstance(model._meta.get_field(name), PayloadField):
+        return int(pending.count())
+    offloaded = Q(owf_stored__startswith=f'"{offload.REFERENCE_PREFIX}')
+    count = int(pending.exclude(offloaded).count())
+    stored = pending.filter(offloaded).annotate(owf_text=Cast(name, TextField())).values_list("owf_text", flat=True)
+    return count + sum(1 for text in stored.iterator() if not _offloaded_and_current(text, ring)[1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import pytest
@@ -13,11 +14,14 @@ from django.db import connections
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from django_openworkflow import workflow
 from django_openworkflow.conf import owf_settings
 from django_openworkflow.encryption import PREFIX, key_id
 from django_openworkflow.models import Approval, Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
 from django_openworkflow.store import rotation
+from django_openworkflow.worker.loop import Worker
 from tests.cli.helpers import as_json, workflows
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,3 +176,71 @@ def test_the_command_prints_progress_and_check_says_what_is_left() -> None:
         assert as_json("rotate-keys", "--check")["total"] == 0
     with pytest.raises(CommandError, match="not set"):
         workflows("rotate-keys")
+
+
+@workflow(name="rotation-under-load")
+def under_load(ctx: Any) -> Any:
+    """Three steps on its input, so a worker writes journals while a pass walks the same tables."""
+    first = ctx.step.run("one", lambda: {"v": ctx.input["i"] + 1, "note": "x" * 40})
+    second = ctx.step.run("two", lambda: {"v": first["v"] + 1})
+    return ctx.step.run("three", lambda: {"v": second["v"] + 1})
+
+
+class Interrupted(Exception):
+    """What a Ctrl-C between two batches does to a pass."""
+
+
+def rotated_values() -> list[Any]:
+    """What the fields read of make_rows()'s rows (the worker's runs aside), in primary-key order."""
+    read = []
+    for model, name in rotation.PAYLOAD_COLUMNS:
+        rows = model.objects.order_by("pk")
+        if model is WorkflowRun:
+            rows = rows.filter(workflow_name="rotated")
+        elif model is not Event:
+            rows = rows.filter(workflow_run__workflow_name="rotated")
+        read += list(rows.values_list(name, flat=True))
+    return read
+
+
+def test_a_pass_interrupted_and_resumed_while_a_worker_runs_loses_nothing() -> None:
+    """The short version of bench/phases/rotation.py: a few hundred payloads, a worker writing beside the passes."""
+    with keys(OLD):
+        make_rows(0, 20)  # 20 rows in each of the 13 columns
+        WorkflowRun.objects.filter(workflow_name="rotated").update(status="completed")  # not the worker's
+        due = [under_load.run({"i": i}) for i in range(20)]  # due runs, their inputs under the old key
+        expected = rotated_values()
+    stop = threading.Event()
+    with keys(NEW, OLD):
+        worker = Worker(poll_interval="10ms", concurrency=4)
+        thread = threading.Thread(target=worker.run, kwargs={"until": stop.is_set, "install_signal_handlers": False})
+        thread.start()
+        try:
+            started, seen, batches = [], [], 0
+
+            def interrupt(progress: rotation.ColumnProgress) -> None:
+                nonlocal batches
+                batches += 1
+                seen[:] = [progress]
+                started.append(under_load.run({"i": 100 + batches}))  # the worker gets work during the pass
+                if batches == 3:
+                    raise Interrupted
+
+            with pytest.raises(Interrupted):
+                for model, name in rotation.PAYLOAD_COLUMNS:
+                    rotation.rotate_column(model, name, batch_size=10, on_batch=interrupt)
+            first_pass = seen[0].rewritten
+            resumed = [rotation.rotate_column(m, n, batch_size=10, on_batch=None) for m, n in rotation.PAYLOAD_COLUMNS]
+            rewritten, changed = sum(p.rewritten for p in resumed), sum(p.changed for p in resumed)
+            wait_until(lambda: all(handle.status() == "completed" for handle in due + started), timeout=120)
+        finally:
+            stop.set()
+            thread.join(60)
+        assert not thread.is_alive()
+        # Each stored value once: the 260 of make_rows and the due runs' inputs the worker had not replaced.
+        assert first_pass + rewritten + changed == len(rotation.PAYLOAD_COLUMNS) * 20 + len(due)
+        assert sum(count for _, count in rotation.pending_counts()) == 0
+    with keys(NEW):  # the old key removed: everything reads, as written
+        assert rotated_values() == expected
+        for handle in due + started:
+            assert handle.result(timeout=0) == {"v": WorkflowRun.objects.get(id=handle.id).input["i"] + 3}
