@@ -138,7 +138,7 @@ class TaskTimers:
             )
         return remind, escalate, parse_assignees(entries) if entries else {}
 
-    def due_at(self, name: str, now: datetime, timeout_at: datetime) -> datetime | None:
+    def due_at(self, what: str, now: datetime, timeout_at: datetime) -> datetime | None:
         """When the task is due: ``due`` from ``now``, or as given; :class:`StepUsageError` if after the timeout."""
         if self.due is None:
             return None
@@ -146,7 +146,7 @@ class TaskTimers:
         if due_at.tzinfo is None:
             raise StepUsageError(f"due must be a duration or an aware datetime, got the naive {self.due!r}")
         if due_at > timeout_at:
-            raise StepUsageError(f"task {name!r} is due after it times out: give a due before its timeout")
+            raise StepUsageError(f"{what} is due after it times out: give a due before its timeout")
         return due_at
 
 
@@ -196,7 +196,7 @@ def wait_for_approval(
             details,
             parsed,
             timeout_at,
-            due_at=timers.due_at(name, now, timeout_at),
+            due_at=timers.due_at(f"approval {name!r}", now, timeout_at),
             required=approvals_required,
             excluded=excluded,
             remind_every=remind,
@@ -245,7 +245,7 @@ def wait_for_input(
             path,
             fields,
             values,
-            timers.due_at(name, now, timeout_at),
+            timers.due_at(f"task {name!r}", now, timeout_at),
             remind_every=remind,
             escalate_at=None if escalate is None else now + escalate,
             escalate_to=escalate_to,
