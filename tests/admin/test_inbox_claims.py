@@ -90,3 +90,13 @@ def test_an_unassigned_user_sees_nothing_in_any_view(two, django_user_model):
         page = eve.get(f"{INBOX}?scope={scope}")
         assert _ids(page) == [] and [tab["count"] for tab in page.context["tabs"]] == [0, 0, 0]
     assert eve.post(f"{INBOX}{two[0].id}/claim/", {"action": "claim"}).status_code == 403
+
+
+def test_the_run_pages_journal_shows_who_holds_the_task_and_every_claim(two, django_user_model, admin_client):
+    first, _ = two
+    ada = _login(django_user_model, "ada", "managers")
+    ada.post(f"{INBOX}{first.id}/claim/", {"action": "claim"})
+    ada.post(f"{INBOX}{first.id}/claim/", {"action": "release"})
+    ada.post(f"{INBOX}{first.id}/claim/", {"action": "claim"})
+    page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{first.workflow_run_id}/change/").content.decode()
+    assert page.count("claimed by ada") == 3 and page.count("released by ada") == 1  # the holder, then 2 claims
