@@ -164,3 +164,27 @@ def test_reminders_and_escalation_fire_after_a_worker_restart(workers, django_us
 
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1m", 60.0), ("250ms", 0.25), (None, None), (0, None)])
+def test_the_sweep_interval_setting(value, expected):
+    from django.test import override_settings
+
+    from django_openworkflow.conf import owf_settings
+    from django_openworkflow.worker.maintenance import sweepers
+    from django_openworkflow.worker.task_timers import TaskTimerSweeper
+
+    with override_settings(OPENWORKFLOW={"TASK_TIMERS_INTERVAL": value}):
+        interval = owf_settings.task_timers_interval
+        assert (interval.total_seconds() if interval else None) == expected
+        assert any(isinstance(sweeper, TaskTimerSweeper) for sweeper in sweepers()) is (expected is not None)
+
+
+def test_a_bad_sweep_interval_fails_the_system_checks():
+    from django.test import override_settings
+
+    from django_openworkflow.checks import check_settings
+
+    with override_settings(OPENWORKFLOW={"TASK_TIMERS_INTERVAL": "often"}):
+        errors = [m for m in check_settings() if m.id == "openworkflow.E040"]
+    assert len(errors) == 1 and "TASK_TIMERS_INTERVAL" in errors[0].msg
