@@ -213,6 +213,9 @@ class ApprovalOps(JournalOps):
             row = Approval.objects.select_for_update().filter(id=approval_id).first()
             if row is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
+            run_status = WorkflowRun.objects.filter(id=row.workflow_run_id).values_list("status", flat=True).first()
+            if run_status is None or run_status in FINISHED_STATUSES:
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} cannot be claimed: its run is {run_status}")
             if apply_claim(row, action, by, self.now(), to, force):
                 row.save(update_fields=["claimed_by", "claimed_at", "assignees", "activity"])
             return _record(row)
@@ -231,6 +234,7 @@ class ApprovalOps(JournalOps):
         due = Q(next_remind_at__lte=now) | Q(escalate_at__lte=now, escalated_at__isnull=True)
         candidates = list(
             Approval.objects.filter(due, status=ApprovalStatus.OPEN, timeout_at__gt=now)
+            .exclude(workflow_run__status__in=FINISHED_STATUSES)  # a canceled run's task is nobody's work
             .order_by("id")
             .values_list("id", flat=True)[:limit]
         )

@@ -188,3 +188,17 @@ def test_a_bad_sweep_interval_fails_the_system_checks():
     with override_settings(OPENWORKFLOW={"TASK_TIMERS_INTERVAL": "often"}):
         errors = [m for m in check_settings() if m.id == "openworkflow.E040"]
     assert len(errors) == 1 and "TASK_TIMERS_INTERVAL" in errors[0].msg
+
+
+def test_the_task_of_a_canceled_run_fires_no_timer_and_cannot_be_claimed(run_worker, django_user_model):
+    from django_openworkflow import claim_task
+    from django_openworkflow.errors import ApprovalClosed
+
+    ada = _user(django_user_model, "ada", "managers")
+    handle, task = _opened(run_worker, timeout="1d", remind_every="1h")
+    advance("2h")  # the reminder is due, then the run is canceled
+    handle.cancel()
+    run_worker(until=lambda: handle.status() == "canceled")
+    assert fire_task_timers() == []
+    with pytest.raises(ApprovalClosed, match="cannot be claimed: its run is canceled"):
+        claim_task(task.id, ada)

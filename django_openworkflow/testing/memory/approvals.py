@@ -105,6 +105,10 @@ class ApprovalOps(MessageOps):
             row = self.approvals.get(approval_id)
             if row is None:
                 raise ApprovalNotFound(f"no approval with id {approval_id}")
+            run = self.runs.get(row.workflow_run_id)
+            if run is None or run.is_finished:
+                what = f"{'task' if row.form else 'approval'} {approval_id}"
+                raise ApprovalClosed(f"{what} cannot be claimed: its run is {run.status if run else 'deleted'}")
             apply_claim(row, action, by, self.now(), to, force)
             return _record(row)
 
