@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 
 from ..client.approvals import SCOPES, approvals_for, decide_approval, is_overdue
 from ..client.human_tasks import build_form, claim_task, reassign_task, release_task, submit_task
+from ..definitions.payload import check_text
 from ..errors import (
     ApprovalClosed,
     ApprovalError,
@@ -36,6 +37,9 @@ from ..store.records import ApprovalRecord
 from .fields import ApiError, _kind, json_response
 from .form_schema import form_schema
 from .views import _body, _no_body, endpoint
+
+USERNAME_LENGTH = 150
+"""The longest username a task is reassigned to: Django's ``User.username``, and the column that holds the holder."""
 
 
 def approval_json(approval: Approval, now: Any = None) -> dict[str, Any]:
@@ -189,8 +193,11 @@ def approval_reassign(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Give an approval or task to another user: ``{"to": "username"}`` (the reassign_approval permission)."""
     number = _approval_number(approval_id)
     to = _body(request, {"to": True})["to"]
-    if not isinstance(to, str) or not to:
+    if not isinstance(to, str):
         raise ApiError(400, "invalid", f"to must be a username, not {_kind(to)}", "to")
+    if not 1 <= len(to) <= USERNAME_LENGTH:
+        raise ApiError(400, "invalid", f"to must be a username of 1 to {USERNAME_LENGTH} characters", "to")
+    check_text(to, "to")  # PayloadError (400 bad_payload): a NUL or a lone surrogate
     try:
         record = reassign_task(number, request.user, to)
     except InvalidArgument as exc:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .fields import NO_NUL
 from .schema_blocks import TEXT, TIME, _answer, _body, _errors, _object
 
 ACTIVITY = {
@@ -63,7 +64,18 @@ def task_paths() -> dict[str, Any]:
                 "otherwise). The task is claimed for the user to; when its assignees do not name them, they are "
                 "added. An unknown, inactive or excluded user is 400 invalid.",
                 "parameters": [approval_id],
-                "requestBody": _body(["to"], {"to": {**TEXT, "description": "the username of the new holder"}}),
+                "requestBody": _body(
+                    ["to"],
+                    {
+                        "to": {
+                            "type": "string",
+                            "minLength": 1,
+                            "maxLength": 150,
+                            "pattern": NO_NUL,
+                            "description": "the username of the new holder",
+                        }
+                    },
+                ),
                 "responses": {"200": _answer("the task's holder now", CLAIM_ANSWER), **refused},
             }
         },

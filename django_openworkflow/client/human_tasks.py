@@ -18,6 +18,7 @@ from django import forms
 from django.utils.datastructures import MultiValueDict
 
 from ..definitions.forms import changed_fields, field_classes, json_safe, load_form
+from ..definitions.payload import check_text
 from ..errors import (
     ApprovalNotAssigned,
     ApprovalNotFound,
@@ -182,6 +183,8 @@ def reassign_task(approval_id: int, user: Any, to: Any, *, store: ApprovalStore 
     if record is None:
         raise ApprovalNotFound(f"no approval with id {approval_id}")
     _one_holder(record)
+    if isinstance(to, str):
+        check_text(to, "to")  # a NUL reaches no database query
     target = to if not isinstance(to, str) else _user_named(to)
     name = target.get_username() if target is not None else str(to)
     if target is None or not target.is_active:
