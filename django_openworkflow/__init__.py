@@ -40,7 +40,7 @@ if TYPE_CHECKING:  # the names __getattr__ loads lazily, as type checkers and ed
     from .client.erasure import Forgotten, forget
     from .client.events import PublishedEvent, publish_event, send_event
     from .client.handle import RunHandle, get_run, send_signal
-    from .client.human_tasks import submit_task
+    from .client.human_tasks import claim_task, reassign_task, release_task, submit_task
     from .client.listing import RunPage, StepRecord, list_runs
     from .client.runs import start_run, start_runs
     from .client.schedules import backfill_schedule, trigger_schedule
@@ -88,11 +88,14 @@ __all__ = [
     "WorkflowRegistrationError",
     "WorkflowSpec",
     "backfill_schedule",
+    "claim_task",
     "decide_approval",
     "forget",
     "get_run",
     "list_runs",
     "publish_event",
+    "reassign_task",
+    "release_task",
     "runs_for",
     "send_event",
     "send_signal",
@@ -155,10 +158,10 @@ def __getattr__(name: str) -> object:
         from .client.approvals import decide_approval
 
         return decide_approval
-    if name == "submit_task":
-        from .client.human_tasks import submit_task
+    if name in ("submit_task", "claim_task", "release_task", "reassign_task"):
+        from .client import human_tasks
 
-        return submit_task
+        return getattr(human_tasks, name)
     if name == "AsyncWorkflowContext":
         from .engine.aio import AsyncWorkflowContext
 

@@ -15,7 +15,9 @@ When a run opens an approval (``ctx.wait_for_approval``),
 with the ``approval_opened`` hook's keyword arguments, by default
 :func:`mail_assignees` (Django's ``send_mail`` to the assignees with an
 address, with a link to the Inbox); ``None`` sends nothing — tells them.
-Its errors are logged, never raised.
+Its errors are logged, never raised. The same function is called, with
+``reason`` ``"reminder"`` or ``"escalation"``, when a task's timer fires
+(the ``task_timer_fired`` hook, from the workers' task-timer sweep).
 """
 
 from __future__ import annotations
@@ -128,9 +130,20 @@ def assignee_emails(assignees: dict[str, list[str]]) -> list[str]:
 
 
 def mail_assignees(
-    *, run_id: Any, workflow_name: str, name: str, details: str, assignees: Any, form: str = "", **kwargs: Any
+    *,
+    run_id: Any,
+    workflow_name: str,
+    name: str,
+    details: str,
+    assignees: Any,
+    form: str = "",
+    reason: str = "",
+    **kwargs: Any,
 ) -> None:
-    """The default ``APPROVAL_NOTIFY``: mail the assignees with an address a link to the Inbox (``send_mail``)."""
+    """The default ``APPROVAL_NOTIFY``: mail the assignees with an address a link to the Inbox (``send_mail``).
+
+    ``reason`` is "" when the approval opens, ``"reminder"`` or ``"escalation"`` from its timers.
+    """
     recipients = assignee_emails(assignees)
     if not recipients:
         return
@@ -144,6 +157,10 @@ def mail_assignees(
         + (f"\n{details}\n" if details else "")
         + (f"\n{where} in the inbox: {link}\n" if link else "")
     )
+    if reason == "reminder":
+        subject = f"Reminder: {subject.lower()}"
+    elif reason == "escalation":
+        subject = f"Escalated to you: {subject.lower()}"
     send_mail(f"{subject}: {name}"[:200], body, None, recipients, fail_silently=False, connection=connection())
 
 
@@ -194,3 +211,4 @@ def connect() -> None:
     """Listen for failed runs and opened approvals (the app does it at start-up; settings are read each time)."""
     hooks.run_finished.connect(_on_run_finished, dispatch_uid="django_openworkflow.alerts")
     hooks.approval_opened.connect(_on_approval_opened, dispatch_uid="django_openworkflow.alerts.approvals")
+    hooks.task_timer_fired.connect(_on_approval_opened, dispatch_uid="django_openworkflow.alerts.task_timers")

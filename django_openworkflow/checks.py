@@ -30,7 +30,7 @@ ROUTER_PATH = "django_openworkflow.routers.WorkflowRouter"
 
 
 def check_retention_settings() -> list[checks.CheckMessage]:
-    """RETENTION, MAX_RETENTION, PRUNE_INTERVAL and PRUNE_BATCH_SIZE (retention.py)."""
+    """RETENTION, MAX_RETENTION, PRUNE_INTERVAL and PRUNE_BATCH_SIZE (retention.py); TASK_TIMERS_INTERVAL."""
     from .definitions.retention import _setting, prune_interval
 
     messages: list[checks.CheckMessage] = []
@@ -39,6 +39,7 @@ def check_retention_settings() -> list[checks.CheckMessage]:
         lambda: _setting("MAX_RETENTION"),
         lambda: prune_interval(),
         lambda: owf_settings.prune_batch_size,
+        lambda: owf_settings.task_timers_interval,
     )
     for read in reads:
         try:

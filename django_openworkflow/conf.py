@@ -68,6 +68,9 @@ DEFAULTS: dict[str, Any] = {
     "SITE_URL": None,
     # Called when a run opens an approval (alerts.py); the default mails the assignees. None: nothing.
     "APPROVAL_NOTIFY": "django_openworkflow.alerts.mail_assignees",
+    # How often runworkflows workers look for human tasks' reminders and escalations that are due (one of
+    # them at a time, worker/task_timers.py); None or 0: never (fire_task_timers() by hand then).
+    "TASK_TIMERS_INTERVAL": "1m",
     # -- Payload encryption (docs/howto/encryption.md, encryption.py) --
     # Fernet keys (the `encryption` extra): the first encrypts new payloads, every one decrypts. None: off.
     "PAYLOAD_ENCRYPTION": None,
@@ -183,6 +186,21 @@ class Settings:
         if quantum <= timedelta(0):
             raise ValueError(f"OPENWORKFLOW['FAIRNESS_QUANTUM'] must be longer than zero, got {quantum}")
         return quantum
+
+    @property
+    def task_timers_interval(self) -> timedelta | None:
+        """``TASK_TIMERS_INTERVAL``: how often the workers fire human tasks' timers; None when off (None or 0)."""
+        value = self._get("TASK_TIMERS_INTERVAL")
+        if value is None or value == 0:
+            return None
+        try:
+            interval = parse_duration(value)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"OPENWORKFLOW['TASK_TIMERS_INTERVAL'] {value!r:.60} is not a valid interval "
+                f"(a duration such as '1m', or None): {exc}"
+            ) from None
+        return interval if interval > timedelta(0) else None
 
     @property
     def priority_aging(self) -> PriorityAging | None:

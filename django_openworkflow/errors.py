@@ -149,6 +149,19 @@ class ApprovalClosed(ApprovalError):
         self.decided_by = decided_by
 
 
+class TaskClaimed(ApprovalError):
+    """Someone else holds the task (claimed, or reassigned to them): only they may decide, submit or release it.
+
+    ``claimed_by`` names them. Nothing was written. A user with the
+    ``django_openworkflow.reassign_approval`` permission may release or
+    reassign it.
+    """
+
+    def __init__(self, message: str, claimed_by: str = "") -> None:
+        super().__init__(message)
+        self.claimed_by = claimed_by
+
+
 class WrongTaskKind(ApprovalError):
     """A yes/no decision sent to a task that asks for a form, or a form sent to a yes/no approval; nothing delivered."""
 

@@ -54,6 +54,13 @@ the approval is stored, at most once. ``run_id``, ``workflow_name``, ``step`` (t
 (``ctx.wait_for_input``), ``form`` (its dotted path; "" for a yes/no approval) and ``due_at`` (or None).
 ``OPENWORKFLOW["APPROVAL_NOTIFY"]`` mails the assignees from it (``alerts.py``)."""
 
+task_timer_fired = Signal()
+"""A human task's reminder (``remind_every``) or escalation (``escalate_after``) fired, sent by the worker whose
+sweep fired it, after it is stored, at most once. The ``approval_opened`` keyword arguments (``assignees``: whom to
+notify — the holder of a claimed task, every assignee, or those an escalation added), ``approval_id``,
+``claimed_by`` ("" when nobody holds it) and ``reason`` (``"reminder"`` or ``"escalation"``).
+``OPENWORKFLOW["APPROVAL_NOTIFY"]`` is called with them (``alerts.py``)."""
+
 runs_pruned = Signal()
 """Retention deleted finished runs. ``count``: how many, ``workflow_name``: theirs (``sender`` too)."""
 

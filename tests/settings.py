@@ -128,6 +128,11 @@ if os.environ.get("OWF_TEST_PRUNE_INTERVAL"):
 if os.environ.get("OWF_TEST_PRIORITY_AGING"):  # JSON, for worker processes (tests/worker/test_aging.py)
     OPENWORKFLOW["PRIORITY_AGING"] = json.loads(os.environ["OWF_TEST_PRIORITY_AGING"])
 
+if os.environ.get("OWF_TEST_TASK_TIMERS_INTERVAL"):  # worker processes (tests/worker/test_task_timers.py)
+    OPENWORKFLOW["TASK_TIMERS_INTERVAL"] = os.environ["OWF_TEST_TASK_TIMERS_INTERVAL"]
+if os.environ.get("OWF_TEST_NOTIFY_FILE"):  # what APPROVAL_NOTIFY was called with, one JSON line each
+    OPENWORKFLOW["APPROVAL_NOTIFY"] = "tests.fixtures.testapp.notify.record"
+
 if os.environ.get("OWF_TEST_METRICS"):
     OPENWORKFLOW["METRICS"] = True
 

@@ -26,8 +26,8 @@ def test_the_public_names_are_the_documented_ones():
         RateLimit ResultTimeout RetryAfter RetryPolicy RunFailure RunHandle RunNotFound RunPage Schedule SignalError
         StepAttemptInfo StepFailed StepRecord StepTimeout StepUsageError TaskSubmission UnknownWorkflowError
         WorkflowCanceled WorkflowContext WorkflowFailed WorkflowRegistrationError WorkflowSpec backfill_schedule
-        decide_approval forget get_run list_runs publish_event runs_for send_event send_signal start_run start_runs
-        submit_task trigger_schedule workflow""".split()
+        claim_task decide_approval forget get_run list_runs publish_event reassign_task release_task runs_for
+        send_event send_signal start_run start_runs submit_task trigger_schedule workflow""".split()
     )
 
 

@@ -11,6 +11,14 @@ form again with its errors and delivers nothing
 (:func:`django_openworkflow.client.human_tasks.submit_task`). Any staff user may
 open the inbox: it lists only what they may decide, and a decision by
 someone else is refused with 403.
+
+Who works on what: three views — *Mine* (claimed by the user, or naming
+them and claimed by nobody else), *My groups'* (claimed by nobody, assigned
+to one of their groups) and *All I may see* — each with its count, the
+overdue first. A row says who holds it, with **Claim** and **Release**
+buttons, and a **Reassign** field for users with the
+``django_openworkflow.reassign_approval`` permission; a task someone else
+holds shows no decision buttons (the close refuses it anyway).
 """
 
 from __future__ import annotations
@@ -26,18 +34,20 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext, ngettext
 
 from .. import formatting as fmt
-from ..client.approvals import approvals_for, decide_approval
-from ..client.human_tasks import open_task, submit_task
+from ..client.approvals import SCOPES, approvals_for, decide_approval, inbox_counts, is_overdue
+from ..client.human_tasks import claim_task, may_reassign_tasks, open_task, reassign_task, release_task, submit_task
 from ..errors import (
     ApprovalClosed,
     ApprovalNotAssigned,
     ApprovalNotFound,
     InvalidArgument,
+    TaskClaimed,
     TaskFormInvalid,
     TaskFormUnavailable,
     WrongTaskKind,
 )
 from ..models import Approval
+from ..store import get_backend
 from .markup import run_url, subject_link, workflow_url
 from .workers import RUNS_VIEW
 
@@ -74,6 +84,11 @@ class ApprovalAdmin(admin.ModelAdmin):
                 name="django_openworkflow_approval_decide",
             ),
             path(
+                "<int:approval_id>/claim/",
+                self.admin_site.admin_view(self.claim_view),
+                name="django_openworkflow_approval_claim",
+            ),
+            path(
                 "<int:approval_id>/submit/",
                 self.admin_site.admin_view(self.submit_view),
                 name="django_openworkflow_approval_submit",
@@ -85,6 +100,11 @@ class ApprovalAdmin(admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
+        scope = request.GET.get("scope", "all")
+        scope = scope if scope in SCOPES else "all"
+        username = request.user.get_username()
+        may_reassign = may_reassign_tasks(request.user)
+        now = get_backend().now()
         rows = [
             {
                 "approval": approval,
@@ -94,20 +114,30 @@ class ApprovalAdmin(admin.ModelAdmin):
                 "timeout": fmt.format_time(approval.timeout_at),
                 "opened": fmt.format_time(approval.created_at),
                 "due": fmt.format_time(approval.due_at) if approval.due_at else "",
+                "overdue": is_overdue(approval.due_at, now),
+                "held_by_other": bool(approval.claimed_by) and approval.claimed_by != username,
+                "can_claim": not approval.claimed_by and approval.required == 1,
+                "can_release": bool(approval.claimed_by) and (approval.claimed_by == username or may_reassign),
                 "approved_by": ", ".join(signoff["by"] for signoff in approval.signoffs),
                 # The model instance the run belongs to, if any (a link to its admin page; not read).
                 "subject": subject_link(approval.workflow_run.subject_type, approval.workflow_run.subject_id or "")
                 if approval.workflow_run.subject_type
                 else None,
             }
-            for approval in approvals_for(request.user)
+            for approval in approvals_for(request.user, scope=scope)
         ]
+        counts = inbox_counts(request.user)
+        labels = {"mine": gettext("Mine"), "groups": gettext("My groups' tasks"), "all": gettext("All I may see")}
+        tabs = [{"scope": name, "label": labels[name], "count": counts[name]} for name in ("mine", "groups", "all")]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "media": self.media,
             "title": gettext("Inbox"),
             "rows": rows,
+            "scope": scope,
+            "tabs": tabs,
+            "may_reassign": may_reassign,
             # The run links lead to pages that need the view permission on runs: plain ids without it.
             "can_view_runs": any(request.user.has_perm(name) for name in RUNS_VIEW),
             **(extra_context or {}),
@@ -131,6 +161,8 @@ class ApprovalAdmin(admin.ModelAdmin):
             raise Http404("No such approval.") from None
         except ApprovalClosed as exc:
             self._closed(request, exc)
+        except TaskClaimed as exc:
+            self._claimed(request, exc)
         except (InvalidArgument, WrongTaskKind) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
@@ -161,6 +193,9 @@ class ApprovalAdmin(admin.ModelAdmin):
         except ApprovalClosed as exc:
             self._closed(request, exc, task=True)
             return HttpResponseRedirect(reverse(INBOX))
+        except TaskClaimed as exc:
+            self._claimed(request, exc)
+            return HttpResponseRedirect(reverse(INBOX))
         except WrongTaskKind as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return HttpResponseRedirect(reverse(INBOX))
@@ -169,6 +204,43 @@ class ApprovalAdmin(admin.ModelAdmin):
         except TaskFormInvalid as exc:
             return self._task_page(request, approval_id, exc.form, "")
         return self._task_page(request, approval_id, form, "")
+
+    def claim_view(self, request: HttpRequest, approval_id: int) -> HttpResponse:
+        """POST from an inbox row: claim, release, or reassign (``to``: a username) the approval or task."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        action = request.POST.get("action")
+        if action not in ("claim", "release", "reassign"):
+            raise Http404("No such action.")
+        to = request.POST.get("to", "").strip()
+        try:
+            if action == "claim":
+                claim_task(approval_id, request.user)
+                said = gettext("Claimed: until you release it, only you may decide it.")
+            elif action == "release":
+                release_task(approval_id, request.user)
+                said = gettext("Released.")
+            else:
+                reassign_task(approval_id, request.user, to)
+                said = gettext("Reassigned to %(who)s.") % {"who": to}
+        except ApprovalNotAssigned:
+            raise PermissionDenied from None
+        except ApprovalNotFound:
+            raise Http404("No such approval.") from None
+        except ApprovalClosed as exc:
+            self._closed(request, exc)
+        except TaskClaimed as exc:
+            self._claimed(request, exc)
+        except (InvalidArgument, WrongTaskKind) as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+        else:
+            self.message_user(request, said)
+        scope = request.POST.get("scope", "all")
+        return HttpResponseRedirect(reverse(INBOX) + (f"?scope={scope}" if scope in SCOPES else ""))
+
+    def _claimed(self, request: HttpRequest, exc: TaskClaimed) -> None:
+        said = gettext("This task is held by %(who)s: only they may decide it, until they release it.")
+        self.message_user(request, said % {"who": exc.claimed_by}, messages.ERROR)
 
     def _task_page(self, request: HttpRequest, approval_id: int, form: Any, problem: str) -> HttpResponse:
         """The task's page: what it is about, its run, and its form (with errors) or why it cannot be shown."""

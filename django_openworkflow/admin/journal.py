@@ -7,8 +7,9 @@ traceback) and are escaped by the template, never marked safe.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html
@@ -106,6 +107,8 @@ class WaitInfo:
     state: str  # "waiting", "arrived" or "timed out" (the template words them)
     arrived: str = ""  # the signal's data or the event's payload as indented JSON
     source: str = ""  # "signal #12", "event #3"
+    held_by: str = ""  # an approval's or a task's: who claimed it
+    activity: list[str] = field(default_factory=list)  # an approval's or a task's: claims, reminders, decisions
 
     @property
     def label(self) -> str:
@@ -142,6 +145,34 @@ def wait_info(attempt: StepAttempt, day_of: datetime | None = None) -> WaitInfo:
     source_id = output.get("event_id" if is_event else "signal_id")
     info.source = f"{kind_label(attempt.kind)} #{source_id}" if source_id is not None else ""
     return info
+
+
+def add_task_activity(
+    rows: list[JournalRow], activity: dict[int, tuple[str, list[dict[str, Any]]]], day_of: datetime | None
+) -> None:
+    """Show each approval's or task's holder and activity (claims, releases, reminders ...) under its wait."""
+    words = {
+        "claim": gettext("claimed by %(by)s"),
+        "release": gettext("released by %(by)s"),
+        "reassign": gettext("reassigned to %(to)s by %(by)s"),
+        "remind": gettext("assignees reminded"),
+        "escalate": gettext("escalated"),
+        "sign-off": gettext("approved by %(by)s, more approvals needed"),
+        "approve": gettext("approved by %(by)s"),
+        "reject": gettext("rejected by %(by)s"),
+        "submit": gettext("submitted by %(by)s"),
+    }
+    for row in rows:
+        found = activity.get(row.attempt.id)
+        if row.wait is None or found is None:
+            continue
+        row.wait.held_by, entries = found
+        for entry in entries:
+            said = words.get(str(entry.get("action")), str(entry.get("action")))
+            at = format_time(parse_datetime(str(entry.get("at", ""))), precise=True, day_of=day_of)
+            to = entry.get("to", "")
+            said = said % {"by": entry.get("by", ""), "to": to if isinstance(to, str) else json_text(to)}
+            row.wait.activity.append(f"{at} {said}")
 
 
 def _attempt_note(attempt: StepAttempt, day_of: datetime | None) -> str:

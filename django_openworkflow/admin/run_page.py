@@ -21,7 +21,7 @@ from ..models import Signal, StepAttempt, WorkflowRun
 from ..states import WAITING_KINDS, DisplayStatus, RunStatus, StepKind, StepStatus, display_state
 from ..store import get_backend, progress, queries
 from ..store.attributes import run_attributes
-from .journal import journal_rows
+from .journal import add_task_activity, journal_rows
 from .markup import attribute_runs_url, badge, status_badge, subject_link, subject_runs_url
 from .timeline import build_timeline
 from .tracebacks import fold
@@ -125,6 +125,8 @@ def run_page(run: WorkflowRun, now: datetime) -> dict[str, Any]:
     attempts = queries.journal(run.id)
     run_end = run.finished_at if run.is_finished else None
     rows = journal_rows(attempts, now, day_of=run.created_at, run_end=run_end)
+    if any(row.wait is not None and "approval" in (row.attempt.context or {}) for row in rows):
+        add_task_activity(rows, queries.approval_activity(run.id), run.created_at)
     waits = [a for a in attempts if a.kind in WAITING_KINDS and a.status == StepStatus.RUNNING]
     state = display_state(run.status, run.worker_id, has_note=run.error is not None, waiting=bool(waits))
     wait = waits[-1] if state == DisplayStatus.WAITING else None

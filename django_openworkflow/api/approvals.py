@@ -17,24 +17,32 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from ..client.approvals import approvals_for, decide_approval
-from ..client.human_tasks import build_form, submit_task
+from ..client.approvals import SCOPES, approvals_for, decide_approval, is_overdue
+from ..client.human_tasks import build_form, claim_task, reassign_task, release_task, submit_task
+from ..definitions.payload import check_text
 from ..errors import (
     ApprovalClosed,
     ApprovalError,
     ApprovalNotAssigned,
     ApprovalNotFound,
+    InvalidArgument,
+    TaskClaimed,
     TaskFormInvalid,
     TaskFormUnavailable,
     WrongTaskKind,
 )
 from ..models import Approval
+from ..store import get_backend
+from ..store.records import ApprovalRecord
 from .fields import ApiError, _kind, json_response
 from .form_schema import form_schema
-from .views import _body, endpoint
+from .views import _body, _no_body, endpoint
+
+USERNAME_LENGTH = 150
+"""The longest username a task is reassigned to: Django's ``User.username``, and the column that holds the holder."""
 
 
-def approval_json(approval: Approval) -> dict[str, Any]:
+def approval_json(approval: Approval, now: Any = None) -> dict[str, Any]:
     run = approval.workflow_run
     return {
         "id": approval.id,
@@ -51,7 +59,20 @@ def approval_json(approval: Approval) -> dict[str, Any]:
         "due_at": approval.due_at,
         "approvals_required": approval.required,
         "approved_by": [signoff["by"] for signoff in approval.signoffs],
+        "overdue": is_overdue(approval.due_at, now or get_backend().now()),
+        **claim_json(approval),
         **_task_form(approval),
+    }
+
+
+def claim_json(approval: Approval | ApprovalRecord) -> dict[str, Any]:
+    """Who holds the task, its escalation, and its activity (claims, releases, reminders, decisions)."""
+    return {
+        "claimed_by": approval.claimed_by or None,
+        "claimed_at": approval.claimed_at,
+        "escalate_at": approval.escalate_at,
+        "escalated_at": approval.escalated_at,
+        "activity": approval.activity,
     }
 
 
@@ -67,11 +88,16 @@ def _task_form(approval: Approval) -> dict[str, Any]:
 
 @endpoint(GET="user")
 def approval_list(request: HttpRequest) -> HttpResponse:
-    """The open approvals the caller may decide, oldest first."""
-    if request.GET:
-        name = next(iter(request.GET))
-        raise ApiError(400, "unknown_parameter", f"unknown parameter {name!r:.80}; this takes none", name)
-    return json_response({"approvals": [approval_json(found) for found in approvals_for(request.user)]})
+    """The open approvals the caller may decide, overdue first; ``?scope=mine|groups|all`` as the Inbox's views."""
+    unknown = next((name for name in request.GET if name != "scope"), None)
+    if unknown is not None:
+        raise ApiError(400, "unknown_parameter", f"unknown parameter {unknown!r:.80}; this takes scope", unknown)
+    scope = request.GET.get("scope", "all")
+    if scope not in SCOPES:
+        raise ApiError(400, "invalid", f"unknown scope {scope!r:.40}; the scopes are {', '.join(SCOPES)}", "scope")
+    now = get_backend().now()
+    found = approvals_for(request.user, scope=scope)
+    return json_response({"approvals": [approval_json(approval, now) for approval in found]})
 
 
 def _approval_number(approval_id: str) -> int:
@@ -84,6 +110,7 @@ REFUSALS: dict[type[ApprovalError], tuple[int, str]] = {
     ApprovalNotFound: (404, "not_found"),
     ApprovalNotAssigned: (403, "not_assigned"),
     ApprovalClosed: (409, "already_decided"),  # the message names who decided first, and when
+    TaskClaimed: (409, "claimed"),  # the message names who holds it
     TaskFormUnavailable: (409, "form_unavailable"),
     WrongTaskKind: (400, "wrong_kind"),
 }
@@ -131,3 +158,50 @@ def approval_submit(request: HttpRequest, approval_id: str) -> HttpResponse:
     except ApprovalError as exc:
         raise _refused(exc) from None
     return json_response({"approval_id": number, "submission": submission})
+
+
+def _claimed_answer(number: int, record: ApprovalRecord) -> HttpResponse:
+    return json_response({"approval_id": number, **claim_json(record)})
+
+
+@endpoint(POST="user")
+def approval_claim(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Claim an approval or task for the caller: only they may then decide or submit it."""
+    number = _approval_number(approval_id)
+    _no_body(request)
+    try:
+        record = claim_task(number, request.user)
+    except ApprovalError as exc:
+        raise _refused(exc) from None
+    return _claimed_answer(number, record)
+
+
+@endpoint(POST="user")
+def approval_release(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Release the claim on an approval or task (its holder, or a user who may reassign)."""
+    number = _approval_number(approval_id)
+    _no_body(request)
+    try:
+        record = release_task(number, request.user)
+    except ApprovalError as exc:
+        raise _refused(exc) from None
+    return _claimed_answer(number, record)
+
+
+@endpoint(POST="user")
+def approval_reassign(request: HttpRequest, approval_id: str) -> HttpResponse:
+    """Give an approval or task to another user: ``{"to": "username"}`` (the reassign_approval permission)."""
+    number = _approval_number(approval_id)
+    to = _body(request, {"to": True})["to"]
+    if not isinstance(to, str):
+        raise ApiError(400, "invalid", f"to must be a username, not {_kind(to)}", "to")
+    if not 1 <= len(to) <= USERNAME_LENGTH:
+        raise ApiError(400, "invalid", f"to must be a username of 1 to {USERNAME_LENGTH} characters", "to")
+    check_text(to, "to")  # PayloadError (400 bad_payload): a NUL or a lone surrogate
+    try:
+        record = reassign_task(number, request.user, to)
+    except InvalidArgument as exc:
+        raise ApiError(400, "invalid", str(exc), "to") from None
+    except ApprovalError as exc:
+        raise _refused(exc) from None
+    return _claimed_answer(number, record)

@@ -45,6 +45,7 @@ from .schema_blocks import (
     approval_paths,
 )
 from .schema_schedules import SCHEDULE_SCHEMAS, schedule_paths
+from .schema_tasks import task_paths
 from .schema_workers import WORKER_SCHEMAS, worker_paths
 
 ATTRIBUTE_FILTER_PATTERN = "^[a-z][a-z0-9_]{0,70}=[^\\u0000]*$"
@@ -376,6 +377,7 @@ def openapi_schema(prefix: str) -> dict[str, Any]:
     paths.update(schedule_paths())
     paths["/runs/{run_id}/events"] = _events_path()
     paths.update(approval_paths())
+    paths.update(task_paths())
     for operations in paths.values():
         if "post" in operations:
             operations["post"]["security"] = [{"session": [], "csrf": []}, {"token": []}]

@@ -258,6 +258,17 @@ APPROVAL = _object(
             "description": "how many distinct people must approve (a rejection by one rejects)",
         },
         "approved_by": {"type": "array", "items": TEXT, "description": "who approved so far, in order"},
+        "overdue": {"type": "boolean", "description": "past its due_at (and not timed out): listed first"},
+        "claimed_by": {"type": ["string", "null"], "description": "who holds it (claimed or reassigned); null: nobody"},
+        "claimed_at": TIME,
+        "escalate_at": {**TIME, "description": "when the escalation fires (escalate_after); null when none"},
+        "escalated_at": {**TIME, "description": "when it fired; null until then"},
+        "activity": {
+            "type": "array",
+            "items": {"type": "object"},
+            "description": "claims, releases, reassignments, reminders, escalations and sign-offs, oldest first "
+            "({action, by, at}, and from/to)",
+        },
         "kind": {"enum": ["decision", "input"], "description": "a yes/no decision, or a task that asks for a form"},
         "form": {
             "type": ["object", "null"],
@@ -295,9 +306,19 @@ def approval_paths() -> dict[str, Any]:
     return {
         "/approvals": {
             "get": {
-                "summary": "The open approvals the caller may decide, oldest first",
+                "summary": "The open approvals the caller may decide, overdue first",
                 "description": "Any authenticated user: the list holds the approvals assigned to them (by user, "
-                "group or permission); a superuser sees them all.",
+                "group or permission); a superuser sees them all. The overdue come first, then by due time, then "
+                "the oldest.",
+                "parameters": [
+                    _query(
+                        "scope",
+                        "all (default): every one the caller may decide, those others hold included (claimed_by); "
+                        "mine: held by the caller, or naming them and held by nobody; groups: held by nobody and "
+                        "assigned to one of the caller's groups",
+                        {"enum": ["all", "mine", "groups"]},
+                    )
+                ],
                 "responses": {
                     "200": _answer("the approvals", _object({"approvals": {"type": "array", "items": APPROVAL}})),
                     **_errors(400),
@@ -310,6 +331,7 @@ def approval_paths() -> dict[str, Any]:
                 "description": "Any authenticated user among the approval's assignees (403 not_assigned "
                 "otherwise, and for a user the approval excludes or who approved it already). The first decision "
                 "wins: a later one is answered 409 already_decided, whose message names who decided first, and "
+                "delivers nothing; an approval someone else claimed is 409 claimed, naming them, and "
                 "delivers nothing; so is a decision on an approval that timed out or whose run has ended. An "
                 "approval that needs several approvals records each one and answers with remaining > 0 until the "
                 "last one needed, which is delivered with the list of approvers.",
@@ -330,7 +352,8 @@ def approval_paths() -> dict[str, Any]:
                 "data holds the form's fields, as the task's form schema in GET approvals states them; the form "
                 "validates them, its clean() included, and a refusal is 400 invalid_form whose errors give its "
                 "messages by field. A yes/no approval is 400 wrong_kind. The first submission wins (409 "
-                "already_decided, naming who submitted); a form that no longer imports, or whose fields changed "
+                "already_decided, naming who submitted); a task someone else claimed is 409 claimed, naming "
+                "them; a form that no longer imports, or whose fields changed "
                 "since the task opened, is 409 form_unavailable. None of these delivers anything.",
                 "parameters": [approval_id],
                 "requestBody": _body(["data"], {"data": {"type": "object", "description": "the form's fields"}}),

@@ -29,6 +29,9 @@ urlpatterns: list[URLPattern] = [
     path("api/approvals", approvals.approval_list, name="api-approvals"),
     path("api/approvals/<str:approval_id>/decide", approvals.approval_decide, name="api-approval-decide"),
     path("api/approvals/<str:approval_id>/submit", approvals.approval_submit, name="api-approval-submit"),
+    path("api/approvals/<str:approval_id>/claim", approvals.approval_claim, name="api-approval-claim"),
+    path("api/approvals/<str:approval_id>/release", approvals.approval_release, name="api-approval-release"),
+    path("api/approvals/<str:approval_id>/reassign", approvals.approval_reassign, name="api-approval-reassign"),
     path("api/openapi.json", views.openapi, name="api-openapi"),
     re_path(r"^api/(?P<rest>.*)$", views.not_found),
 ]

@@ -20,7 +20,7 @@ from ..encryption import is_on
 from ..errors import ApprovalNotAssigned, ApprovalNotFound, InvalidArgument, WrongTaskKind
 from ..models import FINISHED_STATUSES, Approval, ApprovalStatus, WorkflowRun
 from ..store import get_backend
-from ..store.approvals import Decider, closed_error, may_decide
+from ..store.approvals import Decider, claimed_error, closed_error, may_decide
 from ..store.backends.base import Backend
 from ..store.interface import ApprovalStore
 from ..store.records import ApprovalRecord
@@ -42,28 +42,74 @@ def open_approvals() -> QuerySet[Approval]:
     )
 
 
-def approvals_for(user: Any, limit: int = INBOX_LIMIT) -> list[Approval]:
-    """The open approvals ``user`` may decide (see :func:`~django_openworkflow.store.approvals.may_decide`).
+SCOPES = ("all", "mine", "groups")
+"""The Inbox's views: every task the user may decide; those they hold or that name them; their groups' unclaimed."""
+
+
+def approvals_for(user: Any, limit: int = INBOX_LIMIT, scope: str = "all") -> list[Approval]:
+    """The open approvals ``user`` may decide (:func:`~django_openworkflow.store.approvals.may_decide`), overdue first.
 
     Not those that exclude the user, nor those the user approved already and that wait for others' approvals.
+    ``scope``: ``"all"`` (every one the user may decide, claimed by others included, shown as taken),
+    ``"mine"`` (claimed by the user, or naming them among the assignees and claimed by nobody else), or
+    ``"groups"`` (claimed by nobody, and assigned to one of the user's groups). Within the limit (the
+    oldest first), the overdue come first, then the rest by due time, then the oldest.
     """
+    if scope not in SCOPES:
+        raise InvalidArgument(f"unknown scope {scope!r:.40}; the scopes are {', '.join(SCOPES)}", "scope")
     found: list[Approval] = []
     decider = Decider(user)
     username = user.get_username() if decider.active else ""
+    groups = _group_names(user) if decider.active and scope == "groups" else set()
     # The scan reads no run payload: the inputs of the approvals found are read after, in one query.
     scan = open_approvals().defer("workflow_run__input", "workflow_run__output", "workflow_run__error")
     for approval in scan.iterator(chunk_size=500):
         decided = username in approval.excluded or any(s["by"] == username for s in approval.signoffs)
-        if not decided and decider.may(approval.assignees):
-            found.append(approval)
-            if len(found) >= limit:
-                break
+        if decided or not _in_scope(approval, scope, username, groups) or not decider.may(approval.assignees):
+            continue
+        found.append(approval)
+        if len(found) >= limit:
+            break
     if found:
         runs = WorkflowRun.objects.filter(id__in={approval.workflow_run_id for approval in found})
         inputs = dict(runs.values_list("id", "input"))
         for approval in found:
             approval.workflow_run.input = inputs.get(approval.workflow_run_id)
-    return found
+    now = get_backend().now() if found else None
+    return sorted(found, key=lambda approval: _urgency(approval, now))
+
+
+def inbox_counts(user: Any) -> dict[str, int]:
+    """How many tasks each of the Inbox's views holds for ``user`` (up to the Inbox's limit each)."""
+    return {scope: len(approvals_for(user, scope=scope)) for scope in SCOPES}
+
+
+def _in_scope(approval: Approval, scope: str, username: str, groups: set[str]) -> bool:
+    holder = approval.claimed_by
+    if scope == "mine":
+        return holder == username or (not holder and username in approval.assignees.get("users", ()))
+    if scope == "groups":
+        return not holder and bool(groups & set(approval.assignees.get("groups", ())))
+    return True
+
+
+def _group_names(user: Any) -> set[str]:
+    if not hasattr(user, "groups"):  # a custom user model may have no groups
+        return set()
+    return set(user.groups.values_list("name", flat=True))
+
+
+def _urgency(approval: Approval, now: Any) -> tuple[int, Any, int]:
+    """Overdue first (the longest overdue first), then by due time, then the tasks with no due time, oldest first."""
+    due = approval.due_at
+    if due is None:
+        return (2, approval.created_at, approval.id)
+    return (0 if due <= now else 1, due, approval.id)
+
+
+def is_overdue(due_at: Any, now: Any) -> bool:
+    """Whether a task due at ``due_at`` (or None) is overdue at ``now``."""
+    return due_at is not None and due_at <= now
 
 
 def decide_approval(
@@ -124,15 +170,19 @@ def assigned(store: ApprovalStore, approval_id: int, user: Any, kind: str) -> Ap
     return record
 
 
-def still_open(store: ApprovalStore, record: ApprovalRecord) -> None:
+def still_open(store: ApprovalStore, record: ApprovalRecord, by: str = "") -> None:
     """Raise the :class:`~django_openworkflow.errors.ApprovalClosed` of a task that is decided or timed out already.
 
-    A hint before the work of validating a form: the close itself checks again, atomically.
+    And the :class:`~django_openworkflow.errors.TaskClaimed` of one that
+    someone other than ``by`` holds. A hint before the work of validating a
+    form: the close itself checks again, atomically.
     """
     if record.status != ApprovalStatus.OPEN:
         raise closed_error(record.id, record.status, record.decided_by, record.decided_at, record.form)
     if record.timeout_at <= store.now():
         raise closed_error(record.id, ApprovalStatus.TIMED_OUT, "", None, record.form)
+    if by and record.claimed_by and record.claimed_by != by:
+        raise claimed_error(record.id, record.claimed_by, record.form, "submit")
 
 
 def log_decision(store: ApprovalStore, user: Any, record: ApprovalRecord, message: str) -> None:

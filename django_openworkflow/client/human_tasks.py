@@ -18,7 +18,15 @@ from django import forms
 from django.utils.datastructures import MultiValueDict
 
 from ..definitions.forms import changed_fields, field_classes, json_safe, load_form
-from ..errors import InvalidArgument, TaskFormInvalid, TaskFormUnavailable
+from ..definitions.payload import check_text
+from ..errors import (
+    ApprovalNotAssigned,
+    ApprovalNotFound,
+    InvalidArgument,
+    TaskFormInvalid,
+    TaskFormUnavailable,
+    WrongTaskKind,
+)
 from ..models import Approval
 from ..store import get_backend
 from ..store.interface import ApprovalStore
@@ -52,7 +60,7 @@ def open_task(
     """The open task ``user`` may submit, and its unbound form; the errors of :func:`submit_task` else."""
     backend: ApprovalStore = store or get_backend()
     record = assigned(backend, approval_id, user, "input")
-    still_open(backend, record)
+    still_open(backend, record, user.get_username())
     return record, build_form(record)
 
 
@@ -71,14 +79,15 @@ def submit_task(
 
     Raises :class:`~django_openworkflow.errors.TaskFormInvalid` (the form's
     errors by field), :class:`~django_openworkflow.errors.TaskFormUnavailable`
-    (the form is gone or changed), and the errors of
+    (the form is gone or changed), :class:`~django_openworkflow.errors.TaskClaimed`
+    (someone else claimed it; it names them), and the errors of
     :func:`~django_openworkflow.decide_approval` (``WrongTaskKind`` for a
     yes/no approval); none of them delivered anything. ``store``: as for
     ``decide_approval``.
     """
     backend: ApprovalStore = store or get_backend()
     record = assigned(backend, approval_id, user, "input")
-    still_open(backend, record)
+    still_open(backend, record, user.get_username())
     if not isinstance(data, Mapping):
         raise InvalidArgument(f"data must be a dict of the form's fields, got {type(data).__name__}", "data")
     errors: dict[str, list[str]] = {}
@@ -94,6 +103,141 @@ def submit_task(
     submission = backend.submit_task(approval_id, user.get_username(), values)
     log_decision(backend, user, record, f"Submitted {record.name!r}")
     return submission
+
+
+REASSIGN_PERMISSION = "django_openworkflow.reassign_approval"
+"""The permission to release a task someone else holds, and to reassign any task (superusers have it)."""
+
+
+def claim_task(approval_id: int, user: Any, *, store: ApprovalStore | None = None) -> ApprovalRecord:
+    """Claim approval or task ``approval_id`` for ``user``: until released, only they may decide or submit it.
+
+    Others among its assignees still see it, claimed by ``user``. Claiming
+    a task one holds already changes nothing. The claim is recorded in the
+    task's activity (the run's journal shows it) and in Django's admin log.
+    Returns the task as it is now. Raises
+    :class:`~django_openworkflow.errors.TaskClaimed` when someone else holds
+    it (naming them), :class:`~django_openworkflow.errors.ApprovalNotAssigned`
+    for a user who may not decide it, :class:`~django_openworkflow.errors.WrongTaskKind`
+    for an approval that needs several people's approvals, and
+    :class:`~django_openworkflow.errors.ApprovalClosed` for one decided or
+    timed out; none of them wrote anything. ``store``: as for
+    :func:`~django_openworkflow.decide_approval`.
+    """
+    backend: ApprovalStore = store or get_backend()
+    record = _assigned_any(backend, approval_id, user)
+    _one_holder(record)
+    username = user.get_username()
+    if username in record.excluded:
+        raise ApprovalNotAssigned(
+            f"{username} may not claim approval {approval_id}: the workflow excludes them from it"
+        )
+    after = backend.change_claim(approval_id, "claim", username)
+    if after.activity != record.activity:
+        log_decision(backend, user, after, f"Claimed {record.name!r}")
+    return after
+
+
+def release_task(approval_id: int, user: Any, *, store: ApprovalStore | None = None) -> ApprovalRecord:
+    """Release the claim on ``approval_id``: any of its assignees may then claim, decide or submit it.
+
+    Its holder may release it, and so may a user with the
+    ``django_openworkflow.reassign_approval`` permission (a superuser). A
+    task nobody holds stays as it is. Recorded as a claim is; returns the
+    task as it is now. Raises :class:`~django_openworkflow.errors.TaskClaimed`
+    when someone else holds it and ``user`` may not reassign, and the
+    errors of :func:`claim_task`.
+    """
+    backend: ApprovalStore = store or get_backend()
+    may_reassign = may_reassign_tasks(user)
+    record = backend.approval(approval_id)
+    if record is None:
+        raise ApprovalNotFound(f"no approval with id {approval_id}")
+    username = user.get_username()
+    if not may_reassign and record.claimed_by != username:
+        record = _assigned_any(backend, approval_id, user)
+    after = backend.change_claim(approval_id, "release", username, force=may_reassign)
+    if after.activity != record.activity:
+        log_decision(backend, user, after, f"Released {record.name!r} (held by {record.claimed_by})")
+    return after
+
+
+def reassign_task(approval_id: int, user: Any, to: Any, *, store: ApprovalStore | None = None) -> ApprovalRecord:
+    """Give ``approval_id`` to the user ``to`` (a user or a username), as ``user``: it is claimed for them.
+
+    ``user`` needs the ``django_openworkflow.reassign_approval`` permission
+    (a superuser has it). ``to`` must be an active user the workflow does not
+    exclude; when the assignees do not name them, they are added. Recorded
+    as a claim is; returns the task as it is now. Raises
+    :class:`~django_openworkflow.errors.ApprovalNotAssigned` without the
+    permission, :class:`~django_openworkflow.errors.InvalidArgument` for an
+    unknown, inactive or excluded ``to``, and the errors of :func:`claim_task`.
+    """
+    backend: ApprovalStore = store or get_backend()
+    if not may_reassign_tasks(user):
+        raise ApprovalNotAssigned(
+            f"{user.get_username() or 'this user'} may not reassign approval {approval_id}: "
+            f"it takes the {REASSIGN_PERMISSION} permission"
+        )
+    record = backend.approval(approval_id)
+    if record is None:
+        raise ApprovalNotFound(f"no approval with id {approval_id}")
+    _one_holder(record)
+    if isinstance(to, str):
+        check_text(to, "to")  # a NUL reaches no database query
+    target = to if not isinstance(to, str) else _user_named(to)
+    name = target.get_username() if target is not None else str(to)
+    if target is None or not target.is_active:
+        raise InvalidArgument(
+            f"cannot reassign approval {approval_id} to {name!r:.80}: no active user has that username", "to"
+        )
+    if name in record.excluded:
+        raise InvalidArgument(
+            f"cannot reassign approval {approval_id} to {name}: the workflow excludes them from it", "to"
+        )
+    after = backend.change_claim(approval_id, "reassign", user.get_username(), to=name)
+    held = f" (held by {record.claimed_by})" if record.claimed_by else ""
+    log_decision(backend, user, after, f"Reassigned {record.name!r} to {name}{held}")
+    return after
+
+
+def may_reassign_tasks(user: Any) -> bool:
+    """Whether ``user`` may release tasks others hold and reassign any task (the Inbox shows them the buttons).
+
+    An active superuser, or an active user with the ``django_openworkflow.reassign_approval``
+    permission; a user not saved (the in-memory backend's tests) holds no permission.
+    """
+    if user is None or not user.is_authenticated or not user.is_active:
+        return False
+    if getattr(user, "is_superuser", False):
+        return True
+    return user.pk is not None and bool(user.has_perm(REASSIGN_PERMISSION))
+
+
+def _assigned_any(store: ApprovalStore, approval_id: int, user: Any) -> ApprovalRecord:
+    """The approval or task ``user`` may decide; :class:`ApprovalNotFound` or :class:`ApprovalNotAssigned` else."""
+    record = store.approval(approval_id)
+    if record is None:
+        raise ApprovalNotFound(f"no approval with id {approval_id}")
+    return assigned(store, approval_id, user, record.kind)
+
+
+def _one_holder(record: ApprovalRecord) -> None:
+    if record.required > 1:
+        raise WrongTaskKind(
+            f"approval {record.id} ({record.name!r}) needs {record.required} approvals from different people: "
+            "it cannot be claimed by one"
+        )
+
+
+def _user_named(username: str) -> Any:
+    from django.contrib.auth import get_user_model
+
+    model = get_user_model()
+    try:
+        return model._default_manager.get_by_natural_key(username)
+    except model.DoesNotExist:
+        return None
 
 
 def _from_json(

@@ -32,7 +32,7 @@ from ..durations import Duration
 from ..errors import StepFailed, StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import EngineInterrupt, NewAttempt
-from .approvals import ApprovalDecision, TaskSubmission, wait_for_approval, wait_for_input
+from .approvals import ApprovalDecision, TaskSubmission, TaskTimers, wait_for_approval, wait_for_input
 from .attempt import StepAttemptInfo, reset_attempt, set_attempt
 from .children import ChildRun
 from .context import WorkflowContext
@@ -277,11 +277,16 @@ class AsyncWorkflowContext(WorkflowContext):
         details: str = "",
         approvals_required: int = 1,
         exclude: str | Sequence[str] = (),
+        due: Duration | datetime | None = None,
+        remind_every: Duration | None = None,
+        escalate_after: Duration | None = None,
+        escalate_to: str | Sequence[str] = (),
     ) -> Awaitable[ApprovalDecision | None]:
         """``await ctx.wait_for_approval(...)``: :meth:`WorkflowContext.wait_for_approval` in an async workflow."""
         self.step._wait_alone("wait_for_approval")
+        timers = TaskTimers(due, remind_every, escalate_after, escalate_to)
         return self.step._now(
-            wait_for_approval, self.step._sync, name, assignees, timeout, details, approvals_required, exclude
+            wait_for_approval, self.step._sync, name, assignees, timeout, details, approvals_required, exclude, timers
         )
 
     def wait_for_input(  # type: ignore[override]  # awaitable, as every wait of an async workflow
@@ -294,10 +299,14 @@ class AsyncWorkflowContext(WorkflowContext):
         details: str = "",
         timeout: Duration = "7d",
         due: Duration | datetime | None = None,
+        remind_every: Duration | None = None,
+        escalate_after: Duration | None = None,
+        escalate_to: str | Sequence[str] = (),
     ) -> Awaitable[TaskSubmission | None]:
         """``await ctx.wait_for_input(...)``: :meth:`WorkflowContext.wait_for_input` in an async workflow."""
         self.step._wait_alone("wait_for_input")
-        return self.step._now(wait_for_input, self.step._sync, name, form, assignees, initial, details, timeout, due)
+        timers = TaskTimers(due, remind_every, escalate_after, escalate_to)
+        return self.step._now(wait_for_input, self.step._sync, name, form, assignees, initial, details, timeout, timers)
 
 
 def call_async(spec: WorkflowSpec, ctx: AsyncWorkflowContext) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.utils.dateparse import parse_datetime
@@ -118,6 +118,54 @@ def parse_excluded(exclude: str | Iterable[str]) -> list[str]:
     return users
 
 
+@dataclass(frozen=True)
+class TaskTimers:
+    """When a task is due, and its reminders and escalation, as ``ctx.wait_for_*`` take them (checked when called)."""
+
+    due: Duration | datetime | None = None
+    remind_every: Duration | None = None
+    escalate_after: Duration | None = None
+    escalate_to: str | Iterable[str] = ()
+
+    def check(self, what: str) -> tuple[timedelta | None, timedelta | None, dict[str, list[str]]]:
+        """The reminders' period, the escalation's delay and assignees; :class:`StepUsageError` naming a mistake."""
+        remind = None if self.remind_every is None else _positive(self.remind_every, "remind_every", what)
+        escalate = None if self.escalate_after is None else _positive(self.escalate_after, "escalate_after", what)
+        entries = [self.escalate_to] if isinstance(self.escalate_to, str) else list(self.escalate_to)
+        if (escalate is None) != (not entries):
+            raise StepUsageError(
+                f"{what}: escalate_after and escalate_to go together (after how long, to whom: 'group:managers')"
+            )
+        return remind, escalate, parse_assignees(entries) if entries else {}
+
+    def due_at(self, what: str, now: datetime, timeout_at: datetime) -> datetime | None:
+        """When the task is due: ``due`` from ``now``, or as given; :class:`StepUsageError` if after the timeout."""
+        if self.due is None:
+            return None
+        due_at = self.due if isinstance(self.due, datetime) else now + parse_duration(self.due)
+        if due_at.tzinfo is None:
+            raise StepUsageError(f"due must be a duration or an aware datetime, got the naive {self.due!r}")
+        if due_at > timeout_at:
+            raise StepUsageError(f"{what} is due after it times out: give a due before its timeout")
+        return due_at
+
+
+MIN_REMINDER = timedelta(minutes=1)
+"""The shortest ``remind_every``: reminders are mails, and the workers' timer sweep looks about once a minute."""
+
+
+def _positive(value: Duration, parameter: str, what: str) -> timedelta:
+    try:
+        period = parse_duration(value)
+    except (TypeError, ValueError) as exc:
+        raise StepUsageError(f"{what}: {parameter} is not a duration ({exc})") from None
+    if period <= timedelta(0):
+        raise StepUsageError(f"{what}: {parameter} must be positive, got {value!r}")
+    if parameter == "remind_every" and period < MIN_REMINDER:
+        raise StepUsageError(f"{what}: remind_every must be at least {MIN_REMINDER}, got {value!r}")
+    return period
+
+
 def wait_for_approval(
     step: StepApi,
     name: str,
@@ -126,9 +174,11 @@ def wait_for_approval(
     details: str,
     approvals_required: int = 1,
     exclude: str | Iterable[str] = (),
+    timers: TaskTimers = TaskTimers(),
 ) -> ApprovalDecision | None:
     """``ctx.wait_for_approval``'s work (see :meth:`WorkflowContext.wait_for_approval`)."""
     _checked(name, details, "approval")
+    remind, escalate, escalate_to = timers.check(f"approval {name!r}")
     parsed = parse_assignees(assignees)
     excluded = parse_excluded(exclude)
     if (
@@ -141,7 +191,18 @@ def wait_for_approval(
         )
 
     def opens(now: datetime, timeout_at: datetime) -> NewApproval:
-        return NewApproval(name, details, parsed, timeout_at, required=approvals_required, excluded=excluded)
+        return NewApproval(
+            name,
+            details,
+            parsed,
+            timeout_at,
+            due_at=timers.due_at(f"approval {name!r}", now, timeout_at),
+            required=approvals_required,
+            excluded=excluded,
+            remind_every=remind,
+            escalate_at=None if escalate is None else now + escalate,
+            escalate_to=escalate_to,
+        )
 
     output = step._wait(StepKind.SIGNAL, "wait_for_approval", name, timeout, {"approval": name}, approval=opens)
     if output is None:
@@ -160,7 +221,7 @@ def wait_for_input(
     initial: dict[str, Any] | None,
     details: str,
     timeout: Duration,
-    due: Duration | datetime | None,
+    timers: TaskTimers,
 ) -> TaskSubmission | None:
     """``ctx.wait_for_input``'s work (see :meth:`WorkflowContext.wait_for_input`).
 
@@ -169,20 +230,26 @@ def wait_for_input(
     """
     _checked(name, details, "task")
     parsed = parse_assignees(assignees)
+    remind, escalate, escalate_to = timers.check(f"task {name!r}")
     if initial is not None and not isinstance(initial, dict):
         raise StepUsageError(f"initial must be a dict of the form's initial values, got {type(initial).__name__}")
 
     def opens(now: datetime, timeout_at: datetime) -> NewApproval:
         path, fields = opening_form(form)
         values = None if initial is None else json_safe(initial, f"initial of task {name!r}", "initial")
-        due_at = None
-        if due is not None:
-            due_at = due if isinstance(due, datetime) else now + parse_duration(due)
-            if due_at.tzinfo is None:
-                raise StepUsageError(f"due must be a duration or an aware datetime, got the naive {due!r}")
-            if due_at > timeout_at:
-                raise StepUsageError(f"task {name!r} is due after it times out: give a due before its timeout")
-        return NewApproval(name, details, parsed, timeout_at, path, fields, values, due_at)
+        return NewApproval(
+            name,
+            details,
+            parsed,
+            timeout_at,
+            path,
+            fields,
+            values,
+            timers.due_at(f"task {name!r}", now, timeout_at),
+            remind_every=remind,
+            escalate_at=None if escalate is None else now + escalate,
+            escalate_to=escalate_to,
+        )
 
     context = {"approval": name, "form": form_path(form)}
     output = step._wait(StepKind.SIGNAL, "wait_for_input", name, timeout, context, approval=opens)

@@ -13,7 +13,7 @@ from ..encryption import unreadable_payload
 from ..errors import StepUsageError
 from ..states import StepKind, StepStatus
 from ..store.records import NewAttempt
-from .approvals import ApprovalDecision, TaskSubmission, wait_for_approval, wait_for_input
+from .approvals import ApprovalDecision, TaskSubmission, TaskTimers, wait_for_approval, wait_for_input
 from .attempt import StepAttemptInfo, current_attempt
 from .children import ChildRun
 from .interrupts import ContinueAsNew, FailRun, engine_error
@@ -136,6 +136,10 @@ class WorkflowContext:
         details: str = "",
         approvals_required: int = 1,
         exclude: str | Sequence[str] = (),
+        due: Duration | datetime | None = None,
+        remind_every: Duration | None = None,
+        escalate_after: Duration | None = None,
+        escalate_to: str | Sequence[str] = (),
     ) -> ApprovalDecision | None:
         """Park until someone among ``assignees`` approves or rejects; return the :class:`ApprovalDecision`.
 
@@ -153,8 +157,19 @@ class WorkflowContext:
         decide it whatever their groups or permissions, superusers
         included — the person who asked for it, say (segregation of
         duties, enforced by the server).
+
+        Time: ``due`` (a duration from now, or an aware datetime, before
+        the timeout) marks it overdue after that, in the Inbox, the API and
+        the ``workflow_overdue_tasks`` metric; it closes nothing.
+        ``remind_every`` (a duration, at least a minute) notifies the
+        assignees again (the holder alone once claimed) until it is
+        decided; ``escalate_after`` with ``escalate_to`` (assignees, as
+        ``assignees``) adds those assignees after that long and notifies
+        them. The workers fire these timers (they are stored with the
+        approval, so a worker restart delays them, never loses them).
         """
-        return wait_for_approval(self.step, name, assignees, timeout, details, approvals_required, exclude)
+        timers = TaskTimers(due, remind_every, escalate_after, escalate_to)
+        return wait_for_approval(self.step, name, assignees, timeout, details, approvals_required, exclude, timers)
 
     def wait_for_input(
         self,
@@ -166,6 +181,9 @@ class WorkflowContext:
         details: str = "",
         timeout: Duration = "7d",
         due: Duration | datetime | None = None,
+        remind_every: Duration | None = None,
+        escalate_after: Duration | None = None,
+        escalate_to: str | Sequence[str] = (),
     ) -> TaskSubmission | None:
         """Park until someone among ``assignees`` fills in and submits ``form``; return the :class:`TaskSubmission`.
 
@@ -179,10 +197,13 @@ class WorkflowContext:
         its primary key). ``assignees``, ``details`` and ``timeout`` are
         :meth:`wait_for_approval`'s. ``due``: when the task is due (a
         duration from now, or an aware datetime, before the timeout),
-        shown in the Inbox and the API; it closes nothing. Returns ``None``
-        on timeout. A replay returns the journaled submission.
+        shown in the Inbox and the API; it closes nothing. ``due``,
+        ``remind_every``, ``escalate_after`` and ``escalate_to`` are
+        :meth:`wait_for_approval`'s. Returns ``None`` on timeout. A replay
+        returns the journaled submission.
         """
-        return wait_for_input(self.step, name, form, assignees, initial, details, timeout, due)
+        timers = TaskTimers(due, remind_every, escalate_after, escalate_to)
+        return wait_for_input(self.step, name, form, assignees, initial, details, timeout, timers)
 
     def patched(self, name: str) -> bool:
         """Whether this run takes the new branch of a code change called ``name``.

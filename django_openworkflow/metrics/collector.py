@@ -21,13 +21,14 @@ from prometheus_client.registry import Collector
 from ..definitions.flow import DEFAULT_QUEUE
 from ..definitions.registry import registry
 from ..store import get_backend
-from ..store.gauges import QueueDepth, due_by_queue, held_by_workflow
+from ..store.gauges import QueueDepth, due_by_queue, held_by_workflow, overdue_tasks_by_workflow
 from .labels import queue_label, workflow_label
 from .workers import worker_gauges
 
 
 class DatabaseCollector(Collector):
-    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds``, ``workflow_runs_in_flight``; workers.py's."""
+    """``workflow_runs_due``, ``workflow_oldest_due_run_age_seconds``, ``workflow_runs_in_flight``,
+    ``workflow_overdue_tasks``; workers.py's."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         now = get_backend().now()
@@ -62,6 +63,18 @@ class DatabaseCollector(Collector):
         for name in sorted({*(spec.name for spec in registry.all()), *held}):
             in_flight.add_metric([name], held.get(name, 0))
         yield in_flight
+        overdue = GaugeMetricFamily(
+            "workflow_overdue_tasks",
+            "Open human tasks and approvals past their due time (due=), not timed out.",
+            labels=["workflow"],
+        )
+        late: dict[str, int] = {}
+        for name, count in overdue_tasks_by_workflow(now).items():
+            label = workflow_label(name)
+            late[label] = late.get(label, 0) + count
+        for name in sorted({*(spec.name for spec in registry.all()), *late}):
+            overdue.add_metric([name], late.get(name, 0))
+        yield overdue
         yield from worker_gauges()  # workers.py: live workers, unserved and paused queues
 
 

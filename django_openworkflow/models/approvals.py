@@ -36,6 +36,18 @@ class Approval(models.Model):
     users who may not decide it whatever their groups or permissions
     (segregation of duties).
 
+    Who works on it: one assignee may claim it (``claimed_by``, since
+    ``claimed_at``); while claimed, only they may decide or submit it. A
+    user with the ``reassign_approval`` permission may release or reassign
+    it. ``activity`` lists every claim, release, reassignment, reminder,
+    escalation and decision (``{"action", "by", "at"}``, and ``"to"`` for a
+    reassignment or an escalation), oldest first.
+
+    Its timers, fired by the workers' task-timer sweep (``store/task_timers.py``):
+    ``next_remind_at`` (then every ``remind_every``) re-notifies the
+    assignees; ``escalate_at`` adds the ``escalate_to`` assignees and
+    notifies them once (``escalated_at``).
+
     Written with the run's signal wait, in the same fenced transaction; one
     per (run, step key). The assignees are data (usernames or user ids, group
     names, permissions ``"app_label.codename"``), resolved against
@@ -64,6 +76,14 @@ class Approval(models.Model):
     required = models.PositiveSmallIntegerField(default=1)
     excluded = models.JSONField(default=list, blank=True)
     signoffs = PayloadField(default=list, blank=True)  # their comments are payloads
+    claimed_by = models.CharField(max_length=150, blank=True, default="")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    activity = models.JSONField(default=list, blank=True)
+    remind_every = models.DurationField(null=True, blank=True)
+    next_remind_at = models.DateTimeField(null=True, blank=True)
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_to = models.JSONField(default=dict, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     objects: WorkflowDatabaseManager[Any] = WorkflowDatabaseManager()
 
@@ -72,6 +92,7 @@ class Approval(models.Model):
         verbose_name = _("approval")
         verbose_name_plural = _("inbox")
         ordering = ["id"]
+        permissions = [("reassign_approval", "Can release and reassign any human task")]
         constraints = [
             models.UniqueConstraint(fields=["workflow_run", "step_key"], name="owf_approval_run_step_uniq"),
         ]

@@ -21,6 +21,12 @@ delivered with the last one needed (or the first rejection). The users it
 excludes are refused here, whoever calls.
 Who may decide is resolved against ``django.contrib.auth`` when someone
 decides (:func:`may_decide`): the assignees are stored as data.
+
+Claiming, releasing and reassigning (:meth:`ApprovalOps.change_claim`) lock
+the approval row alone and change it by :func:`apply_claim`, the rule every
+backend shares; the close refuses anyone but the holder of a claimed task.
+The task timers (reminders, escalation) are fired by :meth:`ApprovalOps.fire_task_timers`
+under the same row lock, by :func:`due_timers`.
 """
 
 from __future__ import annotations
@@ -31,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
-from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound
+from ..errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, TaskClaimed
 from ..models import Approval, ApprovalStatus, Signal, StepAttempt, WorkflowRun
 from ..states import FINISHED_STATUSES
 from .journal import JournalOps
-from .records import ApprovalRecord, NewApproval
+from .records import ApprovalRecord, FiredTimer, NewApproval
 
 
 def may_decide(user: Any, assignees: dict[str, list[str]]) -> bool:
@@ -101,6 +107,10 @@ class ApprovalOps(JournalOps):
             due_at=approval.due_at,
             required=approval.required,
             excluded=approval.excluded,
+            remind_every=approval.remind_every,
+            next_remind_at=None if approval.remind_every is None else now + approval.remind_every,
+            escalate_at=approval.escalate_at,
+            escalate_to=approval.escalate_to,
         )
         return int(row.id)
 
@@ -155,6 +165,8 @@ class ApprovalOps(JournalOps):
                 raise ApprovalClosed(f"{_noun(row.form, approval_id)} timed out; it can no longer be decided")
             if row.status != ApprovalStatus.OPEN:
                 raise closed_error(approval_id, row.status, row.decided_by, row.decided_at, row.form)
+            if row.claimed_by and row.claimed_by != by:
+                raise claimed_error(approval_id, row.claimed_by, row.form, "decide")
             delivered = {**fields, "by": by, "at": now.isoformat()}
             if not row.form:
                 row.signoffs, delivered = sign_off(approval_id, row.excluded, row.signoffs, row.required, delivered)
@@ -162,11 +174,17 @@ class ApprovalOps(JournalOps):
                 raise ApprovalClosed(
                     f"{_noun(row.form, approval_id)} cannot be decided: its run is {run_status or 'deleted'}"
                 )
+            activity = [*row.activity, closing_entry(status, by, now, bool(delivered.get("remaining")))]
             if delivered.get("remaining"):
-                Approval.objects.filter(id=approval_id).update(signoffs=row.signoffs)
+                Approval.objects.filter(id=approval_id).update(signoffs=row.signoffs, activity=activity)
                 return delivered
             won = Approval.objects.filter(id=approval_id, status=ApprovalStatus.OPEN).update(
-                status=status, decided_by=by, decided_at=now, comment=fields.get("comment", ""), signoffs=row.signoffs
+                status=status,
+                decided_by=by,
+                decided_at=now,
+                comment=fields.get("comment", ""),
+                signoffs=row.signoffs,
+                activity=activity,
             )
             if not won:
                 raise _closed(approval_id)
@@ -182,6 +200,146 @@ class ApprovalOps(JournalOps):
             if not self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now):
                 raise ApprovalClosed(f"{_noun(row.form, approval_id)} cannot be decided: its wait has ended")
             return delivered
+
+    def change_claim(self, approval_id: int, action: str, by: str, to: str = "", force: bool = False) -> ApprovalRecord:
+        """Claim, release or reassign an open approval (:func:`apply_claim`, under its row lock); the record after.
+
+        Raises :class:`ApprovalNotFound`, :class:`ApprovalClosed` (decided,
+        timed out) and :class:`~django_openworkflow.errors.TaskClaimed`
+        (someone else holds it), having written nothing. Who may is the
+        caller's to check.
+        """
+        with self.write_lock(), transaction.atomic(using=self.alias):
+            row = Approval.objects.select_for_update().filter(id=approval_id).first()
+            if row is None:
+                raise ApprovalNotFound(f"no approval with id {approval_id}")
+            run_status = WorkflowRun.objects.filter(id=row.workflow_run_id).values_list("status", flat=True).first()
+            if run_status is None or run_status in FINISHED_STATUSES:
+                raise ApprovalClosed(f"{_noun(row.form, approval_id)} cannot be claimed: its run is {run_status}")
+            if apply_claim(row, action, by, self.now(), to, force):
+                row.save(update_fields=["claimed_by", "claimed_at", "assignees", "activity"])
+            return _record(row)
+
+    def fire_task_timers(self, limit: int = 100) -> list[FiredTimer]:
+        """Fire the reminders and escalations due now, at most ``limit`` approvals; what to notify, for the caller.
+
+        Each approval is read, changed (:func:`due_timers`) and written under
+        its row lock, in its own transaction: a timer fires once, whichever
+        worker sweeps, and one that was due while every worker was down fires
+        at the next sweep.
+        """
+        from django.db.models import Q
+
+        now = self.now()
+        due = Q(next_remind_at__lte=now) | Q(escalate_at__lte=now, escalated_at__isnull=True)
+        candidates = list(
+            Approval.objects.filter(due, status=ApprovalStatus.OPEN, timeout_at__gt=now)
+            .exclude(workflow_run__status__in=FINISHED_STATUSES)  # a canceled run's task is nobody's work
+            .order_by("id")
+            .values_list("id", flat=True)[:limit]
+        )
+        fired: list[FiredTimer] = []
+        for approval_id in candidates:
+            with self.write_lock(), transaction.atomic(using=self.alias):
+                row = Approval.objects.select_for_update().filter(id=approval_id, status=ApprovalStatus.OPEN).first()
+                if row is None:
+                    continue
+                found = due_timers(row, now)
+                if found:
+                    row.save(update_fields=["assignees", "activity", "next_remind_at", "escalated_at"])
+                    record = _record(row)
+                    runs = WorkflowRun.objects.filter(id=row.workflow_run_id)
+                    workflow = runs.values_list("workflow_name", flat=True).first() or ""
+                    fired.extend(FiredTimer(record, workflow, reason, notify) for reason, notify in found)
+        return fired
+
+
+CLAIM_ACTIONS = ("claim", "release", "reassign")
+PAST = {"claim": "claimed", "release": "released", "reassign": "reassigned"}
+
+
+def claimed_error(approval_id: int, holder: str, form: str, doing: str) -> TaskClaimed:
+    """The refusal of someone who is not the holder of a claimed task (every backend's words)."""
+    what = _noun(form, approval_id)
+    return TaskClaimed(
+        f"{what} is claimed by {holder}: only they may {doing} it (they may release it, or a user with the "
+        "django_openworkflow.reassign_approval permission may release or reassign it)",
+        claimed_by=holder,
+    )
+
+
+def apply_claim(row: Any, action: str, by: str, now: datetime, to: str = "", force: bool = False) -> bool:
+    """Claim (``by`` takes it), release or reassign (to the username ``to``) ``row``, in place; whether it changed.
+
+    ``row`` is an approval (a model instance or the in-memory row): open,
+    not timed out. A claim of a task ``by`` holds already changes nothing;
+    a claim or a release of a task someone else holds raises
+    :class:`~django_openworkflow.errors.TaskClaimed`, unless ``force`` (a
+    release by a user who may reassign). A reassignment makes ``to`` its
+    holder and, when they are not named among the assignees, adds them.
+    Every change is appended to ``activity``.
+    """
+    if action not in CLAIM_ACTIONS:
+        raise ValueError(f"unknown claim action {action!r}")
+    if row.status != ApprovalStatus.OPEN:
+        raise closed_error(row.id, row.status, row.decided_by, row.decided_at, row.form)
+    if row.timeout_at <= now:
+        raise ApprovalClosed(f"{_noun(row.form, row.id)} timed out; it can no longer be {PAST[action]}")
+    holder = row.claimed_by
+    entry: dict[str, Any] = {"action": action, "by": by, "at": now.isoformat()}
+    if action == "claim":
+        if holder == by:
+            return False
+        if holder:
+            raise claimed_error(row.id, holder, row.form, "work on")
+        row.claimed_by, row.claimed_at = by, now
+    elif action == "release":
+        if not holder:
+            return False
+        if holder != by and not force:
+            raise claimed_error(row.id, holder, row.form, "release")
+        row.claimed_by, row.claimed_at = "", None
+        entry["from"] = holder
+    else:
+        row.claimed_by, row.claimed_at = to, now
+        entry.update({"from": holder, "to": to})
+        users = list(row.assignees.get("users", []))
+        if to not in users:
+            row.assignees = {**row.assignees, "users": [*users, to]}
+    row.activity = [*row.activity, entry]
+    return True
+
+
+def due_timers(row: Any, now: datetime) -> list[tuple[str, dict[str, list[str]]]]:
+    """Fire ``row``'s timers due at ``now``, in place; each one's reason and whom it notifies.
+
+    An escalation adds ``escalate_to`` to the assignees, once, and notifies
+    those it added. A reminder notifies the holder of a claimed task, or
+    else every assignee, and is due again ``remind_every`` after now (the
+    reminders missed while no worker ran are not sent one by one). Both are
+    appended to ``activity``.
+    """
+    fired: list[tuple[str, dict[str, list[str]]]] = []
+    at = now.isoformat()
+    if row.escalate_at is not None and row.escalated_at is None and row.escalate_at <= now:
+        merged = {kind: list(row.assignees.get(kind, [])) for kind in ("users", "groups", "permissions")}
+        for kind, names in row.escalate_to.items():
+            merged[kind] = [*merged.get(kind, []), *(name for name in names if name not in merged.get(kind, []))]
+        row.assignees, row.escalated_at = merged, now
+        row.activity = [*row.activity, {"action": "escalate", "by": "", "at": at, "to": row.escalate_to}]
+        fired.append(("escalation", dict(row.escalate_to)))
+    if row.next_remind_at is not None and row.next_remind_at <= now and row.remind_every:
+        row.next_remind_at = now + row.remind_every
+        notify = {"users": [row.claimed_by]} if row.claimed_by else dict(row.assignees)
+        row.activity = [*row.activity, {"action": "remind", "by": "", "at": at}]
+        fired.append(("reminder", notify))
+    return fired
+
+
+def closing_entry(status: str, by: str, now: datetime, partial: bool) -> dict[str, Any]:
+    """The activity entry of a decision or a submission (a sign-off when more approvals are needed)."""
+    action = {"approved": "approve", "rejected": "reject", "submitted": "submit"}.get(status, status)
+    return {"action": "sign-off" if partial else action, "by": by, "at": now.isoformat()}
 
 
 def sign_off(
@@ -231,6 +389,12 @@ def _record(row: Approval) -> ApprovalRecord:
         required=row.required,
         excluded=list(row.excluded or []),
         signoffs=list(row.signoffs or []),
+        claimed_by=row.claimed_by,
+        claimed_at=row.claimed_at,
+        activity=list(row.activity or []),
+        escalate_at=row.escalate_at,
+        escalate_to=dict(row.escalate_to or {}),
+        escalated_at=row.escalated_at,
     )
 
 

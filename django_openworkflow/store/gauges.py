@@ -12,7 +12,8 @@ from datetime import datetime
 
 from django.db.models import Count, Min
 
-from ..models import WorkflowRun
+from ..models import Approval, ApprovalStatus, WorkflowRun
+from ..states import FINISHED_STATUSES
 
 
 @dataclass(frozen=True)
@@ -43,3 +44,15 @@ def held_by_workflow() -> dict[str, int]:
     """Per workflow with any: the runs a worker holds right now (in flight)."""
     rows = WorkflowRun.objects.held().order_by().values("workflow_name").annotate(n=Count("id"))
     return {row["workflow_name"]: row["n"] for row in rows}
+
+
+def overdue_tasks_by_workflow(now: datetime) -> dict[str, int]:
+    """Per workflow with any: open approvals and tasks past their ``due`` (not timed out, of unfinished runs)."""
+    rows = (
+        Approval.objects.filter(status=ApprovalStatus.OPEN, due_at__lte=now, timeout_at__gt=now)
+        .exclude(workflow_run__status__in=FINISHED_STATUSES)
+        .order_by()
+        .values("workflow_run__workflow_name")
+        .annotate(n=Count("id"))
+    )
+    return {row["workflow_run__workflow_name"]: row["n"] for row in rows}

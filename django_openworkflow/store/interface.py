@@ -26,6 +26,7 @@ from .records import (
     ClaimedRun,
     DeliveredSignal,
     Fence,
+    FiredTimer,
     NewApproval,
     NewAttempt,
     RunOutcome,
@@ -154,3 +155,9 @@ class ApprovalStore(Protocol):
     def decide_approval(self, approval_id: int, approved: bool, by: str, comment: str) -> dict[str, Any]: ...
 
     def submit_task(self, approval_id: int, by: str, data: dict[str, Any]) -> dict[str, Any]: ...
+
+    def change_claim(
+        self, approval_id: int, action: str, by: str, to: str = "", force: bool = False
+    ) -> ApprovalRecord: ...
+
+    def fire_task_timers(self, limit: int = 100) -> list[FiredTimer]: ...

@@ -330,6 +330,14 @@ def run_signals(run_id: Any, limit: int = 100) -> list[Signal]:
     )
 
 
+def approval_activity(run_id: Any) -> dict[int, tuple[str, list[dict[str, Any]]]]:
+    """Per wait (its attempt id) of the run's approvals and tasks: who holds it, and its activity (one query)."""
+    from ..models import Approval
+
+    rows = Approval.objects.filter(workflow_run_id=run_id).values_list("attempt_id", "claimed_by", "activity")
+    return {attempt_id: (holder, list(activity or [])) for attempt_id, holder, activity in rows}
+
+
 def open_waits(run_ids: list[Any]) -> dict[Any, StepAttempt]:
     """The signal or event wait each of ``run_ids`` is parked in, by run id (one query)."""
     waits = StepAttempt.objects.filter(

@@ -184,7 +184,9 @@ class NewApproval:
     A task that asks for a form (``ctx.wait_for_input``) names it too: its
     dotted path, the class of each of its fields, its initial data, and when
     it is due. A yes/no approval may need ``required`` approvals from
-    distinct people, none of the ``excluded`` usernames.
+    distinct people, none of the ``excluded`` usernames. Its timers:
+    re-notify the assignees every ``remind_every``; at ``escalate_at``, add
+    the ``escalate_to`` assignees and notify them.
     """
 
     name: str
@@ -197,6 +199,9 @@ class NewApproval:
     due_at: datetime | None = None
     required: int = 1
     excluded: list[str] = field(default_factory=list)
+    remind_every: timedelta | None = None
+    escalate_at: datetime | None = None
+    escalate_to: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -221,11 +226,27 @@ class ApprovalRecord:
     required: int = 1
     excluded: list[str] = field(default_factory=list)
     signoffs: list[dict[str, Any]] = field(default_factory=list)
+    claimed_by: str = ""
+    claimed_at: datetime | None = None
+    activity: list[dict[str, Any]] = field(default_factory=list)
+    escalate_at: datetime | None = None
+    escalate_to: dict[str, list[str]] = field(default_factory=dict)
+    escalated_at: datetime | None = None
 
     @property
     def kind(self) -> str:
         """``"input"`` for a task that asks for a form, ``"decision"`` for a yes/no approval."""
         return "input" if self.form else "decision"
+
+
+@dataclass(frozen=True)
+class FiredTimer:
+    """A task's reminder or escalation that fired: the approval after it, ``reason`` and whom to notify."""
+
+    approval: ApprovalRecord
+    workflow_name: str
+    reason: str  # "reminder" or "escalation"
+    notify: dict[str, list[str]]
 
 
 @dataclass

@@ -14,6 +14,8 @@ Three ways to use them, from the least to the most automatic::
     advance("1d"); drain()        # time travel: sleeps, wait timeouts, deadlines, scheduled starts
 
     decide(handle, approved=True, by="ada"); drain()            # a person's decision, no admin needed
+    claim_task(handle, by="ada")                                 # who works on it (release_task, reassign_task)
+    advance("2d"); fire_task_timers()                            # the tasks' reminders and escalations due
     submit_task(handle, {"amount": "12.50"}, by="ada"); drain()  # a task's form, validated by the form
 
 and ``OPENWORKFLOW["DISPATCH"] = "django_openworkflow.testing.EagerDispatcher"``,
@@ -62,7 +64,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..definitions.flow import DEFAULT_QUEUE
 from ..durations import Duration, parse_duration
-from .human_tasks import decide, submit_task
+from .human_tasks import claim_task, decide, reassign_task, release_task, submit_task
 from .overrides import override_openworkflow
 from .replay import assert_replays, check_replay
 
@@ -81,10 +83,14 @@ __all__ = [
     "advance",
     "assert_replays",
     "check_replay",
+    "claim_task",
     "decide",
     "drain",
     "execute_eagerly",
+    "fire_task_timers",
     "override_openworkflow",
+    "reassign_task",
+    "release_task",
     "run_workflows",
     "submit_task",
 ]
@@ -371,8 +377,8 @@ def _shift_runs(run_ids: list[Any], delta: timedelta, *, waits: bool) -> None:
     """Inside a transaction: move the runs' open sleeps and deadlines back by ``delta`` (not their due times).
 
     With ``waits``, the timeouts of open signal, event and child waits too, and
-    the timeouts and due times of their open approvals and tasks (a decision
-    after the timeout is refused).
+    the timeouts, due times, reminders and escalations of their open
+    approvals and tasks (a decision after the timeout is refused).
     """
     from django.db.models import F
     from django.utils.dateparse import parse_datetime
@@ -385,7 +391,10 @@ def _shift_runs(run_ids: list[Any], delta: timedelta, *, waits: bool) -> None:
     WorkflowRun.objects.filter(id__in=run_ids, deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
     if waits:
         Approval.objects.filter(workflow_run_id__in=run_ids, status=ApprovalStatus.OPEN).update(
-            timeout_at=F("timeout_at") - delta, due_at=F("due_at") - delta
+            timeout_at=F("timeout_at") - delta,
+            due_at=F("due_at") - delta,
+            next_remind_at=F("next_remind_at") - delta,
+            escalate_at=F("escalate_at") - delta,
         )
     kinds = [StepKind.SLEEP, StepKind.SIGNAL, StepKind.EVENT, StepKind.WORKFLOW] if waits else [StepKind.SLEEP]
     open_steps = StepAttempt.objects.filter(workflow_run_id__in=run_ids, status=StepStatus.RUNNING, kind__in=kinds)
@@ -436,6 +445,18 @@ def drain(
     """
     runner = WorkflowRunner(skip_sleeps=skip_sleeps, timeout=timeout, queues=queues)
     return runner.drain(until=until, run_ids=run_ids)
+
+
+def fire_task_timers(*, store: Any = None) -> list[Any]:
+    """Fire the human tasks' reminders and escalations due now, as a worker's sweep does; the timers that fired.
+
+    After :func:`advance` (or, on an in-memory backend, its clock's
+    ``advance()``, with ``store=``). ``APPROVAL_NOTIFY`` is called for each,
+    in this process (``mail.outbox`` holds the mails).
+    """
+    from ..worker.task_timers import fire_task_timers as fire
+
+    return fire(store=store)
 
 
 def advance(duration: Duration) -> int:

@@ -1,5 +1,7 @@
 """Driving human tasks from a test: ``decide`` an approval, ``submit_task`` a task's form, without the admin.
 
+``claim_task``, ``release_task`` and ``reassign_task`` say who works on one, as the Inbox's buttons do.
+
 Both find the run's open approval or task (by name, or the only one open
 of its kind), then go through the front door the Inbox and the API use
 (``client/approvals.py``, ``client/human_tasks.py``): the assignees are checked,
@@ -72,8 +74,35 @@ def submit_task(
     return submit(found.id, user, data, store=store)
 
 
-def _open(run: Any, kind: str, name: str | None, store: ApprovalStore | None) -> ApprovalRecord:
-    """The run's open approval (``kind`` "decision") or task ("input") called ``name``, or the only one."""
+def claim_task(run: Any, *, by: Any, name: str | None = None, store: ApprovalStore | None = None) -> ApprovalRecord:
+    """Claim ``run``'s open approval or task for ``by``; returns it as it is now (``claimed_by``, ``activity``).
+
+    ``run``, ``by``, ``name`` and ``store`` are :func:`decide`'s; the errors
+    are :func:`~django_openworkflow.claim_task`'s.
+    """
+    from ..client.human_tasks import claim_task as claim
+
+    return claim(_open(run, None, name, store).id, _user(by), store=store)
+
+
+def release_task(run: Any, *, by: Any, name: str | None = None, store: ApprovalStore | None = None) -> ApprovalRecord:
+    """Release the claim on ``run``'s open approval or task, as ``by`` (its holder, or a user who may reassign)."""
+    from ..client.human_tasks import release_task as release
+
+    return release(_open(run, None, name, store).id, _user(by), store=store)
+
+
+def reassign_task(
+    run: Any, *, to: Any, by: Any, name: str | None = None, store: ApprovalStore | None = None
+) -> ApprovalRecord:
+    """Give ``run``'s open approval or task to ``to`` (a user or a username), as ``by`` (who may reassign)."""
+    from ..client.human_tasks import reassign_task as reassign
+
+    return reassign(_open(run, None, name, store).id, _user(by), to, store=store)
+
+
+def _open(run: Any, kind: str | None, name: str | None, store: ApprovalStore | None) -> ApprovalRecord:
+    """The run's open approval (``kind`` "decision"), task ("input") or either (None) called ``name``, or the one."""
     from ..store import get_backend
 
     run_id = getattr(run, "id", run)
@@ -81,9 +110,9 @@ def _open(run: Any, kind: str, name: str | None, store: ApprovalStore | None) ->
     found = [
         record
         for record in backend.run_approvals(run_id)
-        if record.status == "open" and record.kind == kind and (name is None or record.name == name)
+        if record.status == "open" and kind in (None, record.kind) and (name is None or record.name == name)
     ]
-    noun = "approval" if kind == "decision" else "task"
+    noun = {"decision": "approval", "input": "task"}.get(kind or "", "approval or task")
     if not found:
         named = f" named {name!r}" if name is not None else ""
         raise ApprovalNotFound(

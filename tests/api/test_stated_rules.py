@@ -171,6 +171,7 @@ def test_no_string_a_request_carries_may_hold_a_nul_by_the_document(document):
         ("get", "/runs", {"created_before": "2026-01-01\x00"}, "invalid", "created_before"),
         ("get", "/runs/{run}/events", {"stream": "log\x00"}, "bad_payload", "stream"),
         ("post", "/approvals/1/decide", {"approved": True, "comment": "no\x00"}, "bad_payload", "comment"),
+        ("post", "/approvals/1/reassign", {"to": "ada\x00"}, "bad_payload", "to"),
     ],
 )
 def test_a_nul_is_refused_naming_its_field_on_every_database(staff, method, path, data, code, field):

@@ -240,6 +240,19 @@ def test_gauges_are_read_from_the_database(client, metrics_on):
     assert value(samples, "workflow_runs_in_flight", workflow="telemetry-fails") == 0
 
 
+def test_overdue_tasks_are_a_gauge_by_workflow(client, metrics_on, run_worker):
+    from django_openworkflow.models import Approval
+    from django_openworkflow.testing import advance
+    from tests.conftest import is_parked
+    from tests.fixtures.testapp.workflows import refund
+
+    handles = [refund.run({"amount": n, "timeout": "1d", "due": "1h"}) for n in (1, 2)]
+    run_worker(until=lambda: Approval.objects.count() == 2 and all(is_parked(handle) for handle in handles))
+    assert value(scrape(client), "workflow_overdue_tasks", workflow="refund") == 0
+    advance("2h")
+    assert value(scrape(client), "workflow_overdue_tasks", workflow="refund") == 2
+
+
 def test_metrics_off_is_a_404_that_says_how_to_turn_them_on(client):
     response = client.get(URL)
     assert response.status_code == 404

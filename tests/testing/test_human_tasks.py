@@ -95,3 +95,56 @@ def test_on_the_memory_backend_without_a_database():
     assert outcomes[2].output == {"note": "first", "by": "root", "approved": False}
     [row] = [row for row in backend.approvals.values() if row.workflow_run_id == task]
     assert (row.status, row.decided_by) == ("submitted", "ada")
+
+
+def test_claims_and_timers_on_the_memory_backend_without_a_database():
+    from django_openworkflow.errors import TaskClaimed
+    from django_openworkflow.testing import claim_task, fire_task_timers, reassign_task, release_task
+    from django_openworkflow.testing.memory import Clock
+    from django_openworkflow.testing.overrides import override_openworkflow
+
+    clock = Clock()
+    backend = InMemoryBackend(clock=clock)
+    ada, bob = User(username="ada"), User(username="bob")  # never saved
+    root = User(username="root", is_superuser=True)
+    task = start(
+        backend,
+        refund_details,
+        {
+            "form": NOTE_FORM,
+            "assignees": ["user:ada", "user:bob"],
+            "timeout": "1d",
+            "remind_every": "1h",
+            "escalate_after": "2h",
+            "escalate_to": "user:root",
+        },
+    )
+    drain_memory(backend)
+    assert claim_task(task, by=ada, store=backend).claimed_by == "ada"
+    with pytest.raises(TaskClaimed, match="claimed by ada"):
+        submit_task(task, {"note": "bob's"}, by=bob, store=backend)
+    with pytest.raises(TaskClaimed, match="claimed by ada"):
+        release_task(task, by=bob, store=backend)
+    assert release_task(task, by=ada, store=backend).claimed_by == ""
+    assert reassign_task(task, to=bob, by=root, store=backend).claimed_by == "bob"
+    clock.advance("2h")
+    with override_openworkflow(APPROVAL_NOTIFY=None):  # the default mails: it would read the users' table
+        fired = fire_task_timers(store=backend)
+        assert fire_task_timers(store=backend) == []
+    assert sorted((timer.reason, str(timer.notify)) for timer in fired) == [
+        ("escalation", str({"users": ["root"], "groups": [], "permissions": []})),
+        ("reminder", str({"users": ["bob"]})),  # the holder alone
+    ]
+    submit_task(task, {"note": "bob's"}, by=bob, store=backend)
+    drain_memory(backend)
+    assert backend.run_outcome(task).output["by"] == "bob"
+    [row] = [row for row in backend.approvals.values() if row.workflow_run_id == task]
+    assert [entry["action"] for entry in row.activity] == [
+        "claim",
+        "release",
+        "reassign",
+        "escalate",
+        "remind",
+        "submit",
+    ]
+    assert row.assignees["users"] == ["ada", "bob", "root"]

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Any
 
 from ...errors import ApprovalClosed, ApprovalNotFound
-from ...store.approvals import closed_error, sign_off
-from ...store.records import ApprovalRecord, NewApproval
+from ...store.approvals import apply_claim, claimed_error, closed_error, closing_entry, due_timers, sign_off
+from ...store.records import ApprovalRecord, FiredTimer, NewApproval
 from .messages import MessageOps
 from .rows import ApprovalRow, SignalRow, _read, _stored
 
@@ -35,6 +35,10 @@ class ApprovalOps(MessageOps):
             due_at=approval.due_at,
             required=approval.required,
             excluded=list(approval.excluded),
+            remind_every=approval.remind_every,
+            next_remind_at=None if approval.remind_every is None else now + approval.remind_every,
+            escalate_at=approval.escalate_at,
+            escalate_to=_stored(approval.escalate_to),
         )
         self.approvals[row.id] = row
         return row.id
@@ -70,6 +74,8 @@ class ApprovalOps(MessageOps):
                 raise ApprovalClosed(f"{what} timed out; it can no longer be decided")
             if row.status != OPEN:
                 raise closed_error(approval_id, row.status, row.decided_by, row.decided_at, row.form)
+            if row.claimed_by and row.claimed_by != by:
+                raise claimed_error(approval_id, row.claimed_by, row.form, "decide")
             delivered, signoffs = {**fields, "by": by, "at": now.isoformat()}, row.signoffs
             if not row.form:
                 signoffs, delivered = sign_off(approval_id, row.excluded, signoffs, row.required, delivered)
@@ -77,8 +83,9 @@ class ApprovalOps(MessageOps):
             if run is None or run.is_finished:
                 raise ApprovalClosed(f"{what} cannot be decided: its run is {run.status if run else 'deleted'}")
             delivered = _stored(delivered)
+            entry = closing_entry(status, by, now, bool(delivered.get("remaining")))
             if delivered.get("remaining"):
-                row.signoffs = _stored(signoffs)
+                row.signoffs, row.activity = _stored(signoffs), [*row.activity, entry]
                 return _read(delivered)
             wait = self.attempts.get(row.attempt_id)
             if wait is None or wait.status != "running":
@@ -89,7 +96,38 @@ class ApprovalOps(MessageOps):
             self._deliver(wait, {"signal_id": signal.id, "data": delivered}, now)
             row.status, row.decided_by, row.decided_at = status, by, now
             row.comment, row.signoffs = fields.get("comment", ""), _stored(signoffs)
+            row.activity = [*row.activity, entry]
             return _read(delivered)
+
+    def change_claim(self, approval_id: int, action: str, by: str, to: str = "", force: bool = False) -> ApprovalRecord:
+        """Claim, release or reassign an open approval (see the store's ``change_claim``); the record after."""
+        with self.lock:
+            row = self.approvals.get(approval_id)
+            if row is None:
+                raise ApprovalNotFound(f"no approval with id {approval_id}")
+            run = self.runs.get(row.workflow_run_id)
+            if run is None or run.is_finished:
+                what = f"{'task' if row.form else 'approval'} {approval_id}"
+                raise ApprovalClosed(f"{what} cannot be claimed: its run is {run.status if run else 'deleted'}")
+            apply_claim(row, action, by, self.now(), to, force)
+            return _record(row)
+
+    def fire_task_timers(self, limit: int = 100) -> list[FiredTimer]:
+        """Fire the reminders and escalations due now (see the store's ``fire_task_timers``)."""
+        fired: list[FiredTimer] = []
+        with self.lock:
+            now = self.now()
+            for row in list(self.approvals.values()):
+                if row.status != OPEN or row.timeout_at <= now:
+                    continue
+                run = self.runs.get(row.workflow_run_id)
+                if run is None or run.is_finished:
+                    continue
+                for reason, notify in due_timers(row, now):
+                    fired.append(FiredTimer(_record(row), run.workflow_name, reason, _read(notify)))
+                if len(fired) >= limit:
+                    break
+        return fired
 
 
 def _record(row: ApprovalRow) -> ApprovalRecord:
@@ -112,4 +150,10 @@ def _record(row: ApprovalRow) -> ApprovalRecord:
         required=row.required,
         excluded=list(row.excluded),
         signoffs=_read(row.signoffs),
+        claimed_by=row.claimed_by,
+        claimed_at=row.claimed_at,
+        activity=_read(row.activity),
+        escalate_at=row.escalate_at,
+        escalate_to=_read(row.escalate_to),
+        escalated_at=row.escalated_at,
     )

@@ -189,6 +189,14 @@ class ApprovalRow:
     required: int = 1
     excluded: list[str] = field(default_factory=list)
     signoffs: list[dict[str, Any]] = field(default_factory=list)
+    claimed_by: str = ""
+    claimed_at: datetime | None = None
+    activity: list[dict[str, Any]] = field(default_factory=list)
+    remind_every: timedelta | None = None
+    next_remind_at: datetime | None = None
+    escalate_at: datetime | None = None
+    escalate_to: dict[str, list[str]] = field(default_factory=dict)
+    escalated_at: datetime | None = None
 
 
 @dataclass
