@@ -89,7 +89,7 @@ class Migration(migrations.Migration):
     # CREATE/DROP INDEX CONCURRENTLY cannot run inside a transaction.
     atomic = False
 
-    dependencies = [("django_openworkflow", "0024_run_erasure")]
+    dependencies = [("django_openworkflow", "0025_task_claims")]
     operations = [
         DjangoDDLExceptOn(OWN_DDL, migrations.RemoveConstraint(model_name="workflowrun", name=NAME)),
         DjangoDDLExceptOn(OWN_DDL, migrations.AddConstraint(model_name="workflowrun", constraint=PARTIAL)),
