@@ -319,7 +319,7 @@ def test_the_debounce_index_migration_applies_and_reverts():
     alias = owf_settings.database
     partial = connections[alias].vendor != "mysql"
     assert _debounce_index() == (False, partial)
-    call_command("migrate", "django_openworkflow", "0024", database=alias, verbosity=0)
+    call_command("migrate", "django_openworkflow", "0025", database=alias, verbosity=0)
     try:
         assert _debounce_index() == (False, False)
     finally:
