@@ -35,6 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import uuid
 import zlib
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from . import encryption
+
+logger = logging.getLogger(__name__)
 
 COMPRESSION_SETTING = "PAYLOAD_COMPRESSION"
 """The ``OPENWORKFLOW`` key: the size (bytes of JSON text) from which a payload is compressed, or None."""
@@ -226,10 +229,27 @@ def _from_text(text: str) -> Any:
         return encryption.Undecryptable()
 
 
-def delete_files(references: list[str]) -> None:
-    """Delete offloaded values' files; a file already gone is no error (a second prune, a retried erasure)."""
+def delete_files(references: list[str]) -> int:
+    """Delete offloaded values' files; how many could not be. A file already gone is no error (a second
+    prune, a retried erasure).
+
+    Called after the rows' transaction has committed (``on_commit``), so an error here
+    cannot undo it: a storage that fails, or an alias since removed from ``STORAGES``,
+    is logged for each file and the others are still deleted. ``workflows payload-files``
+    lists what is left.
+    """
     from django.core.files.storage import storages
 
+    failed = 0
     for reference in references:
         alias, name = parse_reference(reference)
-        storages[alias].delete(name)
+        try:
+            storages[alias].delete(name)
+        except Exception:  # any storage's own error (S3, a removed alias): the rows are gone already
+            failed += 1
+            logger.exception(
+                "could not delete the payload file %s; `manage.py workflows payload-files --storage %s` lists it",
+                reference,
+                alias,
+            )
+    return failed

@@ -14,13 +14,14 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.core import checks
+from django.core.files.storage import FileSystemStorage
 from django.core.management.base import CommandError
 from django.db import transaction
 from django.test import Client
 from django.test.utils import override_settings
 from django.utils import timezone
 
-from django_openworkflow import RetryPolicy, forget, workflow
+from django_openworkflow import RetryPolicy, forget, offload, workflow
 from django_openworkflow.client import operations
 from django_openworkflow.encryption import MissingFile
 from django_openworkflow.errors import OperationRefused, PayloadFileMissing
@@ -229,4 +230,38 @@ def test_a_rotation_that_loses_its_compare_and_set_leaves_no_file_behind(
         referenced = payload_files.all_references()
         assert len(referenced) == 1 and len(files(tmp_path)) == 2
         assert as_json("payload-files", "--older-than", "1ms", "--delete")["deleted"] == 1
+        assert len(files(tmp_path)) == 1
+
+
+class UndatedStorage(FileSystemStorage):
+    """A storage that cannot tell when a file was modified (Django's base Storage raises so)."""
+
+    def get_modified_time(self, name: str) -> Any:
+        raise NotImplementedError("no modified times here")
+
+
+def test_a_file_the_storage_fails_to_delete_is_logged_and_the_others_are_deleted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with offloading(tmp_path):
+        run = WorkflowRun.objects.create(workflow_name="kept", input={"padding": BIG}, available_at=timezone.now())
+        (reference,) = payload_files.references_of_runs([run.id])
+        gone_alias = f"{REFERENCE_PREFIX}no-such-storage:openworkflow/payloads/x.json"  # removed from STORAGES
+        with caplog.at_level("ERROR", logger="django_openworkflow.offload"):
+            assert offload.delete_files([gone_alias, reference]) == 1
+        assert files(tmp_path) == []  # the second was deleted all the same
+        assert "could not delete the payload file" in caplog.text and "no-such-storage" in caplog.text
+
+
+def test_payload_files_keeps_the_files_of_a_storage_without_modified_times(tmp_path: Path) -> None:
+    undated = {"BACKEND": f"{__name__}.UndatedStorage", "OPTIONS": {"location": tmp_path}}
+    with offloading(tmp_path), override_settings(STORAGES={**settings.STORAGES, "payloads": undated}):
+        with pytest.raises(RuntimeError), transaction.atomic():  # a file no row references
+            WorkflowRun.objects.create(workflow_name="gone", input={"padding": BIG}, available_at=timezone.now())
+            raise RuntimeError("rolled back")
+        assert len(files(tmp_path)) == 1
+        # It may be a transaction's still open: it counts as young, and --delete leaves it.
+        assert as_json("payload-files", "--older-than", "1ms", "--delete") == {
+            "storage": "payloads", "orphans": [], "deleted": 0, "younger": 1
+        }  # fmt: skip
         assert len(files(tmp_path)) == 1

@@ -127,7 +127,8 @@ def orphans(alias: str, now: datetime, older_than: timedelta) -> tuple[list[Stor
     for file in stored_files(alias):
         if file.reference in referenced:
             continue
-        if file.modified is not None and file.modified > now - older_than:
+        # Undated (a storage without modified times): it may be a transaction's still open, so it is kept.
+        if file.modified is None or file.modified > now - older_than:
             young += 1
         else:
             old.append(file)
@@ -135,7 +136,6 @@ def orphans(alias: str, now: datetime, older_than: timedelta) -> tuple[list[Stor
 
 
 def delete_files(files: Iterable[StoredFile]) -> int:
-    """Delete these files; how many."""
+    """Delete these files; how many were."""
     found = [file.reference for file in files]
-    offload.delete_files(found)
-    return len(found)
+    return len(found) - offload.delete_files(found)
