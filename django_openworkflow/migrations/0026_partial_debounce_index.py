@@ -17,8 +17,9 @@ condition.
 - MySQL and MariaDB have no partial indexes: the plain unique index stays,
   as 0005 does for idempotency keys (NULL keys are distinct in it).
 - SQLite and any other database: Django's own DDL. On SQLite that copies
-  the run table (a table's own constraint cannot be dropped in place),
-  holding the write lock for as long as the copy takes.
+  the run table (a table's own constraint cannot be dropped in place), in
+  a transaction of its own, holding the write lock for as long as the copy
+  takes.
 """
 
 from typing import Any
@@ -42,6 +43,9 @@ class DjangoDDLExceptOn(Operation):
     """``operation`` itself, whose DDL runs on every database but ``vendors`` (its state change on all)."""
 
     reversible = True
+    # The migration is not atomic (PostgreSQL's CONCURRENTLY), but this operation is: on SQLite its
+    # DDL copies the run table (create, copy, drop, rename), which must not commit a step at a time.
+    atomic = True
 
     def __init__(self, vendors: tuple[str, ...], operation: Operation) -> None:
         self.vendors = vendors
