@@ -25,7 +25,7 @@ from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.loop import Worker
 from django_openworkflow.worker.runner import LeaseKeeper
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import file_gated_step, gated_step
 
@@ -92,7 +92,7 @@ def test_a_worker_with_more_slots_than_connections_keeps_its_leases_and_runs_eac
             "--concurrency", "12", "--lease", "4s", "--poll", "20ms", stderr=stderr, env={"DATABASE_URL": url}
         )
         # Steps hold their slots until the gate opens: the heartbeat must renew their leases meanwhile.
-        wait_until(lambda: SideEffect.objects.filter(step="gated").exists(), timeout=60)
+        wait_until(lambda: SideEffect.objects.filter(step="gated").exists(), timeout=CEILING)
         held = SideEffect.objects.filter(step="gated").values_list("run_id", flat=True).first()
         first_end = WorkflowRun.objects.values_list("available_at", flat=True).get(id=held)
 
@@ -106,11 +106,11 @@ def test_a_worker_with_more_slots_than_connections_keeps_its_leases_and_runs_eac
             assert "heartbeat failed" not in text and "stopping this worker" not in text, text
             return holder is not None and lease_end - first_end >= timedelta(seconds=2)
 
-        wait_until(renewed_twice, timeout=60)
+        wait_until(renewed_twice, timeout=CEILING)
         gate.touch()
-        wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == 12, timeout=120)
+        wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == 12, timeout=CEILING)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(CEILING) == 0
     text = log.read_text()
     # Fitted to what the database accepts, and said so at start.
     assert "slot(s) instead of 12: the database accepts" in text, text
@@ -148,11 +148,12 @@ def test_a_worker_whose_heartbeat_cannot_connect_claims_nothing_until_it_can(wor
         # All but one: runworkflows's main thread takes that one (it looks for the migrations first) and keeps it.
         with connections_as(_limited_user_name(), 5):
             proc = workers.start("--lease", "4s", "--poll", "20ms", stderr=stderr, env={"DATABASE_URL": url})
-            wait_until(lambda: "the heartbeat could not open its database connection" in log.read_text(), timeout=60)
+            refused = "the heartbeat could not open its database connection"
+            wait_until(lambda: refused in log.read_text(), timeout=CEILING)
             assert handle.status() == "pending"  # the worker claims nothing before its heartbeat has a connection
-        assert handle.result(timeout=60) == "done"
+        assert handle.result(timeout=CEILING) == "done"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == 0
+        assert proc.wait(CEILING) == 0
 
 
 def test_the_database_says_how_many_more_connections_it_accepts():

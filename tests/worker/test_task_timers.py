@@ -20,7 +20,7 @@ from django_openworkflow.models import Approval
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.gauges import overdue_tasks_by_workflow
 from django_openworkflow.testing import advance, fire_task_timers
-from tests.conftest import is_parked, wait_until
+from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.testapp.workflows import refund, refund_details
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -144,22 +144,22 @@ def test_reminders_and_escalation_fire_after_a_worker_restart(workers, django_us
             "escalate_to": ["group:directors"],
         }
     )
-    wait_until(lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists(), 60)
+    wait_until(lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists(), CEILING)
     task = Approval.objects.get(workflow_run_id=handle.id)
     first.kill()
     first.wait(30)
     advance("3h")  # both timers are due while no worker runs
     assert Approval.objects.get(id=task.id).activity == []
     workers.start("--poll", "20ms")
-    wait_until(lambda: len(Approval.objects.get(id=task.id).activity) == 2, 120)
+    wait_until(lambda: len(Approval.objects.get(id=task.id).activity) == 2, CEILING)
     task.refresh_from_db()
     assert sorted(entry["action"] for entry in task.activity) == ["escalate", "remind"]
     assert "directors" in task.assignees["groups"]
-    wait_until(lambda: _lines(notified) >= 2, 60)
+    wait_until(lambda: _lines(notified) >= 2, CEILING)
     calls = [json.loads(line) for line in notified.read_text().splitlines()]
     assert sorted(call["reason"] for call in calls if call["reason"]) == ["escalation", "reminder"]
     submit_task(task.id, grace, {"note": "escalated and done"})
-    assert handle.result(timeout=60)["by"] == "grace"
+    assert handle.result(timeout=CEILING)["by"] == "grace"
 
 
 def _lines(path: Path) -> int:
