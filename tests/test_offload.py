@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from django_openworkflow import RetryPolicy, forget, offload, workflow
 from django_openworkflow.client import operations
+from django_openworkflow.conf import owf_settings
 from django_openworkflow.encryption import MissingFile
 from django_openworkflow.errors import OperationRefused, PayloadFileMissing
 from django_openworkflow.models import Event, StepAttempt, WorkflowRun
@@ -129,7 +130,7 @@ def test_retention_deletes_the_files_once_its_transaction_commits(run_worker: An
         expired = Expired(None, timezone.now())
 
         # A delete that rolls back keeps its files: they are deleted only on commit.
-        with pytest.raises(RuntimeError), transaction.atomic():
+        with pytest.raises(RuntimeError), transaction.atomic(using=owf_settings.database):
             assert delete_batch(get_backend(), expired, 10)
             raise RuntimeError("rolled back")
         assert files(tmp_path) == before and WorkflowRun.objects.filter(id=handle.id).exists()
@@ -158,7 +159,10 @@ def test_forget_deletes_the_subjects_files_only(run_worker: Any, tmp_path: Path)
 def test_orphaned_files_are_listed_then_deleted(tmp_path: Path) -> None:
     with offloading(tmp_path):
         run = WorkflowRun.objects.create(workflow_name="kept", input={"padding": BIG}, available_at=timezone.now())
-        with pytest.raises(RuntimeError), transaction.atomic():  # a value written by a transaction rolled back
+        with (
+            pytest.raises(RuntimeError),
+            transaction.atomic(using=owf_settings.database),
+        ):  # a value written by a transaction rolled back
             WorkflowRun.objects.create(workflow_name="gone", input={"padding": BIG}, available_at=timezone.now())
             raise RuntimeError("rolled back")
         assert len(files(tmp_path)) == 2
@@ -256,7 +260,7 @@ def test_a_file_the_storage_fails_to_delete_is_logged_and_the_others_are_deleted
 def test_payload_files_keeps_the_files_of_a_storage_without_modified_times(tmp_path: Path) -> None:
     undated = {"BACKEND": f"{__name__}.UndatedStorage", "OPTIONS": {"location": tmp_path}}
     with offloading(tmp_path), override_settings(STORAGES={**settings.STORAGES, "payloads": undated}):
-        with pytest.raises(RuntimeError), transaction.atomic():  # a file no row references
+        with pytest.raises(RuntimeError), transaction.atomic(using=owf_settings.database):  # a file no row references
             WorkflowRun.objects.create(workflow_name="gone", input={"padding": BIG}, available_at=timezone.now())
             raise RuntimeError("rolled back")
         assert len(files(tmp_path)) == 1
