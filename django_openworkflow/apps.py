@@ -18,7 +18,9 @@ class SimpleOpenWorkflowConfig(AppConfig):
         from . import alerts, checks  # noqa: F401  (checks: registers the system checks)
         from .client.runs import start_run  # noqa: F401  (the client hands itself to the registry: spec.run() needs it)
         from .dispatch import checks as dispatch_checks  # registers the dispatch checks
+        from .tables import install_migrate_hint
 
+        install_migrate_hint()  # every process (web, runworkflows, Celery workers): see tables.MigrateHint
         dispatch_checks.load_dispatcher()  # e.g. the Celery dispatcher registers its tasks
         alerts.connect()  # mails the admins about failed runs when OPENWORKFLOW["MAIL_ADMINS_ON_FAILURE"] says
         _enable_telemetry()  # metrics and tracing, when the settings turn them on

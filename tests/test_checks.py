@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connection, connections
 
-from django_openworkflow.checks import MigrateHint, check_workflow_tables, is_missing_table, migrate_command
+from django_openworkflow.checks import check_workflow_tables
 from django_openworkflow.conf import owf_settings
+from django_openworkflow.tables import MigrateHint, is_missing_table, migrate_command
 from tests.conftest import CEILING, ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -266,12 +267,12 @@ def test_the_deploy_check_passes_on_the_migrated_test_database():
 
 def test_the_deploy_check_says_so_when_it_cannot_read_the_migrations(monkeypatch):
     """A database that is down makes a warning that names it, not a traceback out of `check`."""
-    from django_openworkflow import checks
+    from django_openworkflow import tables
 
     def unreachable(alias: str) -> list[str]:
         raise OperationalError(f"could not connect to {alias}")
 
-    monkeypatch.setattr(checks, "unapplied_migrations", unreachable)
+    monkeypatch.setattr(tables, "unapplied_migrations", unreachable)
     (message,) = check_workflow_tables(databases=[owf_settings.database])
     assert message.id == "openworkflow.W081"
     assert f"database {owf_settings.database!r}: could not connect" in message.msg

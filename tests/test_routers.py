@@ -14,9 +14,10 @@ from django.db import connections, router, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_openworkflow.checks import check_settings, check_workflow_database, workflow_tables
+from django_openworkflow.checks import check_settings, check_workflow_database
 from django_openworkflow.models import ApiToken, Event, Schedule, StepAttempt, WorkflowRun
 from django_openworkflow.routers import WorkflowRouter
+from django_openworkflow.tables import workflow_tables
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import atomic_write_to, three_steps
 

@@ -23,6 +23,7 @@ holds shows no decision buttons (the close refuses it anyway).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django import forms
@@ -151,10 +152,26 @@ class ApprovalAdmin(admin.ModelAdmin):
         decision = request.POST.get("decision")
         if decision not in ("approve", "reject"):
             raise Http404("No such decision.")
-        try:
+
+        def decide() -> str:
             decided = decide_approval(
                 approval_id, request.user, approved=decision == "approve", comment=request.POST.get("comment", "")
             )
+            if decided["remaining"]:
+                return ngettext(
+                    "Approved: %(n)s more approval is needed before the run goes on.",
+                    "Approved: %(n)s more approvals are needed before the run goes on.",
+                    decided["remaining"],
+                ) % {"n": decided["remaining"]}
+            return gettext("Approved.") if decision == "approve" else gettext("Rejected.")
+
+        self._act(request, decide)
+        return HttpResponseRedirect(reverse(INBOX))
+
+    def _act(self, request: HttpRequest, action: Callable[[], str]) -> None:
+        """Decide, claim, release or reassign (``action``, which says what it did), told to the user either way."""
+        try:
+            said = action()
         except ApprovalNotAssigned:
             raise PermissionDenied from None
         except ApprovalNotFound:
@@ -166,15 +183,7 @@ class ApprovalAdmin(admin.ModelAdmin):
         except (InvalidArgument, WrongTaskKind) as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:
-            said = gettext("Approved.") if decision == "approve" else gettext("Rejected.")
-            if decided["remaining"]:
-                said = ngettext(
-                    "Approved: %(n)s more approval is needed before the run goes on.",
-                    "Approved: %(n)s more approvals are needed before the run goes on.",
-                    decided["remaining"],
-                ) % {"n": decided["remaining"]}
             self.message_user(request, said)
-        return HttpResponseRedirect(reverse(INBOX))
 
     def submit_view(self, request: HttpRequest, approval_id: int) -> HttpResponse:
         """A task's page: its form (GET), then the submission (POST), shown again with its errors if refused."""
@@ -213,28 +222,18 @@ class ApprovalAdmin(admin.ModelAdmin):
         if action not in ("claim", "release", "reassign"):
             raise Http404("No such action.")
         to = request.POST.get("to", "").strip()
-        try:
+
+        def change() -> str:
             if action == "claim":
                 claim_task(approval_id, request.user)
-                said = gettext("Claimed: until you release it, only you may decide it.")
-            elif action == "release":
+                return gettext("Claimed: until you release it, only you may decide it.")
+            if action == "release":
                 release_task(approval_id, request.user)
-                said = gettext("Released.")
-            else:
-                reassign_task(approval_id, request.user, to)
-                said = gettext("Reassigned to %(who)s.") % {"who": to}
-        except ApprovalNotAssigned:
-            raise PermissionDenied from None
-        except ApprovalNotFound:
-            raise Http404("No such approval.") from None
-        except ApprovalClosed as exc:
-            self._closed(request, exc)
-        except TaskClaimed as exc:
-            self._claimed(request, exc)
-        except (InvalidArgument, WrongTaskKind) as exc:
-            self.message_user(request, str(exc), messages.ERROR)
-        else:
-            self.message_user(request, said)
+                return gettext("Released.")
+            reassign_task(approval_id, request.user, to)
+            return gettext("Reassigned to %(who)s.") % {"who": to}
+
+        self._act(request, change)
         scope = request.POST.get("scope", "all")
         return HttpResponseRedirect(reverse(INBOX) + (f"?scope={scope}" if scope in SCOPES else ""))
 

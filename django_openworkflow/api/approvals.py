@@ -13,6 +13,7 @@ field (:func:`django_openworkflow.client.human_tasks.submit_task`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
@@ -160,7 +161,12 @@ def approval_submit(request: HttpRequest, approval_id: str) -> HttpResponse:
     return json_response({"approval_id": number, "submission": submission})
 
 
-def _claimed_answer(number: int, record: ApprovalRecord) -> HttpResponse:
+def _claim_changed(number: int, change: Callable[[], ApprovalRecord]) -> HttpResponse:
+    """Claim, release or reassign (``change``), answered with who holds the task now, or refused."""
+    try:
+        record = change()
+    except ApprovalError as exc:
+        raise _refused(exc) from None
     return json_response({"approval_id": number, **claim_json(record)})
 
 
@@ -169,11 +175,7 @@ def approval_claim(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Claim an approval or task for the caller: only they may then decide or submit it."""
     number = _approval_number(approval_id)
     _no_body(request)
-    try:
-        record = claim_task(number, request.user)
-    except ApprovalError as exc:
-        raise _refused(exc) from None
-    return _claimed_answer(number, record)
+    return _claim_changed(number, lambda: claim_task(number, request.user))
 
 
 @endpoint(POST="user")
@@ -181,11 +183,7 @@ def approval_release(request: HttpRequest, approval_id: str) -> HttpResponse:
     """Release the claim on an approval or task (its holder, or a user who may reassign)."""
     number = _approval_number(approval_id)
     _no_body(request)
-    try:
-        record = release_task(number, request.user)
-    except ApprovalError as exc:
-        raise _refused(exc) from None
-    return _claimed_answer(number, record)
+    return _claim_changed(number, lambda: release_task(number, request.user))
 
 
 @endpoint(POST="user")
@@ -199,9 +197,6 @@ def approval_reassign(request: HttpRequest, approval_id: str) -> HttpResponse:
         raise ApiError(400, "invalid", f"to must be a username of 1 to {USERNAME_LENGTH} characters", "to")
     check_text(to, "to")  # PayloadError (400 bad_payload): a NUL or a lone surrogate
     try:
-        record = reassign_task(number, request.user, to)
+        return _claim_changed(number, lambda: reassign_task(number, request.user, to))
     except InvalidArgument as exc:
         raise ApiError(400, "invalid", str(exc), "to") from None
-    except ApprovalError as exc:
-        raise _refused(exc) from None
-    return _claimed_answer(number, record)

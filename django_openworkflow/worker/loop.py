@@ -39,6 +39,7 @@ from ..store.backends.base import Backend
 from ..store.notify import DUE_CHANNEL, Listener
 from ..store.records import ClaimedRun
 from ..store.workers import ALL_QUEUES
+from .connections import heartbeat_connected, open_heartbeat_connection, slots_that_fit
 from .presence import Presence, Unlisted
 from .runner import LeaseKeeper, SliceRunner, backoff, recycle_connections
 from .signals import relayed_signals
@@ -76,7 +77,7 @@ class Worker:
         (``get_backend()``). A test may pass the in-memory one (``testing.memory.InMemoryBackend``):
         the loop, its slots, heartbeats and prefetch then run with no database at all."""
         # Slots: as asked, or fewer when the database accepts fewer connections (rebound by
-        # _fit_slots on the main thread, before any slot starts).
+        # the main thread before any slot starts: connections.slots_that_fit).
         self.concurrency = owf_settings.concurrency if concurrency is None else int(concurrency)
         if self.concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {self.concurrency}")
@@ -182,7 +183,7 @@ class Worker:
         sweeping = 0  # how many sweepers were started, to stop and join
         try:
             # Stopped before the heartbeat could connect: nothing to claim, nothing was claimed.
-            if self._heartbeat_connected():
+            if heartbeat_connected(self._heartbeat_ready, supervisor, self._stopping):
                 # Where the database notifies (PostgreSQL), a committed start, wake-up or
                 # retry wakes the claim loop at once instead of at the next poll.
                 # Polling stays as the safety net.
@@ -193,7 +194,10 @@ class Worker:
                     listener.start()
                     # LISTEN before the first claim, so nothing committed in between is missed.
                     listener.connected.wait(2.0)
-                self._fit_slots()  # once this thread's, the heartbeat's and the listener's connections are open
+                # Once this thread's, the heartbeat's and the listener's connections are open.
+                self.concurrency = self.presence.slots = slots_that_fit(
+                    self.store, self.concurrency, beside=len(self.sweepers)
+                )
                 self.presence.start()  # before the supervisor's first beat: this thread is its only writer until then
                 for i in range(self.concurrency):
                     self._start_slot(f"owf-slot-{i}")
@@ -226,53 +230,6 @@ class Worker:
         logger.info("worker %s stopped after %d slice(s)", self.worker_id, self.slices_done)
         if self.failure is not None:
             raise WorkerUnhealthy(self.failure)
-
-    def _heartbeat_connected(self) -> bool:
-        """Wait until the heartbeat has its connection (True), or until the worker is stopped (False).
-
-        A heartbeat thread that died meanwhile: True, and the claim loop's first health check stops the worker.
-        """
-        while not self._heartbeat_ready.wait(0.1):
-            if self._stopping.is_set():
-                return False
-            if self._supervisor is not None and not self._supervisor.is_alive():
-                return True
-        return not self._stopping.is_set()
-
-    def _fit_slots(self) -> None:
-        """Fewer slots than asked for when the database accepts fewer connections than there would be slots.
-
-        Each slot keeps a connection of its own. A slot that cannot open one
-        hands its run back and the run waits out a backoff: slots beyond what
-        the database accepts only churn. The count is the server's own, read
-        once at start: other processes' connections come and go meanwhile, so
-        this is a guard, and the heartbeat's connection (opened first, and
-        kept) is what keeps the leases safe.
-        """
-        try:
-            room = self.store.connection_room()
-        except DatabaseError as exc:  # a role that may not read the counts: the slots as asked
-            logger.debug("could not read how many connections the database accepts (%s)", exc)
-            recycle_connections()
-            return
-        if room is None:
-            return
-        # The periodic sweeps keep a connection each, beside the slots.
-        free = room.free - len(self.sweepers)
-        if free >= self.concurrency:
-            return
-        fitted = max(1, free)
-        logger.warning(
-            "only %d slot(s) instead of %d: the database accepts %d more connection(s) (%s is %d) and each slot "
-            "keeps one; raise that limit, or run fewer slots per worker (runworkflows --concurrency, "
-            "OPENWORKFLOW['CONCURRENCY'])",
-            fitted,
-            self.concurrency,
-            max(0, room.free),
-            room.what,
-            room.limit,
-        )
-        self.concurrency = self.presence.slots = fitted
 
     def _drain(self) -> None:
         """Hand back the runs claimed ahead; let the slots finish their slices, for at most the drain timeout."""
@@ -455,7 +412,11 @@ class Worker:
         interval = self.leases.interval.total_seconds()
         tick = min(interval, 1.0)
         try:
-            if not self._reserve_connection():
+            opened = open_heartbeat_connection(
+                self.store, lambda: self._supervisor_stop.is_set() or self._stopping.is_set(), self._stopping.wait
+            )
+            self._heartbeat_ready.set()
+            if not opened:
                 return
             # The main thread starts the slots and writes the heartbeat row meanwhile.
             while not self._begun.wait(tick):
@@ -481,35 +442,6 @@ class Worker:
         finally:
             self._heartbeat_ready.set()  # never leave the main thread waiting on a thread that ended
             connections.close_all()
-
-    def _reserve_connection(self) -> bool:
-        """Open the heartbeat's connection, trying until it opens or the worker stops; no slot starts before.
-
-        False on an error that trying again cannot mend (a setting): the
-        heartbeat thread then ends, and the claim loop's health check stops
-        the worker.
-        """
-        failures = 0
-        while not self._supervisor_stop.is_set() and not self._stopping.is_set():
-            try:
-                self.store.open_connection()
-                break
-            except DatabaseError as exc:
-                failures += 1
-                delay = backoff(failures)
-                logger.error(
-                    "the heartbeat could not open its database connection (%s): this worker claims nothing until "
-                    "it can; trying again in %.1fs",
-                    exc,
-                    delay,
-                )
-                recycle_connections()
-                self._stopping.wait(delay)
-            except Exception:
-                logger.exception("the heartbeat could not open its database connection")
-                return False
-        self._heartbeat_ready.set()
-        return True
 
     def _health(self) -> str | None:
         """Why this worker can no longer be trusted with runs, or None while it can."""

@@ -14,11 +14,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, OperationalError, connections
 
-from ...checks import check_queues_served, workflow_tables_problem
+from ...checks import check_queues_served
 from ...conf import owf_settings
 from ...definitions.flow import DEFAULT_QUEUE
 from ...definitions.registry import registry
 from ...durations import parse_duration
+from ...tables import workflow_tables_problem
 from ...worker import reload
 from ...worker.loop import Worker, WorkerUnhealthy
 from ...worker.runner import backoff
