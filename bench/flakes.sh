@@ -14,6 +14,7 @@
 # (default: a new temporary directory). Needs the development venv: `make .venv`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset PYTHONDONTWRITEBYTECODE  # as make test: bytecode cached, not compiled again by every process
 
 runs=5
 hogs=""
