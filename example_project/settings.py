@@ -27,7 +27,8 @@ INSTALLED_APPS = [
     # django-admin-interface: must come before django.contrib.admin.
     "admin_interface",
     "colorfield",
-    "django.contrib.admin",
+    # django.contrib.admin, with the Inbox's counts in the navigation ("Inbox (3, 1 overdue)").
+    "django_openworkflow.admin_apps.WorkflowAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

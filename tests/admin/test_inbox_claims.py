@@ -8,6 +8,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
+from django.utils import translation
 
 from django_openworkflow.models import Approval, Signal
 from django_openworkflow.testing import advance
@@ -100,3 +101,32 @@ def test_the_run_pages_journal_shows_who_holds_the_task_and_every_claim(two, dja
     ada.post(f"{INBOX}{first.id}/claim/", {"action": "claim"})
     page = admin_client.get(f"/admin/django_openworkflow/workflowrun/{first.workflow_run_id}/change/").content.decode()
     assert page.count("claimed by ada") == 3 and page.count("released by ada") == 1  # the holder, then 2 claims
+
+
+def test_the_navigation_counts_the_inbox_with_the_workflow_admin_site(two, django_user_model, rf):
+    """WorkflowAdminSite: "Inbox (2, 1 overdue)" for a manager, on the index and in every page's sidebar."""
+    from django_openworkflow.admin.approvals import ApprovalAdmin
+    from django_openworkflow.admin.sites import WorkflowAdminSite
+
+    site = WorkflowAdminSite(name="counted")
+    site.register(Approval, ApprovalAdmin)
+    manager = django_user_model.objects.create_user("ada", is_staff=True)
+    manager.groups.add(Group.objects.get_or_create(name="managers")[0])
+    outsider = django_user_model.objects.create_user("eve", is_staff=True)
+
+    def entry(user: Any) -> str:
+        request = rf.get("/admin/")
+        request.user = user
+        (app,) = site.get_app_list(request)
+        (model,) = app["models"]
+        return str(model["name"])
+
+    assert entry(manager) == "Inbox (2, 1 overdue)"
+    assert entry(outsider) == "Inbox"  # nothing for eve: the plain name
+    with translation.override("fr"):
+        assert entry(manager).endswith(" (2, dont 1 en retard)")
+    two[1].delete()  # the overdue one gone: the count alone
+    assert entry(manager) == "Inbox (1)"
+    request = rf.get("/admin/")
+    request.user = manager
+    assert site.each_context(request)["available_apps"][0]["models"][0]["name"] == "Inbox (1)"  # the sidebar's list

@@ -64,7 +64,7 @@ def test_a_claimed_task_refuses_another_members_submission_naming_who_holds_it(r
     assert seen.claimed_by == "ada"
     assert approvals_for(bob, scope="groups") == [] and approvals_for(bob, scope="mine") == []
     assert [found.id for found in approvals_for(ada, scope="mine")] == [task.id]
-    assert inbox_counts(ada) == {"all": 1, "mine": 1, "groups": 0}
+    assert inbox_counts(ada) == {"all": 1, "mine": 1, "groups": 0, "overdue": 0}
     assert claim_task(task.id, ada).activity == claimed.activity  # claiming it again changes nothing
     submit_task(task.id, ada, {"note": "done"})
     run_worker(until=lambda: handle.status() == "completed")
@@ -136,7 +136,7 @@ def test_reassign_needs_the_permission_and_gives_the_task_to_someone_not_assigne
 def test_an_unassigned_user_sees_nothing_and_may_not_claim(run_worker, django_user_model):
     eve = _user(django_user_model, "eve", "support")
     _, task = _opened(run_worker)
-    assert inbox_counts(eve) == {"all": 0, "mine": 0, "groups": 0}
+    assert inbox_counts(eve) == {"all": 0, "mine": 0, "groups": 0, "overdue": 0}
     with pytest.raises(ApprovalNotAssigned, match="eve may not decide task"):
         claim_task(task.id, eve)
     with pytest.raises(ApprovalNotAssigned):
