@@ -97,7 +97,7 @@ demo-admin: $(DEMO_STAMP)
 # The browser test (Debian's chromium, the example project's themed admin) copies the docs' pictures to docs/.
 screenshots: $(STAMP)
 	OPENWORKFLOW_SCREENSHOTS=docs $(BIN)/pytest -q tests/admin/test_browser.py tests/admin/test_browser_fromstep.py \
-		tests/admin/test_browser_workers.py tests/admin/test_browser_approvals.py
+		tests/admin/test_browser_workers.py tests/admin/test_browser_approvals.py tests/admin/test_browser_tasks.py
 
 # The translations: django.po (edited by hand or with makemessages) -> django.mo, which is committed.
 messages: $(DEMO_STAMP)

@@ -28,7 +28,7 @@ INSTALLED_APPS = [
     "admin_interface",
     "colorfield",
     # django.contrib.admin, with the Inbox's counts in the navigation ("Inbox (3, 1 overdue)").
-    "django_openworkflow.admin_apps.WorkflowAdminConfig",
+    "django_openworkflow.admin_site.WorkflowAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -127,6 +127,25 @@ def refund_approval(ctx: Any) -> dict[str, Any]:
     return ctx.step.run("refund", lambda: {"order_id": order["order_id"], "refunded": order["amount"]})
 
 
+@workflow(name="refund-request", version="v1")
+def refund_request(ctx: Any) -> dict[str, Any]:
+    """A support agent fills in the refund's details (a Django form, in the Inbox), then the refund is made."""
+    order = ctx.input
+    details = ctx.wait_for_input(
+        "refund-details",
+        form="example_project.demo.forms.RefundDetailsForm",
+        assignees=["group:support"],
+        initial={"amount": order["total"]},
+        details=f"Order {order['order_id']} for {order['customer']}: how much to refund, and why",
+        timeout="3d",
+        due="1d",
+    )
+    if details is None:
+        return {"order_id": order["order_id"], "refunded": False, "reason": "nobody filled in the details"}
+    amount = details.data["amount"]
+    return ctx.step.run("refund", lambda: {"order_id": order["order_id"], "refunded": amount, "by": details.by})
+
+
 # -- invoices found by typed attributes: "over 1,000 EUR, due before Friday, in the EU" ----
 
 

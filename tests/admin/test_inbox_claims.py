@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -12,7 +15,7 @@ from django.utils import translation
 
 from django_openworkflow.models import Approval, Signal
 from django_openworkflow.testing import advance
-from tests.conftest import is_parked
+from tests.conftest import CEILING, ROOT, is_parked
 from tests.fixtures.testapp.workflows import refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,7 +109,7 @@ def test_the_run_pages_journal_shows_who_holds_the_task_and_every_claim(two, dja
 def test_the_navigation_counts_the_inbox_with_the_workflow_admin_site(two, django_user_model, rf):
     """WorkflowAdminSite: "Inbox (2, 1 overdue)" for a manager, on the index and in every page's sidebar."""
     from django_openworkflow.admin.approvals import ApprovalAdmin
-    from django_openworkflow.admin.sites import WorkflowAdminSite
+    from django_openworkflow.admin_site import WorkflowAdminSite
 
     site = WorkflowAdminSite(name="counted")
     site.register(Approval, ApprovalAdmin)
@@ -130,3 +133,19 @@ def test_the_navigation_counts_the_inbox_with_the_workflow_admin_site(two, djang
     request = rf.get("/admin/")
     request.user = manager
     assert site.each_context(request)["available_apps"][0]["models"][0]["name"] == "Inbox (1)"  # the sidebar's list
+
+
+def test_the_workflow_admin_config_makes_the_counting_site_the_one_the_modeladmins_are_on():
+    """The example project's INSTALLED_APPS: Django's default site is WorkflowAdminSite, made once, with the Inbox."""
+    check = (
+        "import django; django.setup(); from django.contrib import admin;"
+        "from django_openworkflow.models import Approval, WorkflowRun;"
+        "print(type(admin.site._wrapped).__name__, admin.site.is_registered(Approval), "
+        "admin.site.is_registered(WorkflowRun))"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "example_project.settings", "PYTHONPATH": str(ROOT)}
+    env["DATABASE_URL"] = "sqlite:///:memory:"
+    done = subprocess.run(
+        [sys.executable, "-c", check], env=env, cwd=ROOT, capture_output=True, text=True, timeout=CEILING
+    )
+    assert done.stdout.split() == ["WorkflowAdminSite", "True", "True"], done.stderr
