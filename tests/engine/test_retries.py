@@ -12,7 +12,7 @@ from django_openworkflow import RetryAfter, RetryPolicy, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
-from tests.conftest import is_parked, wait_until
+from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import record, sleeper, three_steps
 
@@ -69,8 +69,20 @@ def many_steps(ctx):
 
 @workflow(name="test-slow-then-more")
 def slow_then_more(ctx):
-    ctx.step.run("slow", lambda: __import__("time").sleep(0.4))
+    ctx.step.run("slow", lambda: outlive_the_deadline(ctx.run_id))
     ctx.step.run("after", lambda: record(ctx, "after"))
+
+
+def outlive_the_deadline(run_id) -> None:
+    """Return once the worker's clock has passed the run's deadline, however slow the machine.
+
+    The worker's clock is the claim's database timestamp plus the time since the claim returned:
+    behind the database's by at most how long the claim took, itself less than the time from the
+    run's creation to this step. Past the deadline by that much, the worker's clock is past it too.
+    """
+    run = WorkflowRun.objects.get(id=run_id)
+    lag = timezone.now() - run.created_at
+    wait_until(lambda: timezone.now() > run.deadline_at + lag, timeout=CEILING)
 
 
 seen_inside_the_step: list[bool] = []
@@ -195,10 +207,18 @@ def test_retry_past_the_deadline_fails_now(run_worker):
 
 
 def test_deadline_is_checked_before_each_step(run_worker):
-    handle = slow_then_more.run(deadline_at="200ms")
-    run_worker()
-    run = handle.fetch()
-    assert run.status == "failed" and run.error["step"] == "after"
+    # The run must be claimed before its deadline: a machine too busy to claim it within the
+    # deadline fails it at the claim (no step named), so the deadline doubles until one is.
+    deadline = timedelta(milliseconds=200)
+    while True:
+        handle = slow_then_more.run(deadline_at=timezone.now() + deadline)
+        run_worker()
+        run = handle.fetch()
+        assert run.status == "failed" and run.error["type"] == "DeadlineExceeded"
+        if "step" in run.error or deadline > timedelta(seconds=CEILING):
+            break
+        deadline *= 2
+    assert run.error["step"] == "after"
     assert not SideEffect.objects.filter(run_id=handle.id).exists()
 
 
