@@ -172,6 +172,12 @@ def add_task_activity(
             at = format_time(parse_datetime(str(entry.get("at", ""))), precise=True, day_of=day_of)
             to = entry.get("to", "")
             said = said % {"by": entry.get("by", ""), "to": to if isinstance(to, str) else json_text(to)}
+            if entry.get("count"):  # reminders in a row, kept as one entry (store/approvals.reminded)
+                last = format_time(parse_datetime(str(entry.get("last_at", ""))), precise=True, day_of=day_of)
+                said = gettext("assignees reminded %(count)d times, the last at %(last)s") % {
+                    "count": entry["count"],
+                    "last": last,
+                }
             row.wait.activity.append(f"{at} {said}")
 
 

@@ -317,7 +317,7 @@ def due_timers(row: Any, now: datetime) -> list[tuple[str, dict[str, list[str]]]
     those it added. A reminder notifies the holder of a claimed task, or
     else every assignee, and is due again ``remind_every`` after now (the
     reminders missed while no worker ran are not sent one by one). Both are
-    appended to ``activity``.
+    recorded in ``activity``: reminders in a row as one entry (:func:`reminded`).
     """
     fired: list[tuple[str, dict[str, list[str]]]] = []
     at = now.isoformat()
@@ -331,9 +331,22 @@ def due_timers(row: Any, now: datetime) -> list[tuple[str, dict[str, list[str]]]
     if row.next_remind_at is not None and row.next_remind_at <= now and row.remind_every:
         row.next_remind_at = now + row.remind_every
         notify = {"users": [row.claimed_by]} if row.claimed_by else dict(row.assignees)
-        row.activity = [*row.activity, {"action": "remind", "by": "", "at": at}]
+        row.activity = reminded(row.activity, at)
         fired.append(("reminder", notify))
     return fired
+
+
+def reminded(activity: list[dict[str, Any]], at: str) -> list[dict[str, Any]]:
+    """``activity`` with a reminder sent at ``at``: reminders in a row are one entry, counted.
+
+    A task open for a month with a reminder every hour would otherwise carry
+    720 entries in its row; between two actions of a person, the entry says
+    how many reminders went out, the first's time (``at``) and the last's.
+    """
+    last = activity[-1] if activity else None
+    if last is not None and last.get("action") == "remind":
+        return [*activity[:-1], {**last, "count": int(last.get("count", 1)) + 1, "last_at": at}]
+    return [*activity, {"action": "remind", "by": "", "at": at}]
 
 
 def closing_entry(status: str, by: str, now: datetime, partial: bool) -> dict[str, Any]:

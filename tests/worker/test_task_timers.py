@@ -20,6 +20,7 @@ from django_openworkflow.models import Approval
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.gauges import overdue_tasks_by_workflow
 from django_openworkflow.testing import advance, fire_task_timers
+from tests.admin.helpers import run_url
 from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.testapp.workflows import refund, refund_details
 
@@ -55,9 +56,9 @@ def test_due_marks_a_task_overdue_first_in_the_list_and_in_the_gauge(run_worker,
     assert [found.id for found in approvals_for(ada)] == [sooner.id, later.id, undated.id]
 
 
-def test_reminders_mail_the_assignees_then_only_the_holder(run_worker, django_user_model, mailoutbox):
+def test_reminders_mail_the_assignees_then_only_the_holder(run_worker, django_user_model, mailoutbox, admin_client):
     ada, _bob = _user(django_user_model, "ada", "managers"), _user(django_user_model, "bob", "managers")
-    _, task = _opened(run_worker, timeout="1d", remind_every="1h")
+    handle, task = _opened(run_worker, timeout="1d", remind_every="1h")
     mailoutbox.clear()
     assert fire_task_timers() == []  # not due yet
     advance("61m")
@@ -72,6 +73,15 @@ def test_reminders_mail_the_assignees_then_only_the_holder(run_worker, django_us
     assert fired.notify == {"users": ["ada"]} and mailoutbox[1].to == ["ada@example.com"]
     task.refresh_from_db()
     assert [entry["action"] for entry in task.activity] == ["remind", "claim", "remind"]
+    for _ in range(3):  # reminders in a row: one entry, counted, however long the task stays open
+        advance("61m")
+        [fired] = fire_task_timers()
+    task.refresh_from_db()
+    assert [entry["action"] for entry in task.activity] == ["remind", "claim", "remind"]
+    last = task.activity[-1]
+    assert last["count"] == 4 and last["last_at"] > last["at"] and len(mailoutbox) == 5
+    page = admin_client.get(run_url(handle.id)).content.decode()
+    assert "assignees reminded 4 times, the last at" in page and page.count("assignees reminded") == 2
 
 
 def test_escalation_adds_the_managers_group_and_mails_it_once(run_worker, django_user_model, mailoutbox):
