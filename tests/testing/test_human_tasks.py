@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.core.files.storage import default_storage
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, TaskFormInvalid
 from django_openworkflow.testing import advance, decide, drain, submit_task
 from django_openworkflow.testing.memory import InMemoryBackend, start
 from django_openworkflow.testing.memory import drain as drain_memory
+from django_openworkflow.testing.overrides import override_openworkflow
+from tests.conftest import files_in
 from tests.engine.test_human_tasks import async_task
 from tests.fixtures.testapp.models import Order
 from tests.fixtures.testapp.workflows import refund, refund_details
@@ -148,3 +152,48 @@ def test_claims_and_timers_on_the_memory_backend_without_a_database():
         "submit",
     ]
     assert row.assignees["users"] == ["ada", "bob", "root"]
+
+
+RECEIPT_FORM = "tests.fixtures.testapp.forms.ReceiptForm"
+
+
+@pytest.mark.django_db
+def test_a_test_submits_a_file_and_the_run_receives_a_reference_an_invalid_form_writes_none(task_files_dir):
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    drain()
+    receipt = SimpleUploadedFile("receipt.txt", b"paid in full", "text/plain")
+    with pytest.raises(TaskFormInvalid) as refused:
+        submit_task(handle, {"note": "refuse", "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"note": ["The note says to refuse."]}
+    assert files_in(task_files_dir) == []
+    with pytest.raises(TaskFormInvalid) as refused:  # larger than TASK_FILE_MAX_BYTES: the field's error
+        with override_openworkflow(TASK_FILE_MAX_BYTES=5):
+            submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"receipt": ["The file is 12 bytes; the most a task takes is 5."]}
+    assert files_in(task_files_dir) == []
+    receipt.seek(0)
+    submitted = submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
+    drain()
+    reference = handle.result()["data"]["receipt"]
+    assert reference == submitted["data"]["receipt"] and files_in(task_files_dir) == [reference["path"]]
+    assert (reference["name"], reference["size"], reference["content_type"]) == ("receipt.txt", 12, "text/plain")
+    with default_storage.open(reference["path"]) as saved:
+        assert saved.read() == b"paid in full"
+
+
+def test_a_file_on_the_memory_backend(task_files_dir):
+    backend = InMemoryBackend()
+    ada = User(username="ada")  # never saved
+    task = start(backend, refund_details, {"form": RECEIPT_FORM, "assignees": "user:ada"})
+    drain_memory(backend)
+    with pytest.raises(TaskFormInvalid, match="receipt: This field is required"):
+        submit_task(task, {"note": "paid"}, by=ada, store=backend)
+    receipt = SimpleUploadedFile("r.txt", b"paid", "text/plain")
+    submit_task(task, {"note": "paid", "receipt": receipt}, by=ada, store=backend)
+    drain_memory(backend)
+    reference = backend.run_outcome(task).output["data"]["receipt"]
+    assert files_in(task_files_dir) == [reference["path"]] and reference["path"].startswith(
+        f"openworkflow/task-files/{task}/"
+    )
+    assert (task_files_dir / reference["path"]).read_bytes() == b"paid"
