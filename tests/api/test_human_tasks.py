@@ -189,3 +189,24 @@ def test_submit_takes_files_as_base64_refuses_bad_ones_naming_the_field_and_writ
     assert files_in(task_files_dir) == [reference["path"]]
     run_worker(until=lambda: handle.status() == "completed")
     assert handle.result()["data"] == {"note": "paid", "receipt": reference, "photo": None}
+
+
+def test_a_submission_may_be_larger_than_a_payload_by_its_files_and_no_more(
+    run_worker, django_user_model, task_files_dir
+):
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    url = f"/approvals/{Approval.objects.get(workflow_run_id=handle.id).id}/submit"
+    ada = _token(django_user_model, "ada", "managers")
+    big = bytes(range(256)) * 400  # 102400 bytes: in base64, more than a payload (1000) and the body's overhead
+    limits = {**settings.OPENWORKFLOW, "MAX_PAYLOAD_BYTES": 1000, "TASK_FILE_MAX_BYTES": len(big)}
+    with override_settings(OPENWORKFLOW=limits):
+        too_big = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big + b"xxxx")}})
+        assert (too_big.status_code, too_big.json()["error"]["field"]) == (400, "data.receipt")
+        body = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big * 3)}})  # > 2 files: 413
+        assert (body.status_code, body.json()["error"]["code"]) == (413, "too_large"), body.content[:300]
+        assert files_in(task_files_dir) == []
+        sent = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big)}})
+    assert sent.status_code == 200, sent.content
+    [path] = files_in(task_files_dir)
+    assert (task_files_dir / path).read_bytes() == big
