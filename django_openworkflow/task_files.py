@@ -20,6 +20,8 @@ setting leaves older files readable where they are.
 Nothing is written for a submission the form refuses. A submission that
 is written but then not delivered (someone submitted first, the run
 ended) deletes its files again (:func:`delete`) before its error goes on.
+Retention and erasure delete a run's directory once their transaction has
+committed (:func:`delete_run_directories`, ``store/payload_files.py``).
 """
 
 from __future__ import annotations
@@ -119,6 +121,44 @@ def delete(references: Iterable[dict[str, Any]]) -> None:
             storages[reference["storage"]].delete(reference["path"])
         except Exception:  # any storage's own error: the submission's own error is the one to raise
             logger.exception("could not delete the task file %s of storage %s", reference["path"], reference["storage"])
+
+
+def delete_run_directories(run_ids: list[Any]) -> int:
+    """Delete every file under these runs' directories of the storage ``TASK_FILES_STORAGE`` names now; how many
+    could not be.
+
+    Called once the transaction that deleted (or erased) the runs has committed, so an error here cannot undo
+    it: it is logged and the other files are still deleted. A file in a storage the setting named before stays.
+    """
+    from django.core.files.storage import storages
+
+    failed = 0
+    try:
+        alias = owf_settings.task_files_storage
+        storage = storages[alias]
+    except Exception:  # a setting made bad since (check E052 says so): the rows are gone already
+        logger.exception("could not delete the task files of %d runs", len(run_ids))
+        return 1
+    for run_id in run_ids:
+        pending = [run_directory(run_id)]
+        while pending:
+            directory = pending.pop()
+            try:
+                directories, files = storage.listdir(directory)
+            except FileNotFoundError:  # the run's tasks took no file
+                continue
+            except Exception:
+                failed += 1
+                logger.exception("could not list the task files under %s of storage %s", directory, alias)
+                continue
+            pending += [f"{directory}/{name}" for name in directories]
+            for name in files:
+                try:
+                    storage.delete(f"{directory}/{name}")
+                except Exception:
+                    failed += 1
+                    logger.exception("could not delete the task file %s/%s of storage %s", directory, name, alias)
+    return failed
 
 
 def _guessed(name: str) -> str:

@@ -271,3 +271,23 @@ def test_an_async_workflow_awaits_its_task_and_its_approval(run_worker, django_u
     decide_approval(Approval.objects.get(name="ok").id, ada, approved=True)
     run_worker(until=lambda: handle.status() == "completed")
     assert handle.result() == {"note": "fine", "by": "ada", "approved": True}
+
+
+def test_erasure_and_retention_delete_the_files_a_runs_tasks_took(run_worker, django_user_model, task_files_dir):
+    from django_openworkflow.store import get_backend
+    from django_openworkflow.store.erasure import Outcome, erase_run
+    from django_openworkflow.worker.prune import prune
+
+    ada = _user(django_user_model, "ada", "managers")
+    runs = []
+    for n in range(2):
+        handle, task = _opened(run_worker, {"form": f"{FORMS}.ReceiptForm"})
+        receipt = SimpleUploadedFile(f"r{n}.txt", b"paid", "text/plain")
+        submitted = submit_task(task.id, ada, {"note": "paid", "receipt": receipt, "photo": None})
+        run_worker(until=lambda handle=handle: handle.status() == "completed")
+        runs.append((handle, submitted["data"]["receipt"]["path"]))
+    (kept, kept_path), (erased, _) = runs
+    assert erase_run(get_backend(), erased.id, by="test") == Outcome.ERASED
+    assert files_in(task_files_dir) == [kept_path]  # only the erased run's directory went, once committed
+    assert sum(prune(older_than=timedelta(0)).runs.values()) == 2
+    assert files_in(task_files_dir) == []
