@@ -11,8 +11,18 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.core.files.storage import default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import QueryDict
+from django.utils.datastructures import MultiValueDict
 
-from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, TaskFormInvalid
+from django_openworkflow.client.human_tasks import submit_task as submit_files
+from django_openworkflow.errors import (
+    ApprovalClosed,
+    ApprovalNotAssigned,
+    ApprovalNotFound,
+    InvalidArgument,
+    TaskFormInvalid,
+)
+from django_openworkflow.models import Approval
 from django_openworkflow.testing import advance, decide, drain, submit_task
 from django_openworkflow.testing.memory import InMemoryBackend, start
 from django_openworkflow.testing.memory import drain as drain_memory
@@ -171,6 +181,19 @@ def test_a_test_submits_a_file_and_the_run_receives_a_reference_an_invalid_form_
         with override_openworkflow(TASK_FILE_MAX_BYTES=5):
             submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
     assert refused.value.errors == {"receipt": ["The file is 12 bytes; the most a task takes is 5."]}
+    assert files_in(task_files_dir) == []
+    with pytest.raises(TaskFormInvalid) as refused:  # a file where the form takes text
+        submit_task(handle, {"note": receipt, "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"note": ["'note' is not a file field of the form; it takes no file."]}
+    task_id = Approval.objects.get(workflow_run_id=handle.id).id
+    with pytest.raises(TaskFormInvalid) as refused:  # as a browser posts them: the files apart
+        submit_files(task_id, ada, QueryDict("note=paid"), files=MultiValueDict({"note": [receipt]}))
+    assert refused.value.errors == {
+        "note": ["'note' is not a file field of the form; it takes no file."],
+        "receipt": ["This field is required."],
+    }
+    with pytest.raises(InvalidArgument, match="files must be a dict of the form's file fields, got list"):
+        submit_files(task_id, ada, {"note": "paid"}, files=[receipt])
     assert files_in(task_files_dir) == []
     receipt.seek(0)
     submitted = submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
