@@ -134,10 +134,14 @@ def submit_task(
         errors = {**{name: [str(message) for message in messages] for name, messages in form.errors.items()}, **errors}
         said = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items())
         raise TaskFormInvalid(f"the form of task {record.name!r} has errors: {said}", errors, form)
-    saved: list[dict[str, Any]] = []
+    saved: list[dict[str, Any]] = []  # this call's own: the files written so far, deleted if not delivered
     try:
         cleaned = {name: _saved(record.run_id, value, saved) for name, value in form.cleaned_data.items()}
         values = json_safe(cleaned, f"the data of task {record.name!r}", "data")
+    except BaseException:  # a storage that failed on a later file: nothing delivered, the earlier ones go
+        task_files.delete(saved)
+        raise
+    try:
         submission = backend.submit_task(approval_id, user.get_username(), values)
     except (ApprovalError, PayloadError):
         # Refused before anything was written (the store raises these inside its transaction, which rolls back):

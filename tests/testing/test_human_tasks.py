@@ -7,11 +7,16 @@ mark there: a query would fail the test).
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group, User
-from django.core.files.storage import default_storage
+from django.core.files.storage import FileSystemStorage, default_storage
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.http import QueryDict
+from django.test import override_settings
 from django.utils.datastructures import MultiValueDict
 
 from django_openworkflow.client.human_tasks import submit_task as submit_files
@@ -220,3 +225,34 @@ def test_a_file_on_the_memory_backend(task_files_dir):
         f"openworkflow/task-files/{task}/"
     )
     assert (task_files_dir / reference["path"]).read_bytes() == b"paid"
+
+
+class RefusingStorage(FileSystemStorage):
+    """A file storage that fails to save images (a storage down half-way through a submission's files)."""
+
+    def _save(self, name: str, content: Any) -> str:
+        if name.endswith(".png"):
+            raise OSError("the storage is full")
+        return super()._save(name, content)
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_storage_failing_on_a_later_file_deletes_the_earlier_ones_and_delivers_nothing(task_files_dir):
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    drain()
+    receipt = SimpleUploadedFile("receipt.txt", b"paid", "text/plain")
+    photo = SimpleUploadedFile("photo.png", _png(), "image/png")
+    refusing = {**settings.STORAGES, "default": {"BACKEND": f"{__name__}.RefusingStorage"}}
+    with override_settings(STORAGES=refusing), pytest.raises(OSError, match="the storage is full"):
+        submit_task(handle, {"note": "paid", "receipt": receipt, "photo": photo}, by=ada)
+    assert files_in(task_files_dir) == []  # the receipt was saved first, then deleted
+    assert Approval.objects.get(workflow_run_id=handle.id).status == "open"
