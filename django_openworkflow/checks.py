@@ -147,20 +147,28 @@ def check_encryption() -> list[checks.CheckMessage]:
 
 
 def check_offload() -> list[checks.CheckMessage]:
-    """PAYLOAD_COMPRESSION and PAYLOAD_OFFLOAD (offload.py): sizes, and a storage STORAGES defines."""
+    """PAYLOAD_COMPRESSION, PAYLOAD_OFFLOAD (offload.py), TASK_FILES_STORAGE and TASK_FILE_MAX_BYTES (task_files.py):
+    sizes, and storages STORAGES defines."""
     from . import offload
 
+    messages: list[checks.CheckMessage] = []
     try:
         offload.parse(getattr(settings, "OPENWORKFLOW", None) or {})
     except offload.OffloadSettingError as exc:
-        return [
+        messages.append(
             checks.Error(
                 str(exc),
                 hint="Payloads cannot be stored until this is fixed; see docs/howto/large-payloads.md.",
                 id="openworkflow.E052",
             )
-        ]
-    return []
+        )
+    for read in (lambda: owf_settings.task_files_storage, lambda: owf_settings.task_file_max_bytes):
+        try:
+            read()
+        except ValueError as exc:
+            hint = "Tasks' forms cannot take files until this is fixed; see docs/howto/human-tasks.md."
+            messages.append(checks.Error(str(exc), hint=hint, id="openworkflow.E052"))
+    return messages
 
 
 @checks.register(checks.Tags.compatibility)

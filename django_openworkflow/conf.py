@@ -82,6 +82,11 @@ DEFAULTS: dict[str, Any] = {
     # {"STORAGE": <an alias of settings.STORAGES>, "THRESHOLD": <bytes>}: payloads whose stored form is at least
     # THRESHOLD bytes are written to a file of that storage, the row keeps a reference. None: never.
     "PAYLOAD_OFFLOAD": None,
+    # -- Human tasks' files (docs/howto/human-tasks.md "File fields", task_files.py) --
+    # The alias of settings.STORAGES a task form's uploaded files are saved to, under openworkflow/task-files/.
+    "TASK_FILES_STORAGE": "default",
+    # The largest file (bytes) a task's form takes, through every door; None: no limit of ours.
+    "TASK_FILE_MAX_BYTES": 10 * 1024 * 1024,
     # -- Telemetry (docs/operations-telemetry.md) --
     # Prometheus metrics (the `prometheus` extra): count runs, steps and signals in this process.
     "METRICS": False,
@@ -259,6 +264,25 @@ class Settings:
                 f"OPENWORKFLOW['ADMIN_LIVE_SECONDS'] must be a whole number of seconds, at least 0, got {value!r:.60}"
             )
         return value
+
+    @property
+    def task_files_storage(self) -> str:
+        """``TASK_FILES_STORAGE``: the ``STORAGES`` alias task forms' files are saved to."""
+        value = self._get("TASK_FILES_STORAGE")
+        storages = getattr(django_settings, "STORAGES", {}) or {}
+        if not isinstance(value, str) or value not in storages:
+            raise ValueError(
+                f"OPENWORKFLOW['TASK_FILES_STORAGE'] must be an alias of settings.STORAGES "
+                f"(it defines {', '.join(sorted(storages)) or 'nothing'}), got {value!r:.60}"
+            )
+        return value
+
+    @property
+    def task_file_max_bytes(self) -> int | None:
+        """``TASK_FILE_MAX_BYTES``: the largest file a task's form takes, or None."""
+        if self._get("TASK_FILE_MAX_BYTES") is None:
+            return None
+        return self._positive_int("TASK_FILE_MAX_BYTES")
 
     def unknown_keys(self) -> list[str]:
         user = getattr(django_settings, "OPENWORKFLOW", None) or {}

@@ -483,6 +483,23 @@ def run_worker() -> Callable[..., None]:
     return run
 
 
+@pytest.fixture
+def task_files_dir(tmp_path: Path) -> Iterator[Path]:
+    """Human tasks' files saved to a real file storage in a directory of this test's (the default storage)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    location = tmp_path / "media"
+    storages = {**settings.STORAGES, "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"}}
+    with override_settings(MEDIA_ROOT=str(location), STORAGES=storages):
+        yield location
+
+
+def files_in(location: Path) -> list[str]:
+    """The files under ``location``, as paths relative to it ("openworkflow/task-files/<run>/<hex>/x.pdf")."""
+    return sorted(path.relative_to(location).as_posix() for path in location.rglob("*") if path.is_file())
+
+
 def race(call: Callable[[], Any], n: int = 20) -> list[Any]:
     """Run ``call()`` in ``n`` threads released at once, each on its own connections; returns the results.
 

@@ -202,6 +202,8 @@ def test_rotation_re_encrypts_offloaded_values_and_deletes_the_old_files(tmp_pat
         ({"PAYLOAD_OFFLOAD": "payloads"}, "must be None or a dict"),
         ({"PAYLOAD_OFFLOAD": {"STORAGE": "nowhere"}}, "'nowhere', which settings.STORAGES does not define"),
         ({"PAYLOAD_OFFLOAD": {"STORAGE": "default", "THRESHOLD": "1MB"}}, r"\['THRESHOLD'\] must be a size"),
+        ({"TASK_FILES_STORAGE": "nowhere"}, r"TASK_FILES_STORAGE'\] must be an alias of settings.STORAGES"),
+        ({"TASK_FILE_MAX_BYTES": "10MB"}, r"TASK_FILE_MAX_BYTES'\] must be a whole number of at least 1"),
     ],
 )
 def test_the_check_names_a_setting_it_cannot_use(more: dict[str, Any], says: str) -> None:

@@ -8,7 +8,9 @@ when it times out; a form with a comment posts the decision, which
 a form (``ctx.wait_for_input``) links to its own page, where the project's
 form is rendered with its widgets; a submission the form refuses shows the
 form again with its errors and delivers nothing
-(:func:`django_openworkflow.client.human_tasks.submit_task`). Any staff user may
+(:func:`django_openworkflow.client.human_tasks.submit_task`); a form with
+file fields is posted as ``multipart/form-data`` and its files saved only
+once it is valid. Any staff user may
 open the inbox: it lists only what they may decide, and a decision by
 someone else is refused with 403.
 
@@ -191,7 +193,7 @@ class ApprovalAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["GET", "POST"])
         try:
             if request.method == "POST":
-                submit_task(approval_id, request.user, request.POST)
+                submit_task(approval_id, request.user, request.POST, files=request.FILES)
                 self.message_user(request, gettext("Submitted."))
                 return HttpResponseRedirect(reverse(INBOX))
             _, form = open_task(approval_id, request.user)

@@ -8,7 +8,9 @@ decision is told who decided first, in the message (409, ``already_decided``).
 A task that asks for a form is listed with its fields as JSON Schema
 (``form_schema.py``) and submitted with ``POST approvals/{id}/submit``; the
 form's own validation refuses with 400 ``invalid_form`` and its errors by
-field (:func:`django_openworkflow.client.human_tasks.submit_task`).
+field (:func:`django_openworkflow.client.human_tasks.submit_task`). A file
+field takes its file as JSON, ``{"name", "content_base64", "content_type"?}``:
+the API reads JSON only, as everywhere else.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django import forms
 from django.http import HttpRequest, HttpResponse
 
 from ..client.approvals import SCOPES, approvals_for, decide_approval, is_overdue
 from ..client.human_tasks import build_form, claim_task, reassign_task, release_task, submit_task
+from ..conf import owf_settings
 from ..definitions.payload import check_text
 from ..errors import (
     ApprovalClosed,
@@ -145,9 +149,14 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 @endpoint(POST="user")
 def approval_submit(request: HttpRequest, approval_id: str) -> HttpResponse:
-    """Submit a task's form: ``{"data": {field: value}}``, validated by the form; its data is delivered to the run."""
+    """Submit a task's form: ``{"data": {field: value}}``, validated by the form; its data is delivered to the run.
+
+    A file field takes ``{"name", "content_base64", "content_type"?}``; its file is saved once the form is
+    valid and the run receives a reference to it (``task_files.py``). A file that is not base64, too large or
+    sent to another field is the form's error, by field (400 ``invalid_form``), and nothing is saved.
+    """
     number = _approval_number(approval_id)
-    data = _body(request, {"data": True})["data"]
+    data = _body(request, {"data": True}, extra=_files_allowance(number))["data"]
     if not isinstance(data, dict):
         raise ApiError(400, "invalid", f"data must be an object of the form's fields, not {_kind(data)}", "data")
     try:
@@ -159,6 +168,26 @@ def approval_submit(request: HttpRequest, approval_id: str) -> HttpResponse:
     except ApprovalError as exc:
         raise _refused(exc) from None
     return json_response({"approval_id": number, "submission": submission})
+
+
+def _files_allowance(number: int) -> int | None:
+    """The bytes a task's files may add to a submission's body: each file field's largest file, in base64.
+
+    None when files have no limit (``TASK_FILE_MAX_BYTES`` None); 0 for an unknown task or a form without files
+    (the submission is refused anyway, or takes none).
+    """
+    approval = Approval.objects.filter(id=number).exclude(form="").first()
+    if approval is None:
+        return 0
+    try:
+        fields = build_form(approval).fields.values()
+    except TaskFormUnavailable:
+        return 0
+    count = sum(isinstance(field, forms.FileField) for field in fields)
+    largest = owf_settings.task_file_max_bytes
+    if count and largest is None:
+        return None
+    return count * 4 * -(-(largest or 0) // 3)  # base64: 4 characters per 3 bytes, rounded up
 
 
 def _claim_changed(number: int, change: Callable[[], ApprovalRecord]) -> HttpResponse:

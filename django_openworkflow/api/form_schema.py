@@ -5,7 +5,8 @@ its label as ``title``, its help text as ``description`` and its initial
 value as ``default``; the required fields listed; no other property
 allowed (``POST approvals/{id}/submit`` refuses them). The form itself
 still decides: the schema says what it takes, its ``clean()`` may refuse
-more (400 ``invalid_form``, with its errors).
+more (400 ``invalid_form``, with its errors). A file field is an object
+(``name``, ``content_base64``, ``content_type``): the API reads JSON only.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from django import forms
 from django.db import models
 from django.forms.utils import pretty_name
 
+from ..conf import owf_settings
 from ..definitions.forms import json_safe
 from ..errors import PayloadError
+from ..task_files import NAME_LENGTH
 
 INTEGER_FIELDS = (models.AutoField, models.IntegerField)
 
@@ -45,6 +48,8 @@ def form_schema(form: forms.BaseForm) -> dict[str, Any]:
 
 def _field_schema(field: forms.Field) -> dict[str, Any]:
     """One field's schema, by its class (the most specific first: FloatField and DecimalField are IntegerFields)."""
+    if isinstance(field, forms.FileField):
+        return _file_schema(field)
     if isinstance(field, forms.ModelMultipleChoiceField):
         return {"type": "array", "items": _key(field), "uniqueItems": True, "description": _model(field, "keys")}
     if isinstance(field, forms.ModelChoiceField):
@@ -98,6 +103,27 @@ def _field_schema(field: forms.Field) -> dict[str, Any]:
             schema["minLength"] = field.min_length
         return schema
     return {"description": f"a {type(field).__name__}"}
+
+
+def _file_schema(field: forms.FileField) -> dict[str, Any]:
+    """A file, sent as JSON: its name, its content in base64, and its media type if the client knows it."""
+    largest = owf_settings.task_file_max_bytes
+    name: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": NAME_LENGTH}
+    if field.max_length is not None:
+        name["maxLength"] = min(field.max_length, NAME_LENGTH)
+    what = "an image" if isinstance(field, forms.ImageField) else "a file"
+    limit = f", of at most {largest} bytes" if largest is not None else ""
+    return {
+        "type": "object",
+        "properties": {
+            "name": name,
+            "content_base64": {"type": "string", "contentEncoding": "base64"},
+            "content_type": {"type": "string", "description": "its media type; guessed from the name if left out"},
+        },
+        "required": ["name", "content_base64"],
+        "additionalProperties": False,
+        "description": f"{what}{limit}, its content in base64; the run receives a reference to where it was saved",
+    }
 
 
 def _bounds(field: Any) -> dict[str, Any]:

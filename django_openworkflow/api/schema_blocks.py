@@ -354,7 +354,11 @@ def approval_paths() -> dict[str, Any]:
                 "messages by field. A yes/no approval is 400 wrong_kind. The first submission wins (409 "
                 "already_decided, naming who submitted); a task someone else claimed is 409 claimed, naming "
                 "them; a form that no longer imports, or whose fields changed "
-                "since the task opened, is 409 form_unavailable. None of these delivers anything.",
+                "since the task opened, is 409 form_unavailable. None of these delivers anything. A file field "
+                "takes an object {name, content_base64, content_type?}: once the form is valid the file is saved "
+                "to the task files' storage and the run receives {name, path, storage, size, content_type} in its "
+                "place; a file that is not base64 or larger than TASK_FILE_MAX_BYTES is the field's error (400 "
+                "invalid_form), and a refused submission leaves no file.",
                 "parameters": [approval_id],
                 "requestBody": _body(["data"], {"data": {"type": "object", "description": "the form's fields"}}),
                 "responses": {

@@ -168,16 +168,20 @@ def endpoint(**methods: str) -> Callable[[View], View]:
 # -- reading a request ----------------------------------------------------------------
 
 
-def _body(request: HttpRequest, allowed: dict[str, bool]) -> dict[str, Any]:
-    """The request's JSON object, with only the ``allowed`` fields (name -> required) in it; types unchecked."""
-    limit = owf_settings.max_payload_bytes + BODY_OVERHEAD
+def _body(request: HttpRequest, allowed: dict[str, bool], extra: int | None = 0) -> dict[str, Any]:
+    """The request's JSON object, with only the ``allowed`` fields (name -> required) in it; types unchecked.
+
+    ``extra``: bytes the body may hold besides a payload (a task's files, base64); None: no limit of ours
+    (Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` still applies).
+    """
+    limit = owf_settings.max_payload_bytes + BODY_OVERHEAD + (extra or 0)
     length = request.headers.get("Content-Length") or "0"
-    if length.isascii() and length.isdigit() and int(length) > limit:
+    if extra is not None and length.isascii() and length.isdigit() and int(length) > limit:
         raise ApiError(413, "too_large", f"the request body is {int(length)} bytes; the most this API reads is {limit}")
     if request.content_type != "application/json":
         raise ApiError(415, "not_json", "send a JSON object, with Content-Type: application/json")
     raw = request.body  # RequestDataTooBig: a 413 (endpoint)
-    if len(raw) > limit:
+    if extra is not None and len(raw) > limit:
         raise ApiError(413, "too_large", f"the request body is {len(raw)} bytes; the most this API reads is {limit}")
     try:
         data = read_json(raw.decode("utf-8"))

@@ -6,7 +6,9 @@ store's "first one wins". The form is the project's own Django form,
 imported by the dotted path the task stored and compared with the fields
 it had when the task opened (``definitions/forms.py``); it validates the
 submission (its ``clean()`` included), and what it cleaned is delivered as
-JSON. A form that fails any of this writes nothing.
+JSON. A form that fails any of this writes nothing. A file field's upload
+is saved to a storage only once the form is valid, and delivered as a
+reference to it (``task_files.py``).
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from django import forms
+from django.core.files.base import File
 from django.utils.datastructures import MultiValueDict
 
+from .. import task_files
 from ..definitions.forms import changed_fields, field_classes, json_safe, load_form
 from ..definitions.payload import check_text
 from ..errors import (
+    ApprovalError,
     ApprovalNotAssigned,
     ApprovalNotFound,
     InvalidArgument,
+    PayloadError,
     TaskFormInvalid,
     TaskFormUnavailable,
     WrongTaskKind,
@@ -34,8 +40,12 @@ from ..store.records import ApprovalRecord
 from .approvals import assigned, log_decision, still_open
 
 
-def build_form(task: Approval | ApprovalRecord, data: Mapping[str, Any] | None = None) -> forms.BaseForm:
-    """The task's form: unbound with the task's initial values, or bound to ``data``.
+def build_form(
+    task: Approval | ApprovalRecord,
+    data: Mapping[str, Any] | None = None,
+    files: MultiValueDict[str, Any] | None = None,
+) -> forms.BaseForm:
+    """The task's form: unbound with the task's initial values, or bound to ``data`` (and ``files``, if any).
 
     Raises :class:`~django_openworkflow.errors.TaskFormUnavailable` when the
     form no longer imports, a field the task opened with is gone or of
@@ -49,6 +59,8 @@ def build_form(task: Approval | ApprovalRecord, data: Mapping[str, Any] | None =
             "nothing can be submitted until a compatible form is deployed"
         )
     try:
+        if files:
+            return form_class(data, files, initial=dict(task.initial or {}))
         return form_class(data, initial=dict(task.initial or {}))
     except TypeError as exc:  # an __init__ that wants more than data and initial
         raise TaskFormUnavailable(f"the form {task.form!r} cannot be built as Form(data, initial=...): {exc}") from None
@@ -65,7 +77,12 @@ def open_task(
 
 
 def submit_task(
-    approval_id: int, user: Any, data: Mapping[str, Any], *, store: ApprovalStore | None = None
+    approval_id: int,
+    user: Any,
+    data: Mapping[str, Any],
+    *,
+    files: Mapping[str, Any] | None = None,
+    store: ApprovalStore | None = None,
 ) -> dict[str, Any]:
     """Submit task ``approval_id``'s form with ``data`` as ``user``; returns what was delivered to the run.
 
@@ -76,6 +93,15 @@ def submit_task(
     ``QueryDict``) or a dict of JSON values (the API, the test helpers):
     a dict names only the form's fields, a field of several values (a
     multiple choice) takes a list, and other fields one value.
+
+    A file field takes a file: in ``files`` (what a browser uploads,
+    ``request.FILES``), or in a dict ``data`` as a Django ``File`` (an
+    ``UploadedFile``) or as JSON, ``{"name", "content_base64",
+    "content_type"?}``. Once the form is valid, each file is saved to the
+    storage ``OPENWORKFLOW["TASK_FILES_STORAGE"]`` names and the run receives
+    a reference to it in its place (``task_files.py``); a file larger than
+    ``TASK_FILE_MAX_BYTES`` is the field's error. A submission refused
+    leaves no file behind.
 
     Raises :class:`~django_openworkflow.errors.TaskFormInvalid` (the form's
     errors by field), :class:`~django_openworkflow.errors.TaskFormUnavailable`
@@ -90,19 +116,66 @@ def submit_task(
     still_open(backend, record, user.get_username())
     if not isinstance(data, Mapping):
         raise InvalidArgument(f"data must be a dict of the form's fields, got {type(data).__name__}", "data")
+    if files is not None and not isinstance(files, Mapping):
+        raise InvalidArgument(f"files must be a dict of the form's file fields, got {type(files).__name__}", "files")
     errors: dict[str, list[str]] = {}
+    uploads: MultiValueDict[str, Any] = MultiValueDict()
+    given: Mapping[str, Any] = files or {}
+    for name in given:
+        uploads.setlist(name, given.getlist(name) if isinstance(given, MultiValueDict) else [given[name]])
+    form_fields = build_form(record).fields
     if not isinstance(data, MultiValueDict):
-        form_fields = build_form(record).fields
-        data, errors = _from_json(form_fields, data)
-    form = build_form(record, data)
+        data, sent, errors = _from_json(form_fields, data)
+        for name, upload in sent.items():
+            uploads.setlist(name, [upload])
+    errors.update(_file_errors(form_fields, uploads))
+    form = build_form(record, data, uploads)
     if not form.is_valid() or errors:
         errors = {**{name: [str(message) for message in messages] for name, messages in form.errors.items()}, **errors}
         said = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in errors.items())
         raise TaskFormInvalid(f"the form of task {record.name!r} has errors: {said}", errors, form)
-    values = json_safe(form.cleaned_data, f"the data of task {record.name!r}", "data")
-    submission = backend.submit_task(approval_id, user.get_username(), values)
+    saved: list[dict[str, Any]] = []  # this call's own: the files written so far, deleted if not delivered
+    try:
+        cleaned = {name: _saved(record.run_id, value, saved) for name, value in form.cleaned_data.items()}
+        values = json_safe(cleaned, f"the data of task {record.name!r}", "data")
+    except BaseException:  # a storage that failed on a later file: nothing delivered, the earlier ones go
+        task_files.delete(saved)
+        raise
+    try:
+        submission = backend.submit_task(approval_id, user.get_username(), values)
+    except (ApprovalError, PayloadError):
+        # Refused before anything was written (the store raises these inside its transaction, which rolls back):
+        # no row references the files, so they go. Any other error (the database's) may have come after the
+        # commit: the files stay, under the run's directory, rather than risk one a delivered submission names.
+        task_files.delete(saved)
+        raise
     log_decision(backend, user, record, f"Submitted {record.name!r}")
     return submission
+
+
+def _saved(run_id: Any, value: Any, saved: list[dict[str, Any]]) -> Any:
+    """A cleaned value with each file in it saved and replaced by its reference (appended to ``saved`` too)."""
+    if isinstance(value, File):
+        reference = task_files.save(run_id, value)
+        saved.append(reference)
+        return reference
+    if isinstance(value, list | tuple) and any(isinstance(item, File) for item in value):  # a multiple-file field
+        return [_saved(run_id, item, saved) for item in value]
+    return value
+
+
+def _file_errors(fields: Mapping[str, forms.Field], uploads: MultiValueDict[str, Any]) -> dict[str, list[str]]:
+    """The errors of files sent to no file field, or larger than ``TASK_FILE_MAX_BYTES``."""
+    errors: dict[str, list[str]] = {}
+    for name in uploads:
+        if not isinstance(fields.get(name), forms.FileField):
+            errors[name] = [f"{name!r:.80} is not a file field of the form; it takes no file."]
+            continue
+        for upload in uploads.getlist(name):
+            problem = task_files.too_large(upload)
+            if problem is not None:
+                errors[name] = [problem]
+    return errors
 
 
 REASSIGN_PERMISSION = "django_openworkflow.reassign_approval"
@@ -242,14 +315,25 @@ def _user_named(username: str) -> Any:
 
 def _from_json(
     fields: Mapping[str, forms.Field], data: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, list[str]]]:
-    """JSON values as the form's widgets read them, and the errors of those no field takes."""
+) -> tuple[dict[str, Any], dict[str, File[Any]], dict[str, list[str]]]:
+    """JSON values as the form's widgets read them, the files sent to file fields, and the errors of those no
+    field takes."""
     values: dict[str, Any] = {}
+    files: dict[str, File[Any]] = {}
     errors: dict[str, list[str]] = {}
     for name, value in data.items():
         field = fields.get(name)
         if field is None:
             errors[name] = [f"unknown field {name!r:.80}; the form's fields are {', '.join(fields)}"]
+        elif isinstance(field, forms.FileField):
+            if value is None:  # no file: a required field says so
+                continue
+            try:
+                files[name] = value if task_files.is_file(value) else task_files.from_json(value)
+            except ValueError as exc:
+                errors[name] = [str(exc)]
+        elif task_files.is_file(value):
+            errors[name] = [f"{name!r:.80} is not a file field of the form; it takes no file."]
         elif isinstance(field, forms.JSONField):
             values[name] = value
         elif isinstance(value, dict):
@@ -266,4 +350,4 @@ def _from_json(
                 errors[name] = ["Enter a single value, not a list."]
         else:
             values[name] = value
-    return values, errors
+    return values, files, errors

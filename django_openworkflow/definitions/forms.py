@@ -11,7 +11,8 @@ workflow waiting for it expects those fields. Fields added since are fine.
 What a form cleans is stored as JSON (:func:`json_safe`): a model instance
 as its primary key, a queryset as a list of them, a ``Decimal`` as its
 exact text (``"12.50"``), dates, times and datetimes in ISO 8601 with
-every digit kept.
+every digit kept; a file field's upload as the reference to where it was
+saved (``client/human_tasks.py``, ``task_files.py``).
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def opening_form(form: type[forms.BaseForm] | str) -> tuple[str, dict[str, str]]
     """When a task opens: its form's path and the class of each field; :class:`StepUsageError` if unusable.
 
     The class must import by its path (a worker and the web server import it
-    separately), and declare no file field (a task's data is JSON).
+    separately). A file field is fine: its upload is saved to a storage and
+    the run receives a reference (``task_files.py``).
     """
     path = form_path(form)
     try:
@@ -71,9 +73,6 @@ def opening_form(form: type[forms.BaseForm] | str) -> tuple[str, dict[str, str]]
         raise StepUsageError(
             f"the form {form.__qualname__} does not import as {path!r}: define it at the top level of a module"
         )
-    files = [name for name, field in _declared(found).items() if isinstance(field, forms.FileField)]
-    if files:
-        raise StepUsageError(f"the form {path!r} has file fields ({', '.join(files)}): a task's form cannot take files")
     return path, field_classes(found)
 
 

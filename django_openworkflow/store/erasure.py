@@ -18,7 +18,8 @@ and by whom.
 Each run is erased in one transaction that locks its row first and erases
 only a run that is finished then: a run a worker holds, or one made due
 again meanwhile, is left whole. The files of its offloaded payloads
-(``offload.py``) are deleted once that transaction commits.
+(``offload.py``), and the files uploaded to its human tasks' forms
+(``task_files.py``), are deleted once that transaction commits.
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def erase_run(backend: Backend, run_id: Any, by: str) -> Outcome:
                 files += payload_files.references(Event.objects.filter(id__in=events), "payload")
                 Event.objects.filter(id__in=events).update(payload=None)
             payload_files.delete_on_commit(files, backend.alias)
+            payload_files.delete_task_files_on_commit([run_id], backend.alias)  # what its tasks' forms uploaded
             Signal.objects.filter(workflow_run_id=run_id).update(data=None)
             PublishedValue.objects.filter(workflow_run_id=run_id).update(value=None)
             StreamChunk.objects.filter(workflow_run_id=run_id).update(data=None)

@@ -26,7 +26,7 @@ from django.db import models, transaction
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from .. import offload
+from .. import offload, task_files
 from ..models import Approval, Event, PublishedValue, Signal, StepAttempt, StreamChunk, WorkflowRun
 from ..models.fields import PayloadField
 
@@ -79,6 +79,22 @@ def delete_on_commit(found: list[str], using: str) -> None:
     """Inside the transaction that drops these references: delete their files once it commits."""
     if found:
         transaction.on_commit(lambda: offload.delete_files(found), using=using)
+
+
+def delete_task_files_on_commit(run_ids: list[Any], using: str) -> None:
+    """Inside the transaction that deletes or erases these runs: delete their tasks' uploaded files once it commits.
+
+    Only the runs that asked for a form are looked at (one query; a run's files are under its own directory,
+    ``task_files.py``): the others have none.
+    """
+    with_forms = list(
+        Approval.objects.filter(workflow_run_id__in=run_ids)
+        .exclude(form="")
+        .values_list("workflow_run_id", flat=True)
+        .distinct()
+    )
+    if with_forms:
+        transaction.on_commit(lambda: task_files.delete_run_directories(with_forms), using=using)
 
 
 def all_references() -> set[str]:

@@ -119,10 +119,13 @@ def delete_runs(ids: list[Any]) -> None:
     number of runs. The order lets databases that check foreign keys at once
     (MySQL, MariaDB) accept each statement. With ``PAYLOAD_OFFLOAD`` set, the
     files their rows reference are deleted once the transaction commits
-    (``store/payload_files.py``): one statement more per payload column.
+    (``store/payload_files.py``): one statement more per payload column. So
+    are the files uploaded to their human tasks (``task_files.py``): one
+    statement more.
     """
     if payload_files.managed():
         payload_files.delete_on_commit(payload_files.references_of_runs(ids), WorkflowRun.objects.db)
+    payload_files.delete_task_files_on_commit(ids, WorkflowRun.objects.db)  # before the approvals go
     attempts = StepAttempt.objects.filter(workflow_run_id__in=ids).values("id")
     # A successor outlives the run it continued; a child outlives its finished parent.
     WorkflowRun.objects.filter(continued_from_id__in=ids).update(continued_from=None)

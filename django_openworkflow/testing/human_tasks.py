@@ -61,6 +61,9 @@ def submit_task(
 ) -> dict[str, Any]:
     """Submit ``run``'s open task with ``data`` (a dict of the form's fields, JSON values) as ``by``.
 
+    A file field takes a file: a Django ``File``, such as
+    ``SimpleUploadedFile("receipt.pdf", b"...", "application/pdf")``; it is
+    saved to the task files' storage and the run receives a reference.
     Returns the submission delivered (``{"data", "by", "at"}``). The form
     validates ``data`` as it validates what the Inbox posts: a refusal
     raises :class:`~django_openworkflow.errors.TaskFormInvalid`, whose

@@ -11,7 +11,7 @@ from django.test import Client
 
 from django_openworkflow.models import Approval, Signal
 from tests.admin.test_i18n import left_in_english, localized  # noqa: F401  (a fixture)
-from tests.conftest import is_parked
+from tests.conftest import files_in, is_parked
 from tests.fixtures.testapp.models import Order
 from tests.fixtures.testapp.workflows import refund_details
 
@@ -106,3 +106,52 @@ def test_the_task_page_in_french_leaves_no_english(task, django_user_model, loca
         if not any(word in text.lower() for word in ours) and text != "ada"
     ]
     assert left == [], left
+
+
+def test_a_form_with_files_is_posted_multipart_and_the_run_receives_a_reference_to_the_saved_file(
+    run_worker, django_user_model, task_files_dir
+):
+    handle = refund_details.run({"form": "tests.fixtures.testapp.forms.ReceiptForm"})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    approval = Approval.objects.get(workflow_run_id=handle.id)
+    ada = _login(django_user_model, "ada", "managers")
+    url = f"{INBOX}{approval.id}/submit/"
+    page = ada.get(url).content.decode()
+    assert 'enctype="multipart/form-data"' in page and 'type="file" name="receipt"' in page
+    # The form refuses (its note's rule, a photo that is no image): its errors, and no file written.
+    refused = ada.post(
+        url,
+        {"note": "refuse", "receipt": _upload("receipt.pdf", b"%PDF-1.4 paid"), "photo": _upload("cat.png", b"no")},
+    )
+    text = refused.content.decode()
+    assert refused.status_code == 200 and "The note says to refuse." in text and "Upload a valid image" in text
+    assert files_in(task_files_dir) == [] and not Signal.objects.exists()
+    answer = ada.post(url, {"note": "paid", "receipt": _upload("receipt.pdf", b"%PDF-1.4 paid")}, follow=True)
+    assert answer.redirect_chain == [(INBOX, 302)] and "Submitted." in answer.content.decode()
+    run_worker(until=lambda: handle.status() == "completed")
+    data = handle.result()["data"]
+    [path] = files_in(task_files_dir)
+    assert data == {
+        "note": "paid",
+        "receipt": {
+            "name": "receipt.pdf",
+            "path": path,
+            "storage": "default",
+            "size": 13,
+            "content_type": "application/pdf",
+        },
+        "photo": None,
+    }
+    assert path.startswith(f"openworkflow/task-files/{handle.id}/") and path.endswith("/receipt.pdf")
+    assert (task_files_dir / path).read_bytes() == b"%PDF-1.4 paid"
+    # A second submission is refused before its form is read: its file is never written.
+    again = _login(django_user_model, "bob", "managers")
+    late = again.post(url, {"note": "also", "receipt": _upload("late.pdf", b"%PDF late")}, follow=True)
+    assert "This task was already submitted by ada" in late.content.decode()
+    assert files_in(task_files_dir) == [path]
+
+
+def _upload(name: str, content: bytes) -> Any:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    return SimpleUploadedFile(name, content, "application/pdf" if name.endswith(".pdf") else "image/png")

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import Group
-from django.test import Client
+from django.test import Client, override_settings
 
 from django_openworkflow.models import ApiToken, Approval, Signal
-from tests.conftest import is_parked
+from tests.conftest import files_in, is_parked
 from tests.fixtures.testapp.models import Order
 from tests.fixtures.testapp.workflows import refund, refund_details
 
@@ -112,3 +114,100 @@ def test_a_form_gone_is_published_as_such_and_refused_and_each_kind_keeps_its_en
     assert (wrong.status_code, wrong.json()["error"]["code"]) == (400, "wrong_kind")
     assert _post(ada, "/approvals/999999/submit", {"data": {}}).status_code == 404
     assert not Signal.objects.exists()
+
+
+RECEIPT_FORM = "tests.fixtures.testapp.forms.ReceiptForm"
+
+
+def _file(name: str, content: bytes, **more: Any) -> dict[str, Any]:
+    return {"name": name, "content_base64": base64.b64encode(content).decode("ascii"), **more}
+
+
+def test_a_file_field_is_published_as_an_object_of_its_name_and_base64_content(run_worker, django_user_model):
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    [listed] = _token(django_user_model, "ada", "managers").get(f"{API}/approvals").json()["approvals"]
+    form = listed["form"]
+    assert form["required"] == ["note", "receipt"]
+    receipt = form["properties"]["receipt"]
+    assert receipt["type"] == "object" and receipt["required"] == ["name", "content_base64"]
+    assert receipt["additionalProperties"] is False and set(receipt["properties"]) == {
+        "name", "content_base64", "content_type"
+    }  # fmt: skip
+    assert receipt["properties"]["name"]["maxLength"] == 60  # the field's max_length
+    assert receipt["properties"]["content_base64"] == {"type": "string", "contentEncoding": "base64"}
+    assert receipt["description"].startswith(f"a file, of at most {10 * 1024 * 1024} bytes, its content in base64")
+    assert form["properties"]["photo"]["description"].startswith("an image")
+
+
+def test_submit_takes_files_as_base64_refuses_bad_ones_naming_the_field_and_writes_only_the_delivered(
+    run_worker, django_user_model, task_files_dir
+):
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    approval = Approval.objects.get(workflow_run_id=handle.id)
+    ada, bob = _token(django_user_model, "ada", "managers"), _token(django_user_model, "bob", "managers")
+    url = f"/approvals/{approval.id}/submit"
+    bad = {
+        "not base64": ({"name": "r.pdf", "content_base64": "%%%"}, "The file's content_base64 is not base64."),
+        "a string": ("cmVjZWlwdA==", 'Send a file as an object {"name": ..., "content_base64": ...}.'),
+        "no name": ({"content_base64": "cmVjZWlwdA=="}, "A file needs its name, as text."),
+        "an unknown key": ({**_file("r.pdf", b"x"), "size": 1}, "Unknown key 'size' in a file"),
+        "a name too long": (_file("r" * 61 + ".pdf", b"x"), "Ensure this filename has at most 60 characters"),
+    }
+    for what, (receipt, message) in bad.items():
+        answer = _post(ada, url, {"data": {"note": "paid", "receipt": receipt}})
+        error = answer.json()["error"]
+        assert (answer.status_code, error["code"], error["field"]) == (400, "invalid_form", "data.receipt"), what
+        assert error["errors"]["receipt"][0].startswith(message), what
+    with override_settings(OPENWORKFLOW={**settings.OPENWORKFLOW, "TASK_FILE_MAX_BYTES": 4}):
+        answer = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.pdf", b"12345")}})
+    error = answer.json()["error"]
+    assert (answer.status_code, error["field"]) == (400, "data.receipt")
+    assert error["errors"]["receipt"] == ["The file is 5 bytes; the most a task takes is 4."]
+    refused = _post(ada, url, {"data": {"note": "refuse", "receipt": _file("r.pdf", b"%PDF")}})  # the form's rule
+    assert refused.json()["error"]["errors"] == {"note": ["The note says to refuse."]}
+    note = _post(ada, url, {"data": {"note": _file("r.pdf", b"%PDF"), "receipt": _file("r.pdf", b"%PDF")}})
+    assert note.json()["error"]["errors"]["note"] == ["Enter a value, not an object."]
+    assert files_in(task_files_dir) == [] and not Signal.objects.exists()
+
+    sent = _post(ada, url, {"data": {"note": "paid", "receipt": _file("receipt.pdf", b"%PDF-1.4 paid")}})
+    assert sent.status_code == 200, sent.content
+    reference = sent.json()["submission"]["data"]["receipt"]
+    assert reference == {
+        "name": "receipt.pdf",
+        "path": reference["path"],
+        "storage": "default",
+        "size": 13,
+        "content_type": "application/pdf",  # guessed from the name
+    }
+    assert files_in(task_files_dir) == [reference["path"]]
+    assert (task_files_dir / reference["path"]).read_bytes() == b"%PDF-1.4 paid"
+    # Bob comes second: 409, refused before his form is read, and no file of his is written.
+    late = _post(bob, url, {"data": {"note": "also", "receipt": _file("late.txt", b"late", content_type="text/x")}})
+    assert (late.status_code, late.json()["error"]["code"]) == (409, "already_decided")
+    assert files_in(task_files_dir) == [reference["path"]]
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["data"] == {"note": "paid", "receipt": reference, "photo": None}
+
+
+def test_a_submission_may_be_larger_than_a_payload_by_its_files_and_no_more(
+    run_worker, django_user_model, task_files_dir
+):
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    run_worker(until=lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
+    url = f"/approvals/{Approval.objects.get(workflow_run_id=handle.id).id}/submit"
+    ada = _token(django_user_model, "ada", "managers")
+    big = bytes(range(256)) * 400  # 102400 bytes: in base64, more than a payload (1000) and the body's overhead
+    limits = {**settings.OPENWORKFLOW, "MAX_PAYLOAD_BYTES": 1000, "TASK_FILE_MAX_BYTES": len(big)}
+    with override_settings(OPENWORKFLOW=limits):
+        too_big = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big + b"xxxx")}})
+        assert (too_big.status_code, too_big.json()["error"]["field"]) == (400, "data.receipt")
+        body = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big * 3)}})  # > 2 files: 413
+        assert (body.status_code, body.json()["error"]["code"]) == (413, "too_large"), body.content[:300]
+        assert files_in(task_files_dir) == []
+    with override_settings(OPENWORKFLOW={**limits, "TASK_FILE_MAX_BYTES": None}):  # no limit of ours: Django's
+        sent = _post(ada, url, {"data": {"note": "paid", "receipt": _file("r.bin", big * 3)}})
+    assert sent.status_code == 200, sent.content
+    [path] = files_in(task_files_dir)
+    assert (task_files_dir / path).read_bytes() == big * 3

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from django_openworkflow import submit_task, workflow
 from django_openworkflow.client.approvals import approvals_for, decide_approval
@@ -20,7 +21,7 @@ from django_openworkflow.errors import (
     WrongTaskKind,
 )
 from django_openworkflow.models import Approval, Signal, StepAttempt
-from tests.conftest import is_parked, race
+from tests.conftest import files_in, is_parked, race
 from tests.fixtures.testapp.forms import RefundForm
 from tests.fixtures.testapp.models import Order
 from tests.fixtures.testapp.workflows import refund, refund_details
@@ -149,6 +150,33 @@ def test_two_people_submitting_at_once_deliver_one(run_worker, django_user_model
     assert handle.result()["data"] == won[0]["data"] and handle.result()["by"] == won[0]["by"]
 
 
+def test_of_four_people_submitting_files_at_once_only_the_winners_file_is_left(
+    run_worker, django_user_model, task_files_dir
+):
+    users = [_user(django_user_model, f"m{i}", "managers") for i in range(4)]
+    handle, task = _opened(run_worker, {"form": f"{FORMS}.ReceiptForm"})
+    ids = iter(range(4))
+
+    def submit() -> Any:
+        n = next(ids)  # next() on one iterator from four threads: the GIL hands each its own
+        receipt = SimpleUploadedFile(f"receipt-{n}.txt", f"paid by m{n}".encode(), "text/plain")
+        try:
+            return submit_task(task.id, users[n], {"note": f"from m{n}", "receipt": receipt})
+        except ApprovalClosed as exc:
+            return exc
+
+    results = race(submit, n=4)
+    [won] = [r for r in results if isinstance(r, dict)]
+    assert sum(isinstance(r, ApprovalClosed) for r in results) == 3
+    receipt = won["data"]["receipt"]
+    # The losers wrote their files once their forms were valid, and deleted them when the delivery refused them.
+    assert files_in(task_files_dir) == [receipt["path"]]
+    assert receipt["path"].startswith(f"openworkflow/task-files/{handle.id}/")
+    assert (task_files_dir / receipt["path"]).read_text() == f"paid by {won['by']}"
+    run_worker(until=lambda: handle.status() == "completed")
+    assert handle.result()["data"]["receipt"] == receipt
+
+
 def test_a_form_that_no_longer_imports_or_whose_fields_changed_is_refused_and_nothing_is_delivered(
     run_worker, django_user_model
 ):
@@ -191,7 +219,6 @@ def test_several_values_times_to_the_microsecond_and_a_timeout(run_worker, djang
 @pytest.mark.parametrize(
     ("inp", "message"),
     [
-        ({"form": f"{FORMS}.WithFileForm"}, "has file fields (receipt)"),
         ({"form": f"{FORMS}.NoSuchForm"}, "does not import"),
         ({"form": "tests.fixtures.testapp.models.Order"}, "is not a Django Form class"),
         ({"form": "RefundForm"}, "its dotted path"),
@@ -244,3 +271,23 @@ def test_an_async_workflow_awaits_its_task_and_its_approval(run_worker, django_u
     decide_approval(Approval.objects.get(name="ok").id, ada, approved=True)
     run_worker(until=lambda: handle.status() == "completed")
     assert handle.result() == {"note": "fine", "by": "ada", "approved": True}
+
+
+def test_erasure_and_retention_delete_the_files_a_runs_tasks_took(run_worker, django_user_model, task_files_dir):
+    from django_openworkflow.store import get_backend
+    from django_openworkflow.store.erasure import Outcome, erase_run
+    from django_openworkflow.worker.prune import prune
+
+    ada = _user(django_user_model, "ada", "managers")
+    runs = []
+    for n in range(2):
+        handle, task = _opened(run_worker, {"form": f"{FORMS}.ReceiptForm"})
+        receipt = SimpleUploadedFile(f"r{n}.txt", b"paid", "text/plain")
+        submitted = submit_task(task.id, ada, {"note": "paid", "receipt": receipt, "photo": None})
+        run_worker(until=lambda handle=handle: handle.status() == "completed")
+        runs.append((handle, submitted["data"]["receipt"]["path"]))
+    (kept, kept_path), (erased, _) = runs
+    assert erase_run(get_backend(), erased.id, by="test") == Outcome.ERASED
+    assert files_in(task_files_dir) == [kept_path]  # only the erased run's directory went, once committed
+    assert sum(prune(older_than=timedelta(0)).runs.values()) == 2
+    assert files_in(task_files_dir) == []

@@ -7,13 +7,32 @@ mark there: a query would fail the test).
 
 from __future__ import annotations
 
-import pytest
-from django.contrib.auth.models import Group, User
+import io
+from typing import Any
 
-from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, ApprovalNotFound, TaskFormInvalid
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.core.files.storage import FileSystemStorage, default_storage
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.http import QueryDict
+from django.test import override_settings
+from django.utils.datastructures import MultiValueDict
+
+from django_openworkflow.client.human_tasks import submit_task as submit_files
+from django_openworkflow.errors import (
+    ApprovalClosed,
+    ApprovalNotAssigned,
+    ApprovalNotFound,
+    InvalidArgument,
+    TaskFormInvalid,
+)
+from django_openworkflow.models import Approval
 from django_openworkflow.testing import advance, decide, drain, submit_task
 from django_openworkflow.testing.memory import InMemoryBackend, start
 from django_openworkflow.testing.memory import drain as drain_memory
+from django_openworkflow.testing.overrides import override_openworkflow
+from tests.conftest import files_in
 from tests.engine.test_human_tasks import async_task
 from tests.fixtures.testapp.models import Order
 from tests.fixtures.testapp.workflows import refund, refund_details
@@ -148,3 +167,92 @@ def test_claims_and_timers_on_the_memory_backend_without_a_database():
         "submit",
     ]
     assert row.assignees["users"] == ["ada", "bob", "root"]
+
+
+RECEIPT_FORM = "tests.fixtures.testapp.forms.ReceiptForm"
+
+
+@pytest.mark.django_db
+def test_a_test_submits_a_file_and_the_run_receives_a_reference_an_invalid_form_writes_none(task_files_dir):
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    drain()
+    receipt = SimpleUploadedFile("receipt.txt", b"paid in full", "text/plain")
+    with pytest.raises(TaskFormInvalid) as refused:
+        submit_task(handle, {"note": "refuse", "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"note": ["The note says to refuse."]}
+    assert files_in(task_files_dir) == []
+    with pytest.raises(TaskFormInvalid) as refused:  # larger than TASK_FILE_MAX_BYTES: the field's error
+        with override_openworkflow(TASK_FILE_MAX_BYTES=5):
+            submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"receipt": ["The file is 12 bytes; the most a task takes is 5."]}
+    assert files_in(task_files_dir) == []
+    with pytest.raises(TaskFormInvalid) as refused:  # a file where the form takes text
+        submit_task(handle, {"note": receipt, "receipt": receipt}, by=ada)
+    assert refused.value.errors == {"note": ["'note' is not a file field of the form; it takes no file."]}
+    task_id = Approval.objects.get(workflow_run_id=handle.id).id
+    with pytest.raises(TaskFormInvalid) as refused:  # as a browser posts them: the files apart
+        submit_files(task_id, ada, QueryDict("note=paid"), files=MultiValueDict({"note": [receipt]}))
+    assert refused.value.errors == {
+        "note": ["'note' is not a file field of the form; it takes no file."],
+        "receipt": ["This field is required."],
+    }
+    with pytest.raises(InvalidArgument, match="files must be a dict of the form's file fields, got list"):
+        submit_files(task_id, ada, {"note": "paid"}, files=[receipt])
+    assert files_in(task_files_dir) == []
+    receipt.seek(0)
+    submitted = submit_task(handle, {"note": "paid", "receipt": receipt}, by=ada)
+    drain()
+    reference = handle.result()["data"]["receipt"]
+    assert reference == submitted["data"]["receipt"] and files_in(task_files_dir) == [reference["path"]]
+    assert (reference["name"], reference["size"], reference["content_type"]) == ("receipt.txt", 12, "text/plain")
+    with default_storage.open(reference["path"]) as saved:
+        assert saved.read() == b"paid in full"
+
+
+def test_a_file_on_the_memory_backend(task_files_dir):
+    backend = InMemoryBackend()
+    ada = User(username="ada")  # never saved
+    task = start(backend, refund_details, {"form": RECEIPT_FORM, "assignees": "user:ada"})
+    drain_memory(backend)
+    with pytest.raises(TaskFormInvalid, match="receipt: This field is required"):
+        submit_task(task, {"note": "paid"}, by=ada, store=backend)
+    receipt = SimpleUploadedFile("r.txt", b"paid", "text/plain")
+    submit_task(task, {"note": "paid", "receipt": receipt}, by=ada, store=backend)
+    drain_memory(backend)
+    reference = backend.run_outcome(task).output["data"]["receipt"]
+    assert files_in(task_files_dir) == [reference["path"]] and reference["path"].startswith(
+        f"openworkflow/task-files/{task}/"
+    )
+    assert (task_files_dir / reference["path"]).read_bytes() == b"paid"
+
+
+class RefusingStorage(FileSystemStorage):
+    """A file storage that fails to save images (a storage down half-way through a submission's files)."""
+
+    def _save(self, name: str, content: Any) -> str:
+        if name.endswith(".png"):
+            raise OSError("the storage is full")
+        return super()._save(name, content)
+
+
+def _png() -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (1, 1)).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_a_storage_failing_on_a_later_file_deletes_the_earlier_ones_and_delivers_nothing(task_files_dir):
+    ada = User.objects.create_user("ada", is_superuser=True)
+    handle = refund_details.run({"form": RECEIPT_FORM})
+    drain()
+    receipt = SimpleUploadedFile("receipt.txt", b"paid", "text/plain")
+    photo = SimpleUploadedFile("photo.png", _png(), "image/png")
+    refusing = {**settings.STORAGES, "default": {"BACKEND": f"{__name__}.RefusingStorage"}}
+    with override_settings(STORAGES=refusing), pytest.raises(OSError, match="the storage is full"):
+        submit_task(handle, {"note": "paid", "receipt": receipt, "photo": photo}, by=ada)
+    assert files_in(task_files_dir) == []  # the receipt was saved first, then deleted
+    assert Approval.objects.get(workflow_run_id=handle.id).status == "open"
