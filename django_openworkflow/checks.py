@@ -217,6 +217,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     problem = approval_notify_problem()
     if problem is not None:
         messages.append(checks.Error(f"OPENWORKFLOW[{APPROVAL_SETTING!r}]: {problem}, or None", id="openworkflow.E008"))
+    try:
+        owf_settings.task_reassign_permission  # noqa: B018  (read to validate)
+    except ValueError as exc:
+        messages.append(checks.Error(str(exc), id="openworkflow.E009"))
     if owf_settings.database not in settings.DATABASES:
         messages.append(
             checks.Error(

@@ -71,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
     # How often runworkflows workers look for human tasks' reminders and escalations that are due (one of
     # them at a time, worker/task_timers.py); None or 0: never (fire_task_timers() by hand then).
     "TASK_TIMERS_INTERVAL": "1m",
+    # The permission ("app_label.codename") that lets a user release a task someone else holds and reassign
+    # any task (client/human_tasks.py); superusers may anyway.
+    "TASK_REASSIGN_PERMISSION": "django_openworkflow.reassign_approval",
     # -- Payload encryption (docs/howto/encryption.md, encryption.py) --
     # Fernet keys (the `encryption` extra): the first encrypts new payloads, every one decrypts. None: off.
     "PAYLOAD_ENCRYPTION": None,
@@ -264,6 +267,18 @@ class Settings:
                 f"OPENWORKFLOW['ADMIN_LIVE_SECONDS'] must be a whole number of seconds, at least 0, got {value!r:.60}"
             )
         return value
+
+    @property
+    def task_reassign_permission(self) -> str:
+        """``TASK_REASSIGN_PERMISSION``: the permission that lets a user release and reassign others' tasks."""
+        value = self._get("TASK_REASSIGN_PERMISSION")
+        app_label, _, codename = value.partition(".") if isinstance(value, str) else ("", "", "")
+        if not app_label or not codename or "." in codename or value != value.strip():
+            raise ValueError(
+                "OPENWORKFLOW['TASK_REASSIGN_PERMISSION'] must be a permission as user.has_perm() names it, "
+                f"'app_label.codename', got {value!r:.80}"
+            )
+        return str(value)
 
     @property
     def task_files_storage(self) -> str:

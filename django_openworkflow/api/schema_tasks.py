@@ -50,9 +50,9 @@ def task_paths() -> dict[str, Any]:
         "/approvals/{approval_id}/release": {
             "post": {
                 "summary": "Release the claim on an approval or task",
-                "description": "Its holder, or a user with the django_openworkflow.reassign_approval permission "
-                "(409 claimed for another assignee; 403 not_assigned for someone else). A task nobody holds is "
-                "answered as it is. No body, or {}.",
+                "description": "Its holder, or a user with the permission "
+                "OPENWORKFLOW['TASK_REASSIGN_PERMISSION'] names (409 claimed for another assignee; 403 "
+                "not_assigned for someone else). A task nobody holds is answered as it is. No body, or {}.",
                 "parameters": [approval_id],
                 "responses": {"200": _answer("the task's holder now", CLAIM_ANSWER), **refused},
             }
@@ -60,7 +60,7 @@ def task_paths() -> dict[str, Any]:
         "/approvals/{approval_id}/reassign": {
             "post": {
                 "summary": "Give an approval or task to another user",
-                "description": "Needs the django_openworkflow.reassign_approval permission (403 not_assigned "
+                "description": "Needs the permission OPENWORKFLOW['TASK_REASSIGN_PERMISSION'] names (403 not_assigned "
                 "otherwise). The task is claimed for the user to; when its assignees do not name them, they are "
                 "added. An unknown, inactive or excluded user is 400 invalid.",
                 "parameters": [approval_id],

@@ -21,6 +21,7 @@ from django.core.files.base import File
 from django.utils.datastructures import MultiValueDict
 
 from .. import task_files
+from ..conf import owf_settings
 from ..definitions.forms import changed_fields, field_classes, json_safe, load_form
 from ..definitions.payload import check_text
 from ..errors import (
@@ -178,8 +179,10 @@ def _file_errors(fields: Mapping[str, forms.Field], uploads: MultiValueDict[str,
     return errors
 
 
-REASSIGN_PERMISSION = "django_openworkflow.reassign_approval"
-"""The permission to release a task someone else holds, and to reassign any task (superusers have it)."""
+def reassign_permission() -> str:
+    """The permission to release a task someone else holds, and to reassign any task (superusers have it):
+    ``OPENWORKFLOW["TASK_REASSIGN_PERMISSION"]``, by default ``django_openworkflow.reassign_approval``."""
+    return owf_settings.task_reassign_permission
 
 
 def claim_task(approval_id: int, user: Any, *, store: ApprovalStore | None = None) -> ApprovalRecord:
@@ -238,9 +241,10 @@ def release_task(approval_id: int, user: Any, *, store: ApprovalStore | None = N
 def reassign_task(approval_id: int, user: Any, to: Any, *, store: ApprovalStore | None = None) -> ApprovalRecord:
     """Give ``approval_id`` to the user ``to`` (a user or a username), as ``user``: it is claimed for them.
 
-    ``user`` needs the ``django_openworkflow.reassign_approval`` permission
-    (a superuser has it). ``to`` must be an active user the workflow does not
-    exclude; when the assignees do not name them, they are added. Recorded
+    ``user`` needs the permission ``OPENWORKFLOW["TASK_REASSIGN_PERMISSION"]``
+    names, by default ``django_openworkflow.reassign_approval`` (a superuser
+    has it). ``to`` must be an active user the workflow does not exclude;
+    when the assignees do not name them, they are added. Recorded
     as a claim is; returns the task as it is now. Raises
     :class:`~django_openworkflow.errors.ApprovalNotAssigned` without the
     permission, :class:`~django_openworkflow.errors.InvalidArgument` for an
@@ -250,7 +254,7 @@ def reassign_task(approval_id: int, user: Any, to: Any, *, store: ApprovalStore 
     if not may_reassign_tasks(user):
         raise ApprovalNotAssigned(
             f"{user.get_username() or 'this user'} may not reassign approval {approval_id}: "
-            f"it takes the {REASSIGN_PERMISSION} permission"
+            f"it takes the {reassign_permission()} permission"
         )
     record = backend.approval(approval_id)
     if record is None:
@@ -277,14 +281,14 @@ def reassign_task(approval_id: int, user: Any, to: Any, *, store: ApprovalStore 
 def may_reassign_tasks(user: Any) -> bool:
     """Whether ``user`` may release tasks others hold and reassign any task (the Inbox shows them the buttons).
 
-    An active superuser, or an active user with the ``django_openworkflow.reassign_approval``
-    permission; a user not saved (the in-memory backend's tests) holds no permission.
+    An active superuser, or an active user with the permission ``TASK_REASSIGN_PERMISSION`` names
+    (:func:`reassign_permission`); a user not saved (the in-memory backend's tests) holds no permission.
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return False
     if getattr(user, "is_superuser", False):
         return True
-    return user.pk is not None and bool(user.has_perm(REASSIGN_PERMISSION))
+    return user.pk is not None and bool(user.has_perm(reassign_permission()))
 
 
 def _assigned_any(store: ApprovalStore, approval_id: int, user: Any) -> ApprovalRecord:

@@ -262,8 +262,8 @@ def claimed_error(approval_id: int, holder: str, form: str, doing: str) -> TaskC
     """The refusal of someone who is not the holder of a claimed task (every backend's words)."""
     what = _noun(form, approval_id)
     return TaskClaimed(
-        f"{what} is claimed by {holder}: only they may {doing} it (they may release it, or a user with the "
-        "django_openworkflow.reassign_approval permission may release or reassign it)",
+        f"{what} is claimed by {holder}: only they may {doing} it (they may release it, or a user allowed to "
+        "reassign tasks may release or reassign it)",
         claimed_by=holder,
     )
 

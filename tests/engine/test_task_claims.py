@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, Permission
+from django.test import override_settings
 
 from django_openworkflow import claim_task, decide_approval, reassign_task, release_task, submit_task
 from django_openworkflow.client.approvals import approvals_for, inbox_counts
@@ -186,3 +187,28 @@ def test_a_real_worker_process_delivers_the_holders_submission_only(workers, dja
     submit_task(task.id, bob, {"note": "bob's"})
     assert handle.result(timeout=60)["data"] == {"note": "bob's"}
     assert _actions(task) == [("claim", "bob"), ("submit", "bob")]
+
+
+def test_the_reassign_permission_is_the_one_the_setting_names(run_worker, django_user_model):
+    """TASK_REASSIGN_PERMISSION: holders of the project's own permission reassign; the package's no longer does."""
+    ada = _user(django_user_model, "ada", "managers")
+    packaged = _user(django_user_model, "lead", reassigns=True)  # django_openworkflow.reassign_approval
+    own = _user(django_user_model, "boss")
+    own.user_permissions.add(Permission.objects.get(codename="change_group"))
+    own = django_user_model.objects.get(pk=own.pk)  # its permissions read afresh
+    _, task = _opened(run_worker)
+    claim_task(task.id, ada)
+    with override_settings(OPENWORKFLOW={"TASK_REASSIGN_PERMISSION": "auth.change_group"}):
+        with pytest.raises(ApprovalNotAssigned, match="it takes the auth.change_group permission"):
+            reassign_task(task.id, packaged, "boss")
+        assert release_task(task.id, own).claimed_by == ""  # the holder was ada: boss may release it
+        assert reassign_task(task.id, own, "ada").claimed_by == "ada"
+
+
+@pytest.mark.parametrize("value", ["reassign_approval", "a.b.c", "", None, 7, " auth.change_group"])
+def test_a_reassign_permission_not_named_app_label_dot_codename_fails_the_checks(value):
+    from django_openworkflow.checks import check_settings
+
+    with override_settings(OPENWORKFLOW={"TASK_REASSIGN_PERMISSION": value}):
+        errors = [message for message in check_settings() if message.id == "openworkflow.E009"]
+    assert len(errors) == 1 and "TASK_REASSIGN_PERMISSION" in errors[0].msg
