@@ -302,7 +302,7 @@ def free_port() -> int:
 
 def http_get(url: str, **headers: str) -> str:
     request = urllib.request.Request(url, headers=headers)
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with urllib.request.urlopen(request, timeout=CEILING) as response:
         return str(response.read().decode())
 
 
@@ -316,7 +316,7 @@ def test_worker_processes_report_through_the_multiprocess_directory_and_their_ow
     workers.start("--concurrency", "2", "--metrics-port", f"127.0.0.1:{port}")  # the default queue
     workers.start("--concurrency", "2", "--queue", "second")
     handles = [three_steps.run({"start": n}, queue=queue) for n in range(3) for queue in ("default", "second")]
-    wait_until(lambda: all(h.status() == "completed" for h in handles), timeout=60)
+    wait_until(lambda: all(h.status() == "completed" for h in handles), timeout=CEILING)
 
     # The view (this process, multiprocess mode) sums what both workers wrote in the directory.
     samples = scrape(client)
@@ -453,7 +453,7 @@ def test_a_real_prometheus_server_scrapes_the_metrics(loopback_server, metrics_o
                     return False  # not listening yet
                 return bool(found)
 
-            wait_until(scraped, timeout=60, interval=0.5)
+            wait_until(scraped, timeout=CEILING, interval=0.5)
             assert found[0]["metric"]["job"] == "workflows"
             assert float(found[0]["value"][1]) == 2
             up = prometheus_query(base, 'up{job="workflows"}')
