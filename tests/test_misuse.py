@@ -13,6 +13,7 @@ from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.loop import Worker
+from tests.conftest import CEILING
 from tests.fixtures.testapp.workflows import approval, three_steps
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,7 +67,7 @@ def test_payload_over_the_limit_names_its_size():
 def test_bad_step_names_are_clear_errors(run_worker, name):
     handle = bad_step_names.run({"name": name})
     run_worker()
-    assert "step name" in handle.result(timeout=5)
+    assert "step name" in handle.result(timeout=CEILING)
 
 
 def test_step_api_outside_its_run_is_a_clear_error(run_worker):

@@ -20,7 +20,7 @@ from django.test import Client
 from django_openworkflow import runs_for
 from django_openworkflow.models import WorkflowRun
 from tests.cli.helpers import as_json, workflows
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import Coupon, Order
 from tests.fixtures.testapp.workflows import always_fails, three_steps
 
@@ -55,7 +55,7 @@ def run_ids_in(html: str) -> set[str]:
 def test_each_order_shows_exactly_its_runs_everywhere(workers: Any, admin_client: Client) -> None:
     started = start_runs()
     workers.start("--concurrency", "4", "--poll", "20ms")
-    wait_until(lambda: finished() == ORDERS * RUNS_EACH + 1, timeout=120, interval=0.1)
+    wait_until(lambda: finished() == ORDERS * RUNS_EACH + 1, timeout=CEILING, interval=0.1)
     failed = WorkflowRun.objects.filter(status="failed", subject_type="testapp.order").count()
     assert failed == ORDERS  # the failing run of each order ran and failed
     for pk, run_ids in started.items():

@@ -18,7 +18,7 @@ from django_openworkflow import (
 from django_openworkflow.definitions.registry import registry
 from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import Event, WorkflowRun
-from tests.conftest import race
+from tests.conftest import CEILING, race
 from tests.fixtures import event_workflows
 from tests.fixtures.event_workflows import echo, echo_again
 
@@ -187,7 +187,7 @@ def test_the_started_run_executes_with_the_payload(declare, run_worker):
     payload = {"kind": "go", "items": [1, 2, 3], "note": "ünïcode"}
     (handle,) = publish_event("ev.execute", payload).started
     run_worker()
-    assert handle.result(timeout=10) == payload
+    assert handle.result(timeout=CEILING) == payload
 
 
 def test_a_subscribed_workflow_gets_its_flow_control(declare, dispatched):

@@ -12,7 +12,7 @@ from django_openworkflow.client.handle import get_run, send_signal
 from django_openworkflow.client.listing import run_json
 from django_openworkflow.errors import OperationRefused, RunNotFound
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.rerun_workflows import C_BROKEN, rerun_abc, rerun_catches, rerun_compensated, rerun_parent
 from tests.fixtures.testapp.models import SideEffect
 
@@ -40,7 +40,7 @@ def test_a_rerun_from_b_copies_a_and_runs_b_and_c_again_in_a_worker_process(work
     fix_c()
     new_id = operations.rerun_from_step(source.id, "b")
     rerun = get_run(new_id)
-    assert rerun.result(timeout=30) == {"a": token, "c": f"{token}-b-c", "signal": None}
+    assert rerun.result(timeout=CEILING) == {"a": token, "c": f"{token}-b-c", "signal": None}
     # a's code did not run in the new run: its result is the source run's, copied.
     assert effects(new_id) == {"b": 1, "c": 1}
     a_source = StepAttempt.objects.get(workflow_run_id=source.id, step_name="a")

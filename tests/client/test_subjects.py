@@ -12,6 +12,7 @@ from django_openworkflow.client.subjects import find_subject, parse_subject
 from django_openworkflow.errors import InvalidArgument
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.testing import drain
+from tests.conftest import CEILING
 from tests.fixtures.languageapp.workflows import poller
 from tests.fixtures.testapp.models import Coupon, Order, RushOrder
 from tests.fixtures.testapp.workflows import always_fails, three_steps
@@ -121,7 +122,7 @@ def test_a_rerun_and_a_continued_run_keep_the_subject() -> None:
     assert len(runs) == 3 and {run.rerun_of_id for run in runs} == {None, failed.id}
     polling = poller.run({"count": 0, "until": 6}, subject=order)
     drain()
-    assert polling.result(timeout=5) == 6
+    assert polling.result(timeout=CEILING) == 6
     chain = runs_for(order).filter(workflow_name="lang-poller")
     assert chain.count() == 2 and chain.filter(continued_from_id=polling.id).exists()
 

@@ -11,6 +11,7 @@ from django_openworkflow.definitions.payload import MAX_DEPTH, check_text, stora
 from django_openworkflow.engine.interrupts import error_from_exception
 from django_openworkflow.errors import PayloadError
 from django_openworkflow.models import StepAttempt, WorkflowRun
+from tests.conftest import CEILING
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import poison_payloads
 
@@ -78,7 +79,7 @@ def test_a_step_with_unstorable_text_fails_its_run_without_looping(run_worker, w
     # Before, jsonb refused such a step's result, the worker took it for a
     # transient error and re-ran the step about once a second forever.
     handle = poison_payloads.run({"where": where, "nul": nul})
-    run_worker(until=lambda: handle.status() in ("completed", "failed"), timeout=30)
+    run_worker(until=lambda: handle.status() in ("completed", "failed"), timeout=CEILING)
     run = handle.fetch()
     executions = SideEffect.objects.filter(run_id=handle.id).count()
     if where == "message":

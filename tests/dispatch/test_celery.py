@@ -176,7 +176,7 @@ def test_hundred_runs_with_a_sleep_each_step_exactly_once(celery_workers):
     celery_workers.start("threads", concurrency=8)
     run_ids = [handle.id for handle in handles]
     # No sweep: parked runs come back through their delayed (ETA) messages.
-    wait_until(lambda: all_completed(run_ids), timeout=40, interval=0.1)
+    wait_until(lambda: all_completed(run_ids), timeout=CEILING, interval=0.1)
     assert [handle.result() for handle in handles[:3]] == [1, 11, 21]
     assert_effects(run_ids, {"one": 1, "two": 1, "three": 1})
 
@@ -187,7 +187,7 @@ def test_prefork_pool_children_are_dispatched_and_wake_their_parents(celery_work
     celery_workers.start("prefork", concurrency=2)
     run_ids = [handle.id for handle in handles]
     # No sweep: children are sent by the parent's slice, parents by the child's completion.
-    wait_until(lambda: all_completed(run_ids), timeout=30, interval=0.1)
+    wait_until(lambda: all_completed(run_ids), timeout=CEILING, interval=0.1)
     assert [handle.result() for handle in handles[:3]] == [1, 3, 5]
     children = list(WorkflowRun.objects.filter(workflow_name="celery-child").values_list("id", flat=True))
     assert len(children) == 10 and all_completed(children)
@@ -195,7 +195,7 @@ def test_prefork_pool_children_are_dispatched_and_wake_their_parents(celery_work
     for run_id in run_ids + children:
         send_execute_run(run_id)
     assert sweep() == 0
-    wait_until(lambda: broker.llen(QUEUE) == 0, timeout=10)
+    wait_until(lambda: broker.llen(QUEUE) == 0, timeout=CEILING)
     time.sleep(0.3)  # let the last messages' claims fail
     assert_effects(run_ids, {"after": 1})
     assert_effects(children, {"double": 1})
@@ -211,10 +211,10 @@ def test_async_fan_out_and_continue_as_new_are_dispatched_without_a_sweep(celery
     poller = lang.poller.run({"count": 0, "until": 6})
     celery_workers.start("prefork", concurrency=2)
     # No sweep: children and the successor are sent by the slice that started them.
-    wait_until(lambda: all(h.status() in ("completed", "continued") for h in (async_run, fan_out)), timeout=60)
-    assert async_run.result() == ["A", "B", "C"] and sync_run.result(timeout=30) == {"n": 1}
+    wait_until(lambda: all(h.status() in ("completed", "continued") for h in (async_run, fan_out)), timeout=CEILING)
+    assert async_run.result() == ["A", "B", "C"] and sync_run.result(timeout=CEILING) == {"n": 1}
     assert len(fan_out.result()) == 20
-    assert poller.result(timeout=30) == 6 and poller.status() == "continued"
+    assert poller.result(timeout=CEILING) == 6 and poller.status() == "continued"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -222,7 +222,7 @@ def test_sigkill_mid_run_then_a_new_worker_and_the_sweep_complete_every_run(cele
     # Step "two" hangs the first time it runs: four runs stuck in it, on four of six threads...
     hung = [three_steps.run({"start": i, "hang_first_time": True}).id for i in range(4)]
     first = celery_workers.start("threads", concurrency=6)
-    wait_until(lambda: SideEffect.objects.filter(run_id__in=hung, step="two").count() == 4, timeout=20)
+    wait_until(lambda: SideEffect.objects.filter(run_id__in=hung, step="two").count() == 4, timeout=CEILING)
     # ...and parked runs whose delayed messages the worker holds when it dies.
     parked = [sleepy.run({"n": i, "nap": "2s"}).id for i in range(5)]
     # Parked after their first slice: step "one" ran and no worker holds them (before their
@@ -232,13 +232,13 @@ def test_sigkill_mid_run_then_a_new_worker_and_the_sweep_complete_every_run(cele
             SideEffect.objects.filter(run_id__in=parked, step="one").count() == 5
             and WorkflowRun.objects.filter(id__in=parked, worker_id=None, attempts=0).count() == 5
         ),
-        timeout=20,
+        timeout=CEILING,
     )
     celery_workers.kill(first)
     # Those messages are unacknowledged in Redis until its visibility timeout (an hour): lost,
     # as far as this test is concerned. The sweep finds the runs once their leases or naps run out.
     celery_workers.start("threads", concurrency=4)
-    wait_until(sweeping_until_completed(hung + parked), timeout=30, interval=0.1)
+    wait_until(sweeping_until_completed(hung + parked), timeout=CEILING, interval=0.1)
     assert_effects(hung, {"one": 1, "two": 2, "three": 1})
     assert_effects(parked, {"one": 1, "two": 1, "three": 1})
     # The attempt the dead worker left open was closed as failed, then retried.
@@ -252,7 +252,7 @@ def test_heartbeat_keeps_a_slice_longer_than_the_lease(celery_workers):
     # the sweep would hand the run to a second thread, which would run the step again.
     handle = slow_steps.run({"steps": 1, "pause": 3})
     celery_workers.start("threads", concurrency=2)
-    wait_until(sweeping_until_completed([handle.id], every=0.2), timeout=20, interval=0.05)
+    wait_until(sweeping_until_completed([handle.id], every=0.2), timeout=CEILING, interval=0.05)
     assert_effects([handle.id], {"tick": 1})
 
 
@@ -264,7 +264,7 @@ def test_a_delayed_message_that_arrives_early_is_sent_again_for_the_rest(celery_
     # A message for the wake time that arrives 2 s early (think of a worker clock ahead of the database's).
     send_execute_run(handle.id, due_at=handle.fetch().available_at)
     celery_workers.start("threads", concurrency=2)
-    assert handle.result(timeout=15) == 41  # no sweep: only that message can have done it
+    assert handle.result(timeout=CEILING) == 41  # no sweep: only that message can have done it
 
 
 @pytest.mark.django_db(transaction=True)
@@ -277,7 +277,7 @@ def test_lost_messages_are_recovered_by_the_beat_sweep(celery_workers, broker):
     assert WorkflowRun.objects.filter(id__in=run_ids, status="pending").count() == 20
     # What Celery beat does: send the sweep task by name (it is routed to the workflow queue).
     app.send_task(SWEEP)
-    wait_until(lambda: all_completed(run_ids), timeout=30, interval=0.1)
+    wait_until(lambda: all_completed(run_ids), timeout=CEILING, interval=0.1)
     assert_effects(run_ids, {"one": 1, "two": 1, "three": 1})
 
 
@@ -299,7 +299,7 @@ def test_lost_messages_are_recovered_by_runworkflows_dispatch_only(celery_worker
     sweeper = subprocess.Popen([sys.executable, "-c", command], cwd=ROOT, env=env)
     run_ids = [handle.id for handle in handles]
     try:
-        wait_until(lambda: all_completed(run_ids), timeout=30, interval=0.1)
+        wait_until(lambda: all_completed(run_ids), timeout=CEILING, interval=0.1)
     finally:
         sweeper.send_signal(signal.SIGTERM)
         assert sweeper.wait(10) == 0

@@ -17,7 +17,7 @@ from django_openworkflow.client.approvals import approvals_for, decide_approval
 from django_openworkflow.engine.approvals import parse_assignees
 from django_openworkflow.errors import ApprovalClosed, ApprovalNotAssigned, StepUsageError
 from django_openworkflow.models import Approval, Signal, StepAttempt
-from tests.conftest import is_parked, race, wait_until
+from tests.conftest import CEILING, is_parked, race, wait_until
 from tests.fixtures.testapp.workflows import refund
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -240,7 +240,7 @@ def test_a_real_worker_process_delivers_the_inbox_decision(workers, django_user_
     handle = refund.run({"amount": 5})
     wait_until(lambda: is_parked(handle) and Approval.objects.filter(workflow_run_id=handle.id).exists())
     decide_approval(Approval.objects.get().id, ada, approved=False, comment="too late")
-    result = handle.result(timeout=30)
+    result = handle.result(timeout=CEILING)
     assert (result["approved"], result["by"], result["comment"]) == (False, "ada", "too late")
 
 

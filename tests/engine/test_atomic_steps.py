@@ -8,7 +8,7 @@ import pytest
 
 from django_openworkflow import RetryPolicy, send_signal, workflow
 from django_openworkflow.models import Signal, StepAttempt
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import approval, atomic_write, record
 
@@ -51,7 +51,7 @@ def test_killed_worker_inside_an_atomic_step_leaves_no_write(workers, tmp_path):
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     workers.start("--lease", "1s", "--poll", "20ms")
-    assert handle.result(timeout=30) == "written"
+    assert handle.result(timeout=CEILING) == "written"
     assert SideEffect.objects.filter(run_id=handle.id, step="write").count() == 1
 
 
@@ -67,6 +67,6 @@ def atomic_signals_another_run(ctx):
 def test_atomic_step_may_call_into_the_store(run_worker):
     other = approval.run({}, available_at="1h")  # stays pending: the signal is buffered
     handle = atomic_signals_another_run.run({"other": str(other.id)})
-    run_worker(until=lambda: handle.status() == "completed", timeout=20)
+    run_worker(until=lambda: handle.status() == "completed", timeout=CEILING)
     assert handle.result() is False  # buffered for the other run's wait
     assert Signal.objects.get().workflow_run_id == other.id

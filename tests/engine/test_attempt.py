@@ -14,6 +14,7 @@ from django_openworkflow import RetryPolicy, StepUsageError, workflow
 from django_openworkflow.engine.execute import Outcome, execute_slice
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
+from tests.conftest import CEILING
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,7 +109,7 @@ def attempt_ids(ctx):
 
 def test_each_attempt_has_its_own_id_and_all_share_the_idempotency_key(run_worker):
     handle = attempt_ids.run({"fail_first": True})
-    run_worker(until=lambda: handle.status() == "completed", timeout=30)
+    run_worker(until=lambda: handle.status() == "completed", timeout=CEILING)
     first, second = seen
     assert (first.number, second.number) == (1, 2)
     assert first.id == f"{handle.id}:charge#1" and second.id == f"{handle.id}:charge#2"

@@ -20,6 +20,7 @@ from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.states import StepKind, StepStatus
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.records import AttemptUpdate, CancelRequested, ChildStart, Fence, LeaseLost, NewAttempt
+from tests.conftest import CEILING
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,7 +107,7 @@ def cancel_during_the_step(handle) -> threading.Thread:
 def test_a_cancel_asked_during_a_step_compensates_and_ends_canceled_before_any_heartbeat(run_worker, then):
     handle = saga.run({"then": then})
     canceler = cancel_during_the_step(handle)
-    run_worker(until=lambda: handle.status() in FINISHED, timeout=30)  # the default lease: 30 s
+    run_worker(until=lambda: handle.status() in FINISHED, timeout=CEILING)  # the default lease: 30 s
     canceler.join()
 
     run = handle.fetch()

@@ -15,7 +15,7 @@ from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.states import StepKind, StepStatus
 from django_openworkflow.worker import loop as worker_module
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import (
     exits_in_a_step,
@@ -83,7 +83,7 @@ def effects(run_id: object, step: str) -> int:
 
 def test_a_write_the_database_refuses_fails_the_run_after_a_bounded_number_of_tries(poisoned_step, run_worker):
     handle = poison_write.run()
-    run_worker(until=lambda: handle.status() == "failed", timeout=60)
+    run_worker(until=lambda: handle.status() == "failed", timeout=CEILING)
     run = handle.fetch()
     assert run.error["type"] == "EngineError"
     assert "poisoned write" in run.error["message"] or "Data too long" in run.error["message"]
@@ -123,8 +123,8 @@ def test_sys_exit_in_worker_processes_leaves_the_other_runs_alone(workers):
     good = [three_steps.run({"start": i}) for i in range(30)]
     workers.start("--concurrency", "4", "--poll", "20ms")
     workers.start("--concurrency", "4", "--poll", "20ms")
-    assert [h.result(timeout=60) for h in good] == [{"result": i * 10 + 1} for i in range(30)]
-    wait_until(lambda: all(h.status() == "failed" for h in bad), timeout=60)
+    assert [h.result(timeout=CEILING) for h in good] == [{"result": i * 10 + 1} for i in range(30)]
+    wait_until(lambda: all(h.status() == "failed" for h in bad), timeout=CEILING)
     assert all(p.poll() is None for p in workers.procs)  # both workers are still running
 
 
@@ -147,7 +147,7 @@ def test_a_slot_thread_that_dies_anyway_is_replaced(monkeypatch):
     def done() -> bool:
         finished = all(h.status() == "completed" for h in handles)
         if finished:
-            wait_until(lambda: sum(t.is_alive() for t in worker._slot_threads.values()) == 2, timeout=10)
+            wait_until(lambda: sum(t.is_alive() for t in worker._slot_threads.values()) == 2, timeout=CEILING)
             alive.append(2)
         return finished
 
@@ -167,7 +167,7 @@ def test_a_hung_step_is_visible_and_sigterm_releases_it_after_the_drain_timeout(
         ).first()
 
     # The watchdog records the start of a step running longer than half a second (the step hangs for minutes).
-    wait_until(lambda: open_attempt() is not None, timeout=60)
+    wait_until(lambda: open_attempt() is not None, timeout=CEILING)
     assert open_attempt().started_at is not None
     assert handle.fetch().worker_id is not None
     proc.send_signal(signal.SIGTERM)
@@ -176,5 +176,5 @@ def test_a_hung_step_is_visible_and_sigterm_releases_it_after_the_drain_timeout(
     run = handle.fetch()
     assert run.worker_id is None and run.status == "running"
     workers.start("--poll", "20ms")
-    assert handle.result(timeout=30) == "finished"
+    assert handle.result(timeout=CEILING) == "finished"
     assert effects(handle.id, "hang") == 2

@@ -9,7 +9,7 @@ import pytest
 from django_openworkflow import RetryPolicy, WorkflowRegistrationError, workflow
 from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.testing import drain
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import alerts_on_failure
 
@@ -109,5 +109,5 @@ def test_the_journal_shows_on_failure_after_the_compensations():
 
     handle = compensated.run()
     drain()
-    wait_until(lambda: handle.status() == "failed", timeout=5)
+    wait_until(lambda: handle.status() == "failed", timeout=CEILING)
     assert [name for name, _ in journal(handle.id)] == ["reserve", "charge", "compensate:reserve", "on-failure"]

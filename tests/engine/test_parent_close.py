@@ -16,7 +16,7 @@ from django_openworkflow.models import StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import drain
 from tests.admin.helpers import run_url
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.close_workflows import (
     close_bad_policy,
     close_continues,
@@ -61,7 +61,7 @@ def test_a_parent_canceled_mid_fan_out_of_300_terminate_children_leaves_none_run
         lambda: (
             children_of(parent.id).count() >= 250 and children_of(parent.id).filter(status="completed").count() >= 10
         ),
-        timeout=60,
+        timeout=CEILING,
     )
     parent.cancel()
     started = children_of(parent.id).count()

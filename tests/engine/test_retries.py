@@ -229,7 +229,7 @@ def test_cancel_parked_run_is_never_resumed(run_worker):
     run_worker(until=lambda: is_parked(handle))
     due = handle.fetch().available_at
     assert handle.cancel() is True
-    wait_until(lambda: get_backend().now() > due, timeout=10)
+    wait_until(lambda: get_backend().now() > due, timeout=CEILING)
     run_worker()
     assert handle.status() == "canceled"
     assert not SideEffect.objects.filter(run_id=handle.id, step="after").exists()

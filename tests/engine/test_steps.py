@@ -24,7 +24,7 @@ from django_openworkflow import RetryPolicy, StepUsageError, workflow
 from django_openworkflow.client import operations
 from django_openworkflow.errors import OperationRefused, WorkflowRegistrationError
 from django_openworkflow.models import StepAttempt, WorkflowRun
-from tests.conftest import is_parked, wait_until
+from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.flowapp.models import Ledger
 from tests.fixtures.languageapp import workflows as lang
 
@@ -62,7 +62,7 @@ def test_ten_parallel_sleeping_steps_overlap(workers):
     handle = lang.parallel_sleepers.run({"count": 10, "pause": 1.0})
     began = time.monotonic()
     workers.start("--concurrency", "2", *FAST)
-    wait_until(lambda: finished(handle), timeout=60)
+    wait_until(lambda: finished(handle), timeout=CEILING)
     print(f"10 parallel steps of 1 s took {time.monotonic() - began:.2f} s, worker start included")
     assert handle.result() == [i * 10 for i in range(10)]
     events = ledger(handle.id)
@@ -83,19 +83,19 @@ def test_a_killed_worker_reruns_only_the_unfinished_members(workers):
             StepAttempt.objects.filter(workflow_run_id=handle.id, status="completed").count() == 3
             and all(started(handle.id, key) == 1 for key in ("m3", "m4", "m5"))
         ),
-        timeout=30,
+        timeout=CEILING,
     )
     victim.kill()
     victim.wait(10)
     workers.start("--concurrency", "2", "--lease", "1s", *FAST)
-    wait_until(lambda: finished(handle), timeout=60)
+    wait_until(lambda: finished(handle), timeout=CEILING)
     assert handle.result() == [0, 1, 2, 3, 4, 5]
     assert started(handle.id) == {"m0": 1, "m1": 1, "m2": 1, "m3": 2, "m4": 2, "m5": 2}
 
 
 def test_a_member_failing_for_good_fails_the_group_and_keeps_the_others(run_worker):
     handle = lang.parallel_failing.run({})
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     run = handle.fetch()
     assert run.status == "failed" and run.error["step"] == "b" and "b broke" in run.error["message"]
     assert dict(journal(handle.id)) == {"a": "completed", "b": "failed", "c": "completed"}
@@ -123,7 +123,7 @@ def test_parallel_refuses_bad_calls_and_steps_from_member_threads(run_worker):
         return "nested step ran"
 
     handle = misuse.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     first, second, nested = handle.result()
     assert "(name, fn) pairs" in first and "max_workers must be a positive integer" in second
     assert "from another thread" in nested
@@ -136,7 +136,7 @@ def test_fan_out_collects_300_results_from_300_distinct_children(workers):
     handle = lang.fan_out.run({"count": 300})
     began = time.monotonic()
     workers.start("--concurrency", "10", *FAST)
-    wait_until(lambda: finished(handle), timeout=120)
+    wait_until(lambda: finished(handle), timeout=CEILING)
     print(f"fan-out of 300 children took {time.monotonic() - began:.2f} s, worker start included")
     results = handle.result()
     assert [r["i"] for r in results] == list(range(300))
@@ -149,7 +149,7 @@ def test_fan_out_collects_300_results_from_300_distinct_children(workers):
 def test_fan_out_with_a_failed_child_fails_the_parent_before_its_next_step(workers):
     handle = lang.fan_out.run({"count": 300, "fail_at": 150})
     workers.start("--concurrency", "10", *FAST)
-    wait_until(lambda: finished(handle), timeout=120)
+    wait_until(lambda: finished(handle), timeout=CEILING)
     run = handle.fetch()
     assert run.status == "failed" and run.error["step"] == "child-150"
     assert "ChildWorkflowFailed" in run.error["message"]
@@ -160,7 +160,7 @@ def test_fan_out_with_a_failed_child_fails_the_parent_before_its_next_step(worke
 
 def test_wait_first_returns_the_child_that_finished_first(run_worker):
     handle = lang.first_child.run({})
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert handle.result() == {"index": 1, "output": 0}
     winner = StepAttempt.objects.get(workflow_run_id=handle.id, step_name="wait_first")
     assert winner.output["index"] == 1
@@ -177,7 +177,7 @@ def test_a_parent_waiting_for_many_children_is_woken_by_the_child_it_watches_onl
 
     hooks.run_parked.connect(count)
     try:
-        run_worker(until=lambda: finished(handle), timeout=30, concurrency=1)
+        run_worker(until=lambda: finished(handle), timeout=CEILING, concurrency=1)
     finally:
         hooks.run_parked.disconnect(count)
     assert handle.status() == "completed"
@@ -191,9 +191,9 @@ def test_a_parent_waiting_for_many_children_is_woken_by_the_child_it_watches_onl
 def test_a_step_that_never_returns_times_out_is_retried_and_the_slot_comes_back(workers):
     hung = lang.hang.run({})
     workers.start("--concurrency", "1", *FAST)
-    wait_until(lambda: started(hung.id, "hang") == 1, timeout=30)
+    wait_until(lambda: started(hung.id, "hang") == 1, timeout=CEILING)
     quick = [lang.quick.run({"n": i}) for i in range(3)]
-    wait_until(lambda: finished(hung) and all(finished(q) for q in quick), timeout=60)
+    wait_until(lambda: finished(hung) and all(finished(q) for q in quick), timeout=CEILING)
     run = hung.fetch()
     assert run.status == "failed"
     assert run.error["step"] == "hang" and "StepTimeout" in run.error["message"]
@@ -218,7 +218,7 @@ def test_an_atomic_step_refuses_a_timeout(run_worker):
         ctx.step.run("write", lambda: 1, atomic=True, timeout="1s")
 
     handle = atomic_timeout.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert "cannot have a timeout" in handle.fetch().error["message"]
 
 
@@ -227,7 +227,7 @@ def test_an_atomic_step_refuses_a_timeout(run_worker):
 
 def test_compensations_run_in_reverse_order_once(run_worker):
     handle = lang.saga.run({})
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     run = handle.fetch()
     assert run.status == "failed" and "the booking failed" in run.error["message"]
     assert [key for key, event in ledger(handle.id) if key.startswith("undo-") and event == "start"] == [
@@ -245,11 +245,11 @@ def test_compensations_run_in_reverse_order_once(run_worker):
 def test_compensations_survive_a_worker_killed_between_them(workers):
     handle = lang.saga_crash.run({})
     victim = workers.start("--concurrency", "1", "--lease", "1s", *FAST)
-    wait_until(lambda: started(handle.id, "undo-b") == 1, timeout=30)
+    wait_until(lambda: started(handle.id, "undo-b") == 1, timeout=CEILING)
     victim.kill()
     victim.wait(10)
     workers.start("--concurrency", "1", "--lease", "1s", *FAST)
-    wait_until(lambda: finished(handle), timeout=60)
+    wait_until(lambda: finished(handle), timeout=CEILING)
     assert handle.status() == "failed"
     counts = started(handle.id)
     assert counts["undo-c"] == 1 and counts["undo-a"] == 1  # finished before and after the kill: once each
@@ -262,7 +262,7 @@ def test_cancel_runs_the_compensations_when_the_workflow_asks_for_it(run_worker)
     from django_openworkflow import hooks
 
     handle = lang.cancel_saga.run({})
-    run_worker(until=lambda: is_parked(handle), timeout=30)
+    run_worker(until=lambda: is_parked(handle), timeout=CEILING)
     heard = []
 
     def finished_hook(sender, run_id, status, **kwargs):
@@ -276,7 +276,7 @@ def test_cancel_runs_the_compensations_when_the_workflow_asks_for_it(run_worker)
         assert heard == [] and handle.fetch().worker_id is None
         with pytest.raises(OperationRefused, match="being canceled already"):
             operations.cancel(handle.id)
-        run_worker(until=lambda: handle.status() == "canceled", timeout=30)
+        run_worker(until=lambda: handle.status() == "canceled", timeout=CEILING)
     finally:
         hooks.run_finished.disconnect(finished_hook)
     assert heard == [(handle.id, "canceled")]
@@ -293,9 +293,9 @@ def test_a_run_that_never_started_is_canceled_at_once_even_with_compensate_on_ca
 
 def test_a_run_canceled_while_it_waits_for_a_signal_compensates_once_and_ends_canceled(run_worker):
     handle = lang.cancel_in_wait.run({})
-    run_worker(until=lambda: is_parked(handle), timeout=30)
+    run_worker(until=lambda: is_parked(handle), timeout=CEILING)
     assert handle.cancel() is True
-    run_worker(until=lambda: handle.status() == "canceled", timeout=30)
+    run_worker(until=lambda: handle.status() == "canceled", timeout=CEILING)
     assert [key for key, event in ledger(handle.id) if event == "start"] == ["a", "undo-a"]
     assert dict(journal(handle.id))["go"] == "failed"  # the wait is closed with the run
 
@@ -303,9 +303,9 @@ def test_a_run_canceled_while_it_waits_for_a_signal_compensates_once_and_ends_ca
 def test_a_cancel_while_a_worker_holds_the_run_keeps_the_step_it_was_running_and_undoes_it(workers):
     handle = lang.cancel_while_held.run({})
     workers.start("--concurrency", "1", "--lease", "1s", *FAST)
-    wait_until(lambda: started(handle.id, "b") == 1, timeout=30)
+    wait_until(lambda: started(handle.id, "b") == 1, timeout=CEILING)
     assert handle.cancel() is True  # while b's code runs
-    wait_until(lambda: handle.status() == "canceled", timeout=30)
+    wait_until(lambda: handle.status() == "canceled", timeout=CEILING)
     events = [(key, event) for key, event in ledger(handle.id)]
     # b finished and was undone (its completion was kept), c never ran.
     assert events == [
@@ -327,13 +327,15 @@ def test_a_patch_lets_old_and_new_runs_each_finish_on_their_own_branch(workers, 
     old_run = lang.deployed.run({"pause": "2s"})
     old_worker = workers.start(*FAST)
     # The old code went past the patch point ("total") and sleeps.
-    wait_until(lambda: StepAttempt.objects.filter(workflow_run_id=old_run.id, step_name="pause").exists(), timeout=30)
+    wait_until(
+        lambda: StepAttempt.objects.filter(workflow_run_id=old_run.id, step_name="pause").exists(), timeout=CEILING
+    )
     old_worker.kill()
     old_worker.wait(10)
     monkeypatch.setenv("OWF_TEST_NEW_CODE", "1")  # the deploy
     new_run = lang.deployed.run({"pause": "0s"})
     workers.start(*FAST)
-    wait_until(lambda: finished(old_run) and finished(new_run), timeout=60)
+    wait_until(lambda: finished(old_run) and finished(new_run), timeout=CEILING)
     assert old_run.result() == 100 and new_run.result() == 200
     assert [name for name, _ in journal(old_run.id)] == ["first", "total", "pause"]
     assert [name for name, _ in journal(new_run.id)] == ["first", "patch:bigger-total", "total-v2", "pause"]
@@ -361,13 +363,13 @@ def test_continue_as_new_refuses_an_unknown_version(run_worker):
         ctx.continue_as_new({}, version="v404")
 
     handle = continue_bad.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert "has no version 'v404'" in handle.fetch().error["message"]
 
 
 def test_a_parent_waits_for_a_child_through_its_continue_as_new(run_worker):
     handle = lang.continuing_child_parent.run({})
-    run_worker(until=lambda: finished(handle), timeout=60)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert handle.result() == {"total": 9, "single": 6}
 
 
@@ -378,7 +380,7 @@ def test_async_and_sync_workflows_side_by_side_in_one_worker(workers):
     async_run = lang.async_gather.run({"pause": "100ms"})
     sync_run = lang.quick.run({"n": 1})
     workers.start("--concurrency", "2", *FAST)
-    wait_until(lambda: finished(async_run) and finished(sync_run), timeout=60)
+    wait_until(lambda: finished(async_run) and finished(sync_run), timeout=CEILING)
     assert async_run.result() == ["A", "B", "C"] and sync_run.result() == {"n": 1}
     assert [name for name, _ in journal(async_run.id)] == ["a", "b", "c", "pause"] or sorted(
         name for name, _ in journal(async_run.id)
@@ -399,7 +401,7 @@ def test_async_gather_assigns_names_in_call_order_not_completion_order(run_worke
         return await asyncio.gather(ctx.step.run("x", slow), ctx.step.run("x", fast))
 
     handle = ordered.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert handle.result() == ["slow", "fast"]
     outputs = dict(StepAttempt.objects.filter(workflow_run_id=handle.id).values_list("step_name", "output"))
     assert outputs == {"x": "slow", "x:1": "fast"}
@@ -420,7 +422,7 @@ def test_async_step_timeout_cancels_the_coroutine(run_worker):
         await ctx.step.run("forever", forever, timeout="200ms")
 
     handle = timed.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert handle.fetch().error["type"] == "StepFailed"
     assert "StepTimeout" in handle.fetch().error["message"] and cancelled == [True]
 
@@ -441,7 +443,7 @@ def test_the_admin_links_a_chain_of_runs_and_says_a_run_is_being_canceled(admin_
     assert "owf-status-continued" in page(first.id)
 
     saga = lang.cancel_saga.run({})
-    run_worker(until=lambda: is_parked(saga), timeout=30)
+    run_worker(until=lambda: is_parked(saga), timeout=CEILING)
     saga.cancel()
     assert "a worker runs the compensations of its completed steps" in page(saga.id)
 
@@ -460,7 +462,7 @@ def test_an_async_steps_own_timeout_error_is_its_error_not_a_step_timeout(run_wo
 
     for spec in (own_timeout, own_timeout_limited):
         handle = spec.run()
-        run_worker(until=lambda h=handle: finished(h), timeout=30)
+        run_worker(until=lambda h=handle: finished(h), timeout=CEILING)
         message = handle.fetch().error["message"]
         assert "TimeoutError: the remote service timed out" in message and "StepTimeout" not in message
 
@@ -479,7 +481,7 @@ def test_an_async_signal_wait_refuses_while_other_steps_still_run(run_worker):
             await running
 
     handle = busy.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert "await them first" in handle.fetch().error["message"]
     assert dict(journal(handle.id)) == {"slow": "completed"}
 
@@ -495,7 +497,7 @@ def test_a_timed_out_members_thread_is_counted_until_its_code_returns():
     (timed_out,) = next(run_on_threads([(release.wait, 0.05)], 1, lambda: None))
     assert timed_out.timed_out and abandoned_threads() == before + 1
     release.set()
-    wait_until(lambda: abandoned_threads() == before, timeout=10)
+    wait_until(lambda: abandoned_threads() == before, timeout=CEILING)
 
 
 def test_parallel_members_see_the_workflows_context_variables(run_worker):
@@ -508,14 +510,14 @@ def test_parallel_members_see_the_workflows_context_variables(run_worker):
             TRACE.reset(token)
 
     handle = with_context.run()
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     assert handle.result() == [f"trace-{handle.id}"] * 2
 
 
 @override_settings(OPENWORKFLOW={"MAX_STEP_ATTEMPTS": 3, "POLL_INTERVAL": "20ms"})
 def test_a_parallel_group_that_would_pass_the_step_limit_fails_the_run_before_it_starts(run_worker):
     handle = lang.parallel_sleepers.run({"count": 5, "pause": 0})
-    run_worker(until=lambda: finished(handle), timeout=30)
+    run_worker(until=lambda: finished(handle), timeout=CEILING)
     run = handle.fetch()
     assert run.status == "failed" and run.error["type"] == "StepLimitExceeded"
     assert started(handle.id) == {} and journal(handle.id) == []

@@ -11,7 +11,7 @@ from django.db import transaction
 from django_openworkflow import RunNotFound, SignalError, send_event, send_signal
 from django_openworkflow.models import Event, Signal, StepAttempt
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import is_parked, wait_until
+from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import approval, await_payment, three_steps
 
@@ -47,14 +47,14 @@ def test_signal_sent_after_the_wait_wakes_the_run(worker):
     handle = approval.run({})
     wait_until(lambda: parked_on_wait(handle))
     assert send_signal(handle.id, "approval", "yes") is True
-    assert handle.result(timeout=10) == ["yes"]
+    assert handle.result(timeout=CEILING) == ["yes"]
 
 
 def test_two_signals_go_to_two_waits_in_order(worker):
     handle = approval.run({"waits": 2})
     handle.signal("approval", 1)
     handle.signal("approval", 2)
-    assert handle.result(timeout=10) == [1, 2]
+    assert handle.result(timeout=CEILING) == [1, 2]
     keys = list(
         StepAttempt.objects.filter(workflow_run_id=handle.id, kind="signal")
         .order_by("id")
@@ -83,7 +83,7 @@ def test_idempotent_signal_is_delivered_once(worker):
     wait_until(lambda: parked_on_wait(handle))
     assert handle.signal("approval", "a", idempotency_key="k1") is True  # taken by the open wait
     assert handle.signal("approval", "a", idempotency_key="k1") is False  # the same key: nothing more
-    assert handle.result(timeout=10) == ["a", None]
+    assert handle.result(timeout=CEILING) == ["a", None]
     assert Signal.objects.filter(workflow_run_id=handle.id).count() == 1
 
 
@@ -118,7 +118,7 @@ def test_signals_racing_with_the_wait_are_never_lost(worker):
     handles = [approval.run({}) for _ in range(30)]
     for i, handle in enumerate(handles):
         handle.signal("approval", i)
-    assert [h.result(timeout=30) for h in handles] == [[i] for i in range(30)]
+    assert [h.result(timeout=CEILING) for h in handles] == [[i] for i in range(30)]
 
 
 def test_events_wake_runs_whose_pattern_the_payload_contains(worker):
@@ -128,12 +128,12 @@ def test_events_wake_runs_whose_pattern_the_payload_contains(worker):
     assert send_event("order.refunded", {"order": {"id": 42}}) == 0
     payload = {"order": {"id": 42, "total": "9.99", "lines": [1, 2]}, "via": "card"}
     assert send_event("order.paid", payload, idempotency_key="pay-42") == 1
-    assert first.result(timeout=10) == payload
+    assert first.result(timeout=CEILING) == payload
     assert send_event("order.paid", payload, idempotency_key="pay-42") == 1  # a repeat: same answer, nobody woken again
     assert Event.objects.filter(idempotency_key="pay-42").count() == 1
     assert second.status() == "running"
     assert send_event("order.paid", {"order": {"id": 43}}) == 1
-    assert second.result(timeout=10) == {"order": {"id": 43}}
+    assert second.result(timeout=CEILING) == {"order": {"id": 43}}
 
 
 def test_an_event_without_a_payload_is_kept_and_wakes_no_wait_with_a_pattern(worker):
@@ -161,5 +161,5 @@ def test_worker_crash_after_delivery_loses_nothing(workers):
     first.send_signal(os_signal.SIGKILL)
     first.wait(10)
     workers.start("--lease", "1s", "--poll", "20ms")
-    assert handle.result(timeout=30) == [{"ok": True}]
+    assert handle.result(timeout=CEILING) == [{"ok": True}]
     assert Signal.objects.get().consumed_by is not None

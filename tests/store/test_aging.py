@@ -22,7 +22,7 @@ from django_openworkflow.store import aging as store_aging
 from django_openworkflow.store import get_backend
 from django_openworkflow.testing import advance, override_openworkflow
 from django_openworkflow.worker.aging import age_priorities
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.flow_display_workflows import charge
 from tests.fixtures.flowapp.workflows import ordered
 
@@ -172,7 +172,7 @@ def test_turned_off_the_runs_it_raised_get_their_declared_priority_back_from_the
     (sweeper,) = [s for s in sweepers() if isinstance(s, AgingSweeper)]  # off now, but a run it raised remains
     sweeper.start()
     try:
-        wait_until(lambda: WorkflowRun.objects.get(id=run_id).declared_priority is None, timeout=30)
+        wait_until(lambda: WorkflowRun.objects.get(id=run_id).declared_priority is None, timeout=CEILING)
     finally:
         sweeper.stop()
         sweeper.join(10)

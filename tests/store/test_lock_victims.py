@@ -23,7 +23,7 @@ from django.db import connections, transaction
 from django_openworkflow import send_event, send_signal
 from django_openworkflow.models import Event, Signal, StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 
 VENDOR = connections[get_backend().alias].vendor
 
@@ -92,7 +92,7 @@ class Worker(threading.Thread):
                 self.first()
                 self.holding.set()
                 # Every 0.25 s: MariaDB refreshes INNODB_TRX only when nobody read it for 0.1 s.
-                wait_until(lambda: waits_on_a_lock(self.write_session), timeout=60, interval=0.25)
+                wait_until(lambda: waits_on_a_lock(self.write_session), timeout=CEILING, interval=0.25)
                 self.then()
             self.outcome = "committed"
         except Exception as exc:  # the database chose the worker: the test then proves nothing, and fails

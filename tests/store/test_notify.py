@@ -21,7 +21,7 @@ from django_openworkflow.conf import owf_settings
 from django_openworkflow.store import get_backend
 from django_openworkflow.store.notify import DUE_CHANNEL
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import is_parked, wait_until
+from tests.conftest import CEILING, is_parked, wait_until
 from tests.fixtures.testapp.models import SideEffect
 from tests.fixtures.testapp.workflows import executions, record, sleeper, three_steps
 
@@ -35,8 +35,8 @@ sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's
 
 @pytest.fixture
 def slow_polling_worker():
-    # With a 60 s poll, only a notification can make this worker claim quickly.
-    worker = Worker(poll_interval="60s", concurrency=4)
+    # With an hour's poll (longer than any wait here), only a notification can make this worker claim.
+    worker = Worker(poll_interval="1h", concurrency=4)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     yield worker
@@ -46,23 +46,23 @@ def slow_polling_worker():
 
 def test_started_run_wakes_an_idle_worker(slow_polling_worker):
     first = three_steps.run()
-    assert first.result(timeout=15) == {"result": 11}
-    second = three_steps.run()  # the worker is now idle until its next poll in 60 s
-    assert second.result(timeout=15) == {"result": 11}
+    assert first.result(timeout=CEILING) == {"result": 11}
+    second = three_steps.run()  # the worker is now idle until its next poll, in an hour
+    assert second.result(timeout=CEILING) == {"result": 11}
 
 
 def test_notification_is_sent_only_on_commit(slow_polling_worker):
     with transaction.atomic():
         handle = three_steps.run()
         assert connection.in_atomic_block
-    assert handle.result(timeout=15) == {"result": 11}
+    assert handle.result(timeout=CEILING) == {"result": 11}
 
 
 def test_retry_now_wakes_workers(slow_polling_worker):
     handle = sleeper.run({"duration": "1h"})
-    wait_until(lambda: is_parked(handle), timeout=15)
+    wait_until(lambda: is_parked(handle), timeout=CEILING)
     assert get_backend().wake_run(handle.id) is True  # "retry now" notifies
-    assert handle.result(timeout=15) == "ok"
+    assert handle.result(timeout=CEILING) == "ok"
 
 
 def terminate(sql_filter: str) -> int:
@@ -76,10 +76,10 @@ def terminate(sql_filter: str) -> int:
 
 @postgres_only
 def test_listener_reconnects_after_its_connection_drops(slow_polling_worker):
-    assert three_steps.run().result(timeout=15) == {"result": 11}  # the worker is up and listening
+    assert three_steps.run().result(timeout=CEILING) == {"result": 11}  # the worker is up and listening
     assert terminate("query LIKE 'LISTEN%'") >= 1
-    # With a 60 s poll, only a listener that came back can pick this up quickly.
-    assert three_steps.run().result(timeout=15) == {"result": 11}
+    # With an hour's poll, only a listener that came back can pick this up.
+    assert three_steps.run().result(timeout=CEILING) == {"result": 11}
 
 
 @workflow(name="test-drops-its-connection")
@@ -98,13 +98,14 @@ def drops_its_connection(ctx):
 @postgres_only
 def test_worker_releases_a_run_after_a_database_error():
     # The slot's connection dies under the step; the journal write fails, and the
-    # worker hands the run back due in 1 s instead of holding it for its 30 s lease.
-    worker = Worker(poll_interval="50ms", concurrency=2, lease="30s")
+    # worker hands the run back due in 1 s instead of holding it for its lease, an hour (longer than
+    # any wait here: only the hand-back can have let the run finish).
+    worker = Worker(poll_interval="50ms", concurrency=2, lease="1h")
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
         handle = drops_its_connection.run()
-        assert handle.result(timeout=15) == "survived"
+        assert handle.result(timeout=CEILING) == "survived"
     finally:
         worker.stop()
         thread.join(30)
@@ -112,10 +113,10 @@ def test_worker_releases_a_run_after_a_database_error():
 
 
 def test_a_run_started_by_another_process_wakes_an_idle_worker_process(workers):
-    # Another process (this one) starts the runs; the worker polls once a minute.
-    workers.start("--poll", "60s", "--concurrency", "2")
-    assert three_steps.run().result(timeout=30) == {"result": 11}
-    assert three_steps.run().result(timeout=15) == {"result": 11}
+    # Another process (this one) starts the runs; the worker polls once an hour.
+    workers.start("--poll", "1h", "--concurrency", "2")
+    assert three_steps.run().result(timeout=CEILING) == {"result": 11}
+    assert three_steps.run().result(timeout=CEILING) == {"result": 11}
 
 
 def test_a_result_waiter_is_woken_by_a_commit_from_another_connection():
@@ -141,12 +142,12 @@ def test_sqlite_wakes_an_idle_worker_without_inotify(monkeypatch):
     from django_openworkflow.store.backends import sqlite
 
     monkeypatch.setattr(sqlite._DirectoryWatch, "open", classmethod(lambda cls, database: None))
-    worker = Worker(poll_interval="60s", concurrency=2)
+    worker = Worker(poll_interval="1h", concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
-        assert three_steps.run().result(timeout=15) == {"result": 11}
-        assert three_steps.run().result(timeout=15) == {"result": 11}
+        assert three_steps.run().result(timeout=CEILING) == {"result": 11}
+        assert three_steps.run().result(timeout=CEILING) == {"result": 11}
     finally:
         worker.stop()
         thread.join(30)
@@ -187,7 +188,7 @@ def test_a_result_that_need_not_wait_opens_no_listener(waiters):
         pending.result(timeout=0)  # one read
     done = three_steps.run()
     drain()
-    assert done.result(timeout=5) == {"result": 11}  # finished at the first read
+    assert done.result(timeout=CEILING) == {"result": 11}  # finished at the first read
     assert not waiters.listening
 
 
@@ -215,10 +216,10 @@ def test_the_listener_disconnects_before_django_creates_or_drops_a_database(wait
     with pytest.raises(ResultTimeout):
         handle.result(timeout=0.2)
     assert waiters.listening
-    wait_until(lambda: listen_sessions() == 1, timeout=10)
+    wait_until(lambda: listen_sessions() == 1, timeout=CEILING)
     with connection.creation._nodb_cursor():
         assert not waiters.listening
-    wait_until(lambda: listen_sessions() == 0, timeout=10)
+    wait_until(lambda: listen_sessions() == 0, timeout=CEILING)
     with pytest.raises(ResultTimeout):
         handle.result(timeout=0.2)  # the next wait starts it again
     assert waiters.listening
@@ -255,7 +256,7 @@ def test_a_listener_logs_a_failing_callback_and_carries_on(caplog):
     listener.start()
     try:
         # It connects again, and reports a wake-up on connecting, as after any drop.
-        wait_until(lambda: len(calls) >= 2, timeout=15)
+        wait_until(lambda: len(calls) >= 2, timeout=CEILING)
         assert listener.is_alive()
         assert "the owner's callback failed" in caplog.text
         assert listener.connected.wait(10)
@@ -263,7 +264,7 @@ def test_a_listener_logs_a_failing_callback_and_carries_on(caplog):
         # PostgreSQL notifies those who asked (SQLite's listener needs no asking).
         get_backend().want_wakeups(listener, DUE_CHANNEL, "test-listener", True)
         three_steps.run()  # a commit: PostgreSQL notifies, SQLite's listener sees it
-        wait_until(lambda: len(calls) > seen, timeout=15)
+        wait_until(lambda: len(calls) > seen, timeout=CEILING)
     finally:
         get_backend().want_wakeups(listener, DUE_CHANNEL, "test-listener", False)
         listener.stop()
@@ -296,15 +297,15 @@ def test_sqlite_listener_lets_go_of_a_deleted_database(tmp_path, monkeypatch, in
     try:
         assert listener.connected.wait(10)
         os.remove(path)
-        wait_until(lambda: not listener.connected.is_set(), timeout=10)
-        wait_until(lambda: not any(tmp_path.iterdir()), timeout=10)
+        wait_until(lambda: not listener.connected.is_set(), timeout=CEILING)
+        wait_until(lambda: not any(tmp_path.iterdir()), timeout=CEILING)
         time.sleep(0.1)
         assert not any(tmp_path.iterdir()), "the listener created the deleted database again"
         commit()
         assert listener.connected.wait(10)
         seen = len(wake_ups)
         commit()
-        wait_until(lambda: len(wake_ups) > seen, timeout=10)
+        wait_until(lambda: len(wake_ups) > seen, timeout=CEILING)
     finally:
         listener.stop()
         listener.join(10)

@@ -21,7 +21,7 @@ from django_openworkflow.models import Approval, Event, PublishedValue, Signal, 
 from django_openworkflow.store import rotation
 from django_openworkflow.worker.loop import Worker
 from tests.cli.helpers import as_json, workflows
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -232,7 +232,7 @@ def test_a_pass_interrupted_and_resumed_while_a_worker_runs_loses_nothing() -> N
             first_pass = seen[0].rewritten
             resumed = [rotation.rotate_column(m, n, batch_size=10, on_batch=None) for m, n in rotation.PAYLOAD_COLUMNS]
             rewritten, changed = sum(p.rewritten for p in resumed), sum(p.changed for p in resumed)
-            wait_until(lambda: all(handle.status() == "completed" for handle in due + started), timeout=120)
+            wait_until(lambda: all(handle.status() == "completed" for handle in due + started), timeout=CEILING)
         finally:
             stop.set()
             thread.join(60)

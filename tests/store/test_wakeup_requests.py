@@ -19,7 +19,7 @@ from django_openworkflow.store import get_backend
 from django_openworkflow.store.notify import DONE_CHANNEL, DUE_CHANNEL, run_waiters
 from django_openworkflow.testing import drain
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.testapp.workflows import three_steps
 
 pytestmark = [
@@ -114,7 +114,7 @@ def test_requests_of_a_gone_connection_are_dropped_by_the_next_one(listening: Li
     gone = Listening()
     assert get_backend().want_wakeups(gone, DUE_CHANNEL, "crashed-worker", True) is True
     gone.conn.close()
-    wait_until(lambda: not _pid_alive(gone.backend_pid), timeout=10)
+    wait_until(lambda: not _pid_alive(gone.backend_pid), timeout=CEILING)
     assert get_backend().want_wakeups(listening, DUE_CHANNEL, "live-worker", True) is True
     assert requests() == [(DUE_CHANNEL, "live-worker")]
 
@@ -137,14 +137,14 @@ def test_result_asks_for_its_run_and_withdraws_after() -> None:
     seen: list[list[tuple[str, str]]] = []
 
     def worker() -> None:
-        wait_until(lambda: (DONE_CHANNEL, str(handle.id)) in requests(), timeout=15)
+        wait_until(lambda: (DONE_CHANNEL, str(handle.id)) in requests(), timeout=CEILING)
         seen.append(requests())
         drain()
         connections.close_all()
 
     thread = threading.Thread(target=worker)
     thread.start()
-    assert handle.result(timeout=30) == {"result": 11}
+    assert handle.result(timeout=CEILING) == {"result": 11}
     thread.join(30)
     assert seen == [[(DONE_CHANNEL, str(handle.id))]]
     assert requests() == []
@@ -162,16 +162,16 @@ def test_a_result_woken_before_its_run_finished_polls_and_withdraws_its_request(
 
     def wait_for_result() -> None:
         try:
-            results.append(handle.result(timeout=60))
+            results.append(handle.result(timeout=CEILING))
         finally:
             connections.close_all()
 
     thread = threading.Thread(target=wait_for_result)
     thread.start()
     try:
-        wait_until(lambda: (DONE_CHANNEL, str(handle.id)) in requests(), timeout=30)
+        wait_until(lambda: (DONE_CHANNEL, str(handle.id)) in requests(), timeout=CEILING)
         run_waiters._dispatch(DONE_CHANNEL, str(handle.id))  # as the listener wakes it; the run is still pending
-        wait_until(lambda: requests() == [], timeout=30)  # withdrawn while the run is still unfinished
+        wait_until(lambda: requests() == [], timeout=CEILING)  # withdrawn while the run is still unfinished
         drain()
     finally:
         thread.join(60)
@@ -181,13 +181,13 @@ def test_a_result_woken_before_its_run_finished_polls_and_withdraws_its_request(
 
 
 def test_an_idle_worker_asks_and_withdraws_when_it_stops() -> None:
-    worker = Worker(poll_interval="60s", concurrency=2)
+    worker = Worker(poll_interval="1h", concurrency=2)
     thread = threading.Thread(target=worker.run, kwargs={"install_signal_handlers": False})
     thread.start()
     try:
-        wait_until(lambda: requests() == [(DUE_CHANNEL, worker.worker_id)], timeout=15)
-        # Asked: a new run is picked up at once, not at the 60 s poll.
-        assert three_steps.run().result(timeout=15) == {"result": 11}
+        wait_until(lambda: requests() == [(DUE_CHANNEL, worker.worker_id)], timeout=CEILING)
+        # Asked: a new run is picked up at once, not at the hourly poll.
+        assert three_steps.run().result(timeout=CEILING) == {"result": 11}
     finally:
         worker.stop()
         thread.join(30)

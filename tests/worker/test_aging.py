@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from django_openworkflow.models import WorkflowRun
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 from tests.fixtures.flowapp.models import Ledger
 from tests.fixtures.flowapp.workflows import ordered
 
@@ -39,11 +39,11 @@ def test_with_aging_a_low_run_is_claimed_while_the_flood_lasts(workers, monkeypa
     monkeypatch.setenv("OWF_TEST_PRIORITY_AGING", json.dumps({"every": "1s", "ceiling": 2}))
     low, flood = start_low_then_flood(pause=0.2)
     workers.start("--concurrency", "1", "--poll", "20ms")
-    wait_until(lambda: Ledger.objects.filter(event="end").count() == FLOOD + 1, timeout=90, interval=0.1)
+    wait_until(lambda: Ledger.objects.filter(event="end").count() == FLOOD + 1, timeout=CEILING, interval=0.1)
     order = claimed_order()
     assert order.index(low) < FLOOD - 5, f"the low run was claimed {order.index(low) + 1}th of {FLOOD + 1}"
     # Claimed, it gave its levels back at a later sweep: finished runs show their declared priority.
-    wait_until(lambda: not WorkflowRun.objects.filter(declared_priority__isnull=False).exists(), timeout=30)
+    wait_until(lambda: not WorkflowRun.objects.filter(declared_priority__isnull=False).exists(), timeout=CEILING)
     assert WorkflowRun.objects.get(id=low).priority == 0
 
 

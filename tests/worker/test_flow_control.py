@@ -32,7 +32,7 @@ from django.db import connection
 
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.store import get_backend
-from tests.conftest import ROOT, wait_until
+from tests.conftest import CEILING, ROOT, wait_until
 from tests.fixtures.flowapp.models import Ledger
 from tests.fixtures.flowapp.workflows import debounced, default, limited, ordered, pdf, rated
 
@@ -92,7 +92,7 @@ def test_concurrency_limit_holds_across_three_worker_processes(workers):
     run_ids = start_limited(200, 5, pause=0.2, meet=True)
     for _ in range(3):
         workers.start("--concurrency", "4", *FAST)
-    wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
+    wait_until(lambda: completed("flow-limited") == 200, timeout=CEILING, interval=0.1)
     peaks = in_flight_peaks()
     # Never more than the limit; and the limit was reached (else the check proves nothing).
     assert set(peaks) == {f"c{k}" for k in range(5)} and max(peaks.values()) == 2, peaks
@@ -119,10 +119,10 @@ def test_concurrency_limit_holds_when_a_worker_is_killed_mid_run(workers):
     wait_until(lambda: Ledger.objects.filter(run_id__in=hung, event="start", pid=victim.pid).count() == 2)
     for _ in range(2):
         workers.start("--concurrency", "4", *FAST)
-    wait_until(lambda: Ledger.objects.filter(event="end").count() >= 40, timeout=60)
+    wait_until(lambda: Ledger.objects.filter(event="end").count() >= 40, timeout=CEILING)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
-    wait_until(lambda: completed("flow-limited") == 200, timeout=120, interval=0.1)
+    wait_until(lambda: completed("flow-limited") == 200, timeout=CEILING, interval=0.1)
     peaks = in_flight_peaks()
     # Never more than the limit; and the limit was reached (else the check proves nothing).
     assert set(peaks) == {f"c{k}" for k in range(5)} and max(peaks.values()) == 2, peaks
@@ -199,9 +199,9 @@ def test_concurrency_limit_holds_across_celery_workers(celery_processes):
     )
     celery_processes([sys.executable, "-c", sweep])
     # Both workers listen before the runs start, so that both take part.
-    wait_until(lambda: consumers(celery_processes.broker) >= 2, timeout=60, interval=0.1)
+    wait_until(lambda: consumers(celery_processes.broker) >= 2, timeout=CEILING, interval=0.1)
     run_ids = start_limited(60, 3, meet=True)
-    wait_until(lambda: completed("flow-limited") == 60, timeout=120, interval=0.1)
+    wait_until(lambda: completed("flow-limited") == 60, timeout=CEILING, interval=0.1)
     peaks = in_flight_peaks()
     # Never more than the limit; and the limit was reached (else the check proves nothing).
     assert set(peaks) == {f"c{k}" for k in range(3)} and max(peaks.values()) == 2, peaks
@@ -227,7 +227,7 @@ def test_rate_limit_holds_across_two_workers(workers):
     for _ in range(2):
         workers.start("--concurrency", "4", *FAST)
     started = WorkflowRun.objects.filter(id__in=run_ids, started_at__isnull=False)
-    wait_until(lambda: started.count() >= 40, timeout=40, interval=0.1)
+    wait_until(lambda: started.count() >= 40, timeout=CEILING, interval=0.1)
     starts = sorted(started.values_list("started_at", flat=True))
     for first, sixth in zip(starts, starts[5:], strict=False):
         assert sixth - first >= timedelta(seconds=1), f"6 starts within {sixth - first}: {starts}"
@@ -263,7 +263,7 @@ def test_debounced_starts_become_one_run_with_the_last_input(workers):
         time.sleep(0.02)
     assert handles[0].created and not any(handle.created for handle in handles[1:])
     assert {handle.id for handle in handles} == {handles[0].id}
-    assert handles[0].result(timeout=20) == {"doc": "d1", "n": 49}
+    assert handles[0].result(timeout=CEILING) == {"doc": "d1", "n": 49}
     run = handles[0].fetch()
     assert run.input == {"doc": "d1", "n": 49}
     # Put off to a period after the last start.
@@ -272,7 +272,7 @@ def test_debounced_starts_become_one_run_with_the_last_input(workers):
     # Once that run was claimed, a start with the same key makes a new run.
     again = debounced.run({"doc": "d1", "n": 50})
     assert again.created and again.id != handles[0].id
-    assert again.result(timeout=20) == {"doc": "d1", "n": 50}
+    assert again.result(timeout=CEILING) == {"doc": "d1", "n": 50}
     assert WorkflowRun.objects.filter(workflow_name="flow-debounced").count() == 2
 
 

@@ -21,7 +21,7 @@ from django_openworkflow.definitions.registry import registry
 from django_openworkflow.states import RunStatus
 from django_openworkflow.testing.memory import InMemoryBackend, start
 from django_openworkflow.worker.loop import Worker
-from tests.conftest import wait_until
+from tests.conftest import CEILING, wait_until
 
 # What the workflows' steps did: run ids in the order their step ran. Slot threads append: guarded by _lock.
 _ran: list[str] = []
@@ -141,10 +141,10 @@ def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back() -> 
         return executing == 1 and held() == 3
 
     thread = run_in_thread(worker)
-    wait_until(one_executing_two_ahead, timeout=60)
+    wait_until(one_executing_two_ahead, timeout=CEILING)
     worker.stop()
     # The two held ahead go back before the slot's run ends: the gate is still shut.
-    wait_until(lambda: held() == 1, timeout=60)
+    wait_until(lambda: held() == 1, timeout=CEILING)
     assert ran() == []
     _gate.set()
     join_worker(thread)
@@ -188,12 +188,12 @@ def test_heartbeats_keep_a_slow_run_leased_past_its_lease() -> None:
             run = store.runs[run_id]
             return run.available_at if run.worker_id == worker.worker_id else None
 
-    wait_until(lambda: lease_ends() is not None, timeout=60)
+    wait_until(lambda: lease_ends() is not None, timeout=CEILING)
     first = lease_ends()
-    wait_until(lambda: lease_ends() > first + timedelta(milliseconds=500), timeout=60)  # renewed
+    wait_until(lambda: lease_ends() > first + timedelta(milliseconds=500), timeout=CEILING)  # renewed
     assert store.claim("another-worker", 1, timedelta(seconds=30), [gated.queue]) == []
     _gate.set()
-    wait_until(lambda: statuses(store, [run_id]) == [RunStatus.COMPLETED], timeout=60)
+    wait_until(lambda: statuses(store, [run_id]) == [RunStatus.COMPLETED], timeout=CEILING)
     worker.stop()
     join_worker(thread)
     assert ran() == [str(run_id)]
@@ -211,7 +211,7 @@ def test_a_stop_while_idle_wakes_the_loop_and_it_returns() -> None:
 
     store.claim = counting_claim  # type: ignore[method-assign]
     thread = run_in_thread(worker)
-    wait_until(lambda: len(claims) >= 1, timeout=60)  # idle: claimed nothing, waiting an hour to look again
+    wait_until(lambda: len(claims) >= 1, timeout=CEILING)  # idle: claimed nothing, waiting an hour to look again
     worker.stop()
     join_worker(thread)  # returned within 60 s: the stop woke the loop out of its hour's wait
     assert worker.slices_done == 0

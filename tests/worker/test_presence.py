@@ -67,13 +67,13 @@ def test_a_paused_queue_is_not_claimed_until_resumed(workers_pool):
     overview = {q.name: q for q in workers.queue_overview()}
     assert overview["default"].paused and not overview["default"].unserved
     assert workers.set_paused("default", False, "test")
-    assert handle.result(timeout=30) == {"result": 31}
+    assert handle.result(timeout=CEILING) == {"result": 31}
 
 
 def test_a_pause_takes_effect_at_the_next_heartbeat(workers_pool):
     proc = workers_pool.start("--lease", "1s", "--poll", "20ms")
     first = three_steps.run({"start": 1})
-    assert first.result(timeout=30) == {"result": 11}
+    assert first.result(timeout=CEILING) == {"result": 11}
     workers.set_paused("default", True, "test")
     _beats(proc, 2)  # the paused queues are read at each heartbeat
     second = three_steps.run({"start": 2})
@@ -87,11 +87,11 @@ def test_star_serves_every_queue_and_skips_the_paused_one(workers_pool):
     billing = three_steps.run({"start": 2}, queue="billing")
     held = three_steps.run({"start": 3}, queue="paused-q")
     proc = workers_pool.start("--lease", "1s", "--poll", "20ms", "--queue", "*")
-    assert emails.result(timeout=30) == {"result": 11}
-    assert billing.result(timeout=30) == {"result": 21}
+    assert emails.result(timeout=CEILING) == {"result": 11}
+    assert billing.result(timeout=CEILING) == {"result": 21}
     # A queue no run used when the worker last looked: claimed from the next heartbeat on.
     late = three_steps.run({"start": 4}, queue="late-q")
-    assert late.result(timeout=30) == {"result": 41}
+    assert late.result(timeout=CEILING) == {"result": 41}
     _beats(proc, 1)
     assert held.status() == "pending"
     overview = {q.name: q for q in workers.queue_overview()}

@@ -25,7 +25,7 @@ def test_killed_worker_is_replaced_and_completed_steps_are_not_rerun(workers):
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     workers.start("--lease", "1s", "--poll", "20ms")
-    assert handle.result(timeout=30) == {"result": 41}
+    assert handle.result(timeout=CEILING) == {"result": 41}
     effects = dict(SideEffect.objects.filter(run_id=handle.id).values_list("step").annotate(n=Count("id")))
     assert effects == {"one": 1, "two": 2, "three": 1}
     # The attempt the dead worker left open is closed as failed, then retried.
@@ -42,7 +42,7 @@ def test_two_workers_execute_every_step_exactly_once(workers):
     handles = [three_steps.run({"start": i}) for i in range(200)]
     workers.start("--concurrency", "8", "--poll", "10ms")
     workers.start("--concurrency", "8", "--poll", "10ms")
-    wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == 200, timeout=120)
+    wait_until(lambda: WorkflowRun.objects.filter(status="completed").count() == 200, timeout=CEILING)
     per_run_step = SideEffect.objects.values("run_id", "step").annotate(n=Count("id"))
     assert len(per_run_step) == 600
     assert {row["n"] for row in per_run_step} == {1}

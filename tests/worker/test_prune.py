@@ -24,7 +24,7 @@ from django_openworkflow.errors import InvalidArgument, WorkflowRegistrationErro
 from django_openworkflow.models import Event, Gate, Signal, StepAttempt, WorkflowRun
 from django_openworkflow.store import get_backend
 from django_openworkflow.worker.prune import PRUNE_TURN_PREFIX, prune, take_prune_turn
-from tests.conftest import race, wait_until
+from tests.conftest import CEILING, race, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -361,7 +361,7 @@ def test_a_worker_prunes_on_its_own(workers, monkeypatch):
     monkeypatch.setenv("OWF_TEST_PRUNE_INTERVAL", "1s")
     workers.start("--poll", "50ms")
     workers.start("--poll", "50ms")
-    wait_until(lambda: not any(exists(run) for run in expired), timeout=60)
+    wait_until(lambda: not any(exists(run) for run in expired), timeout=CEILING)
     assert exists(kept)
 
 

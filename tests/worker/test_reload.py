@@ -24,7 +24,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_openworkflow.models import WorkflowRun
-from tests.conftest import ROOT, wait_until
+from tests.conftest import CEILING, ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -116,7 +116,7 @@ def command(project: Path) -> Iterator[tuple[subprocess.Popen[bytes], Log]]:
 
 def run_once() -> dict[str, str]:
     run = WorkflowRun.objects.create(workflow_name=WORKFLOW, status="pending", input=None, available_at=timezone.now())
-    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == "completed", timeout=60)
+    wait_until(lambda: WorkflowRun.objects.get(id=run.id).status == "completed", timeout=CEILING)
     return WorkflowRun.objects.get(id=run.id).output
 
 
@@ -130,7 +130,7 @@ def edit_until(
         later = time.time() + attempt + ahead
         os.utime(path, (later, later))
         try:
-            wait_until(seen, timeout=20, interval=0.05)
+            wait_until(seen, timeout=CEILING, interval=0.05)
             return
         except AssertionError:
             continue

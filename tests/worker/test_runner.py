@@ -283,9 +283,9 @@ def test_prefetch_holds_runs_ahead_of_its_slots_and_a_stop_hands_them_back():
     STEP_GATE.clear()
     thread.start()
     try:
-        wait_until(one_executing_two_ahead, timeout=60)
+        wait_until(one_executing_two_ahead, timeout=CEILING)
         worker.stop()
-        wait_until(lambda: held() == 1, timeout=60)  # the two ahead went back while the slot's step waits
+        wait_until(lambda: held() == 1, timeout=CEILING)  # the two ahead went back while the slot's step waits
     finally:
         STEP_GATE.set()
         thread.join(60)

@@ -25,7 +25,7 @@ from django_openworkflow.models import Schedule as ScheduleRow
 from django_openworkflow.models import WorkflowRun
 from django_openworkflow.states import RunStatus
 from django_openworkflow.worker.schedules import fire_due_schedules, sync_schedules, tick_key
-from tests.conftest import ROOT, race, wait_until
+from tests.conftest import CEILING, ROOT, race, wait_until
 from tests.fixtures.schedule_workflows import BUFFER_ONE, CANCEL_PREVIOUS, REAL_CLOCK, SKIP_OVERLAP, SLOW_RUN_SECONDS
 
 BASE = datetime(2030, 1, 7, 10, 0, 30, tzinfo=UTC)  # half a minute past a tick
@@ -189,7 +189,7 @@ def finished_runs(name: str) -> list[tuple[datetime, datetime, datetime]]:
 def watch(name: str, runs_wanted: int) -> list[tuple[datetime, datetime, datetime]]:
     procs = start_workers(name)
     try:
-        wait_until(lambda: len(finished_runs(name)) >= runs_wanted, timeout=30, interval=0.05)
+        wait_until(lambda: len(finished_runs(name)) >= runs_wanted, timeout=CEILING, interval=0.05)
     finally:
         stop(procs)
     keys = list(WorkflowRun.objects.filter(workflow_name=name).values_list("idempotency_key", flat=True))
@@ -235,7 +235,7 @@ def test_a_buffered_tick_survives_every_worker_stopping():
     # A worker comes back (its clock is years before the next tick): it runs the first run, then the buffered one.
     procs = start_workers(BUFFER_ONE, count=1)
     try:
-        wait_until(lambda: runs(BUFFER_ONE).get(tick_key(at(2))) == "completed", timeout=30, interval=0.05)
+        wait_until(lambda: runs(BUFFER_ONE).get(tick_key(at(2))) == "completed", timeout=CEILING, interval=0.05)
     finally:
         stop(procs)
     first, second = (WorkflowRun.objects.get(workflow_name=BUFFER_ONE, idempotency_key=tick_key(at(n))) for n in (1, 2))
@@ -250,7 +250,7 @@ def test_two_workers_cancel_the_previous_run_at_each_tick():
     try:
         wait_until(
             lambda: WorkflowRun.objects.filter(workflow_name=CANCEL_PREVIOUS, status=RunStatus.CANCELED).count() >= 2,
-            timeout=30,
+            timeout=CEILING,
             interval=0.05,
         )
     finally:

@@ -279,13 +279,13 @@ def test_three_worker_processes_start_one_run_per_two_second_tick():
         for _ in range(3)
     ]
     try:
-        wait_until(lambda: ScheduleRow.objects.filter(name=EVERY_TWO_SECONDS).exists(), timeout=30, interval=0.01)
+        wait_until(lambda: ScheduleRow.objects.filter(name=EVERY_TWO_SECONDS).exists(), timeout=CEILING, interval=0.01)
         # When the first worker created the row: no tick before this one fires.
         began = ScheduleRow.objects.get(name=EVERY_TWO_SECONDS).last_tick_at
         # Every tick of the next six seconds fires: waited for, however slow the machine (a tick
         # skipped for good never fires, and the wait fails).
         wanted = set(ticks_between(began, began + timedelta(seconds=6)))
-        wait_until(lambda: wanted <= set(fired_ticks()), timeout=90, interval=0.1)
+        wait_until(lambda: wanted <= set(fired_ticks()), timeout=CEILING, interval=0.1)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGTERM)
