@@ -444,7 +444,7 @@ def workers() -> Iterator[WorkerProcesses]:
 CEILING = 240
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.02) -> None:
+def wait_until(predicate: Callable[[], bool], timeout: float = CEILING, interval: float = 0.02) -> None:
     """Poll until ``predicate()`` is true; fail the test after ``timeout`` seconds."""
     give_up = time.monotonic() + timeout
     while not predicate():
@@ -463,7 +463,7 @@ def run_worker() -> Callable[..., None]:
     """Run an in-process Worker until ``until()`` is true (or burst work is done)."""
     from django_openworkflow.worker.loop import Worker
 
-    def run(until: Callable[[], bool] | None = None, timeout: float = 30.0, **options: object) -> Worker:
+    def run(until: Callable[[], bool] | None = None, timeout: float = CEILING, **options: object) -> Worker:
         options.setdefault("poll_interval", "10ms")
         worker = Worker(burst=until is None, **options)  # type: ignore[arg-type]
         give_up = time.monotonic() + timeout

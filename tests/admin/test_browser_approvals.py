@@ -80,7 +80,7 @@ def test_a_manager_approves_from_the_inbox(example_admin: dict[str, Any], tmp_pa
         result = (
             "import django; django.setup(); from django_openworkflow import get_run;"
             "from django_openworkflow.models import WorkflowRun;"
-            "print(get_run(WorkflowRun.objects.get(workflow_name='refund-approval').id).result(timeout=60))"
+            f"print(get_run(WorkflowRun.objects.get(workflow_name='refund-approval').id).result(timeout={CEILING}))"
         )
         done = subprocess.run(
             [sys.executable, "-c", result], env=env, cwd=ROOT, check=True, timeout=CEILING, capture_output=True
@@ -97,7 +97,7 @@ def test_a_manager_approves_from_the_inbox(example_admin: dict[str, Any], tmp_pa
 
 def _approve(page: Any, base: str) -> None:
     log_in(page, base, INBOX_PATH, user="grace")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + CEILING
     while page.locator(".owf-approval").count() == 0:  # once the worker has run the run to its wait
         assert time.monotonic() < deadline, "the approval did not show in the inbox"
         time.sleep(0.3)

@@ -40,6 +40,7 @@ from tests.admin.test_browser import (  # noqa: F401 (example_admin: a fixture, 
     server_problems,
     snapshot,
 )
+from tests.conftest import CEILING
 
 STEP = "send-tips-email"
 
@@ -63,7 +64,7 @@ def worker(tmp_path: Path) -> Iterator[None]:
         process.wait(30)
 
 
-def wait_for_badge(page: Any, status: str, timeout: float = 60.0) -> None:
+def wait_for_badge(page: Any, status: str, timeout: float = CEILING) -> None:
     """Reload the run page until its status badge reads ``status``."""
     give_up = time.monotonic() + timeout
     while page.locator(".owf-title .owf-badge").inner_text() != status:

@@ -106,7 +106,7 @@ def _look(page: Any, base: str, scheme: str) -> None:
     # table is read before the worker list, in the same request: a page loaded while the worker
     # wrote its row can list it live below and not yet beside its queue. Both are waited for.
     serving = page.locator(".owf-queue-row[data-queue=default] code")  # the queue and its worker
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + CEILING
     while page.locator(".owf-worker-live").count() == 0 or serving.count() < 2:
         assert time.monotonic() < deadline, "the worker's row did not show as live and serving 'default'"
         time.sleep(0.5)

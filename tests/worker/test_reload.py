@@ -64,7 +64,7 @@ class Log:
     def count(self, text: str) -> int:
         return sum(text in line for line in list(self.lines))
 
-    def wait_for(self, what: Callable[[], bool], timeout: float = 60.0) -> None:
+    def wait_for(self, what: Callable[[], bool], timeout: float = CEILING) -> None:
         try:
             wait_until(what, timeout=timeout, interval=0.05)
         except AssertionError:

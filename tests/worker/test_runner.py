@@ -218,7 +218,7 @@ def test_a_run_lost_and_claimed_again_is_held_by_its_new_claim():
 def test_a_worker_whose_heartbeat_thread_died_stops_instead_of_running_on_unrenewed(monkeypatch):
     worker = Worker(concurrency=1, lease="30s", poll_interval="20ms")
     monkeypatch.setattr(worker, "_supervise", lambda: None)  # the thread ends at once, as if it had died
-    give_up = time.monotonic() + 10
+    give_up = time.monotonic() + CEILING
     with pytest.raises(WorkerUnhealthy, match="the heartbeat thread died"):
         worker.run(until=lambda: time.monotonic() > give_up, install_signal_handlers=False)
     assert time.monotonic() < give_up  # it stopped by itself, not at the deadline
@@ -311,7 +311,7 @@ def test_with_prefetch_a_busy_worker_claims_several_runs_at_a_time():
         return claim(worker_id, limit, *args, **kwargs)
 
     worker.store.claim = counting_claim
-    give_up = time.monotonic() + 60
+    give_up = time.monotonic() + CEILING
     worker.run(
         until=lambda: WorkflowRun.objects.finished().count() == 30 or time.monotonic() > give_up,
         install_signal_handlers=False,
