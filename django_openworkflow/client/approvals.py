@@ -59,7 +59,8 @@ def approvals_for(user: Any, limit: int = INBOX_LIMIT, scope: str = "all") -> li
     if scope not in SCOPES:
         raise InvalidArgument(f"unknown scope {scope!r:.40}; the scopes are {', '.join(SCOPES)}", "scope")
     found: list[Approval] = []
-    for approval, in_scope in _decidable(user, groups=scope == "groups"):
+    in_scope, decidable = _decidable(user, groups=scope == "groups")
+    for approval in decidable:
         if in_scope(approval, scope):
             found.append(approval)
             if len(found) >= limit:
@@ -78,7 +79,8 @@ def inbox_counts(user: Any) -> dict[str, int]:
     all are ``"overdue"``: one scan of the open approvals, the same rules as :func:`approvals_for`."""
     counts = dict.fromkeys((*SCOPES, "overdue"), 0)
     now = get_backend().now()
-    for approval, in_scope in _decidable(user, groups=True):
+    in_scope, decidable = _decidable(user, groups=True)
+    for approval in decidable:
         for view in counts:
             if counts[view] < INBOX_LIMIT and (
                 is_overdue(approval.due_at, now) if view == "overdue" else in_scope(approval, view)
@@ -89,8 +91,9 @@ def inbox_counts(user: Any) -> dict[str, int]:
     return counts
 
 
-def _decidable(user: Any, *, groups: bool) -> Iterator[tuple[Approval, Callable[[Approval, str], bool]]]:
-    """The open approvals ``user`` may decide and has not, oldest first, each with a test of the Inbox's views.
+def _decidable(user: Any, *, groups: bool) -> tuple[Callable[[Approval, str], bool], Iterator[Approval]]:
+    """Whether an approval is in one of the Inbox's views for ``user``, and the open approvals ``user`` may decide
+    and has not, oldest first.
 
     ``groups``: read the user's groups (for the ``"groups"`` view). The scan reads no run payload.
     """
@@ -101,11 +104,14 @@ def _decidable(user: Any, *, groups: bool) -> Iterator[tuple[Approval, Callable[
     def in_scope(approval: Approval, scope: str) -> bool:
         return _in_scope(approval, scope, username, names)
 
-    scan = open_approvals().defer("workflow_run__input", "workflow_run__output", "workflow_run__error")
-    for approval in scan.iterator(chunk_size=500):
-        decided = username in approval.excluded or any(s["by"] == username for s in approval.signoffs)
-        if not decided and decider.may(approval.assignees):
-            yield approval, in_scope
+    def scan() -> Iterator[Approval]:
+        found = open_approvals().defer("workflow_run__input", "workflow_run__output", "workflow_run__error")
+        for approval in found.iterator(chunk_size=500):
+            decided = username in approval.excluded or any(s["by"] == username for s in approval.signoffs)
+            if not decided and decider.may(approval.assignees):
+                yield approval
+
+    return in_scope, scan()
 
 
 def _in_scope(approval: Approval, scope: str, username: str, groups: set[str]) -> bool:
